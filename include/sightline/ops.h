@@ -1,0 +1,217 @@
+// The op table — the single source of truth about ops — and the op functions.
+//
+//   Tensor y = x * rsqrt(mean(x * x, {-1}, /*keepdim=*/true) + 1e-6) * w;   // naive RMSNorm
+//   Tensor z = rms_norm(x, w, 1e-6);                                        // the fused built-in
+//
+// Every op is one line of SIGHTLINE_OP_TABLE: its enum name, its profiler name (`aten::<op>`, as
+// PyTorch names it), the number of tensor inputs (-1: a list), its kind, and the rule that counts its
+// FLOPs and bytes. The OpId enum, the name table and the cost rules are generated from that one list,
+// so an op cannot exist without its entry. The dispatcher, the CPU reference, the device kernels,
+// the compiler and the tests all read this table.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sightline/tensor.h"
+
+namespace sightline {
+
+enum class OpKind : uint8_t { elementwise, reduction, movement, matmul, normalization };
+std::string_view op_kind_name(OpKind kind);
+
+// How an op's FLOPs are counted (bytes are always: bytes of the inputs read + bytes written, except
+// for views, which move nothing):
+//   per_output: k FLOPs per output element (elementwise)
+//   per_input:  k FLOPs per element of the first input (reductions, normalizations, softmax)
+//   matmul:     2 * M * N * K (+ M * N for a bias)
+//   none:       0 (movement)
+enum class CostRule : uint8_t { per_output, per_input, matmul, none };
+
+// X(id, profiler name, tensor arity, kind, cost rule, k, is_view)
+// Ops marked is_view only rewrite metadata: they run the same code for every backend and never look
+// up a kernel.
+#define SIGHTLINE_OP_TABLE(X)                                                     \
+  X(add, "aten::add", 2, elementwise, per_output, 1, false)                       \
+  X(sub, "aten::sub", 2, elementwise, per_output, 1, false)                       \
+  X(mul, "aten::mul", 2, elementwise, per_output, 1, false)                       \
+  X(div, "aten::div", 2, elementwise, per_output, 1, false)                       \
+  X(maximum, "aten::maximum", 2, elementwise, per_output, 1, false)               \
+  X(minimum, "aten::minimum", 2, elementwise, per_output, 1, false)               \
+  X(neg, "aten::neg", 1, elementwise, per_output, 1, false)                       \
+  X(abs, "aten::abs", 1, elementwise, per_output, 1, false)                       \
+  X(exp, "aten::exp", 1, elementwise, per_output, 1, false)                       \
+  X(log, "aten::log", 1, elementwise, per_output, 1, false)                       \
+  X(sqrt, "aten::sqrt", 1, elementwise, per_output, 1, false)                     \
+  X(rsqrt, "aten::rsqrt", 1, elementwise, per_output, 1, false)                   \
+  X(reciprocal, "aten::reciprocal", 1, elementwise, per_output, 1, false)         \
+  X(pow, "aten::pow", 1, elementwise, per_output, 1, false)                       \
+  X(tanh, "aten::tanh", 1, elementwise, per_output, 1, false)                     \
+  X(sigmoid, "aten::sigmoid", 1, elementwise, per_output, 1, false)               \
+  X(relu, "aten::relu", 1, elementwise, per_output, 1, false)                     \
+  X(silu, "aten::silu", 1, elementwise, per_output, 2, false)                     \
+  X(gelu, "aten::gelu", 1, elementwise, per_output, 8, false)                     \
+  X(to_copy, "aten::_to_copy", 1, elementwise, none, 0, false)                    \
+  X(fill, "aten::fill_", 0, elementwise, none, 0, false)                          \
+  X(sum, "aten::sum", 1, reduction, per_input, 1, false)                          \
+  X(mean, "aten::mean", 1, reduction, per_input, 1, false)                        \
+  X(amax, "aten::amax", 1, reduction, per_input, 1, false)                        \
+  X(softmax, "aten::softmax", 1, reduction, per_input, 5, false)                  \
+  X(log_softmax, "aten::log_softmax", 1, reduction, per_input, 5, false)          \
+  X(matmul, "aten::matmul", 2, matmul, matmul, 2, false)                          \
+  X(linear, "aten::linear", 3, matmul, matmul, 2, false)                          \
+  X(rms_norm, "aten::rms_norm", 2, normalization, per_input, 4, false)            \
+  X(layer_norm, "aten::layer_norm", 3, normalization, per_input, 8, false)        \
+  X(contiguous, "aten::contiguous", 1, movement, none, 0, false)                  \
+  X(copy, "aten::copy_", 1, movement, none, 0, false)                             \
+  X(cat, "aten::cat", -1, movement, none, 0, false)                               \
+  X(embedding, "aten::embedding", 2, movement, none, 0, false)                    \
+  X(view, "aten::view", 1, movement, none, 0, true)                               \
+  X(reshape, "aten::reshape", 1, movement, none, 0, true)                         \
+  X(transpose, "aten::transpose", 1, movement, none, 0, true)                     \
+  X(permute, "aten::permute", 1, movement, none, 0, true)                         \
+  X(slice, "aten::slice", 1, movement, none, 0, true)                             \
+  X(expand, "aten::expand", 1, movement, none, 0, true)                           \
+  X(unsqueeze, "aten::unsqueeze", 1, movement, none, 0, true)                     \
+  X(squeeze, "aten::squeeze", 1, movement, none, 0, true)
+
+enum class OpId : uint8_t {
+#define SIGHTLINE_OP_ENUM(id, name, arity, kind, rule, k, is_view) id,
+  SIGHTLINE_OP_TABLE(SIGHTLINE_OP_ENUM)
+#undef SIGHTLINE_OP_ENUM
+};
+
+struct OpInfo {
+  OpId id;
+  std::string_view name;  // "aten::mul"
+  int arity;              // tensor inputs; -1 for a list (cat)
+  OpKind kind;
+  CostRule cost_rule;
+  int flops_per_element;  // the k of the cost rule
+  bool is_view;
+};
+
+inline constexpr OpInfo kOpTable[] = {
+#define SIGHTLINE_OP_INFO(id, name, arity, kind, rule, k, is_view) \
+  OpInfo{OpId::id, name, arity, OpKind::kind, CostRule::rule, k, is_view},
+    SIGHTLINE_OP_TABLE(SIGHTLINE_OP_INFO)
+#undef SIGHTLINE_OP_INFO
+};
+inline constexpr int kOpCount = static_cast<int>(std::size(kOpTable));
+
+constexpr const OpInfo& op_info(OpId id) { return kOpTable[static_cast<int>(id)]; }
+constexpr std::string_view op_name(OpId id) { return op_info(id).name; }
+
+// Activation-style functions shared by the unary ops, the CPU reference and the device kernels.
+constexpr bool op_is_unary_elementwise(OpId id) {
+  return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 1 && id != OpId::to_copy;
+}
+constexpr bool op_is_binary_elementwise(OpId id) {
+  return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 2;
+}
+
+// Non-tensor arguments of an op. Which fields an op reads is documented at its function below.
+struct OpAttrs {
+  double scalar = 0.0;     // the scalar operand of tensor-scalar ops, pow's exponent, fill's value
+  bool has_scalar = false;  // binary ops: the second operand is `scalar`, not inputs[1]
+  Dims dims;               // reduction dims, permute order, view/expand/reshape shape
+  bool keepdim = false;
+  int64_t dim = 0;  // softmax, cat, slice, transpose (dim0), squeeze/unsqueeze
+  int64_t dim1 = 0;  // transpose
+  int64_t start = 0, end = 0, step = 1;  // slice
+  double eps = 0.0;                       // rms_norm, layer_norm
+  DType dtype = DType::f32;               // to_copy
+  Device device;                          // copy: the destination device
+};
+
+// One op application as the dispatcher, the observer hooks and the kernels see it.
+struct OpCall {
+  OpId op;
+  std::span<const Tensor> inputs;  // absent optional inputs are undefined tensors
+  const OpAttrs& attrs;
+};
+
+// FLOPs and bytes an op application costs by its table rule (used by the profiler's with_flops and
+// the analysis layer).
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+OpCost op_cost(const OpCall& call, const Tensor& out);
+
+// Output shape and dtype of an op application, with the errors for bad shapes and dtypes.
+struct TensorMeta {
+  Dims shape;
+  DType dtype = DType::f32;
+};
+TensorMeta infer_meta(const OpCall& call);
+// Broadcast two shapes (numpy rules) or throw naming `op` and both shapes.
+Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op);
+
+// ---- op functions ----
+// Binary elementwise ops broadcast; tensor-scalar forms do not promote the tensor's dtype except
+// that an integer tensor with a fractional scalar becomes f32 (as in PyTorch).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, double b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh approximation (PyTorch's approximate="tanh")
+
+// Reductions over `dims` (negative dims count from the end; empty = all dims).
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// matmul: 1-D and 2-D operands, and batched operands whose batch dims broadcast, as torch.matmul.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// linear: x[..., in] @ weight[out, in]^T + bias[out] (bias may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// rms_norm: x / sqrt(mean(x^2 over the last dim) + eps) * weight (weight may be undefined).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// layer_norm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+Tensor cat(std::span<const Tensor> tensors, int64_t dim);
+Tensor cat(std::initializer_list<Tensor> tensors, int64_t dim);
+// embedding: rows of weight[num, dim] picked by i32 indices of any shape -> indices.shape + [dim].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
+inline Tensor operator/(double a, const Tensor& b) { return mul(reciprocal(b), a); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+}  // namespace sightline

@@ -1,0 +1,233 @@
+// Shape and dtype rules of every op, with the errors a user sees for bad shapes and dtypes.
+#include <algorithm>
+
+#include "core/view_meta.h"
+#include "sightline/ops.h"
+
+namespace sightline {
+namespace {
+
+bool is_integral(double v) { return v == static_cast<double>(static_cast<int64_t>(v)); }
+
+// PyTorch's rule: dimensioned tensors decide the result; a 0-dim tensor only raises the category
+// (int -> float), as a Python scalar does.
+DType promote_tensors(const Tensor& a, const Tensor& b) {
+  const bool a0 = a.dim() == 0, b0 = b.dim() == 0;
+  if (a0 == b0) return dtype_promote(a.dtype(), b.dtype());
+  const Tensor& dimensioned = a0 ? b : a;
+  const Tensor& zero_dim = a0 ? a : b;
+  if (!dtype_is_floating(dimensioned.dtype()) && dtype_is_floating(zero_dim.dtype())) return zero_dim.dtype();
+  return dimensioned.dtype();
+}
+
+DType promote_scalar(DType t, double scalar) {
+  return (!dtype_is_floating(t) && !is_integral(scalar)) ? DType::f32 : t;
+}
+
+DType float_result(DType t) { return dtype_is_floating(t) ? t : DType::f32; }
+
+void check_floating(const Tensor& t, OpId op) {
+  SIGHTLINE_CHECK(dtype_is_floating(t.dtype()), "{}: expected a floating-point tensor (f32, bf16, f16), got {}",
+                  op_name(op), t.describe());
+}
+
+Dims reduced_shape(const Tensor& x, const Dims& dims, bool keepdim, OpId op) {
+  std::array<bool, kMaxDims> reduce{};
+  if (dims.empty()) reduce.fill(true);
+  for (int64_t d : dims) {
+    const int n = normalize_dim(static_cast<int>(d), x.dim(), op_name(op));
+    SIGHTLINE_CHECK(!reduce[static_cast<size_t>(n)] || dims.empty(), "{}: dim {} appears twice in {}", op_name(op), n,
+                    dims);
+    reduce[static_cast<size_t>(n)] = true;
+  }
+  Dims out;
+  for (int i = 0; i < x.dim(); ++i) {
+    if (!reduce[static_cast<size_t>(i)]) {
+      out.push_back(x.shape()[i]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+TensorMeta matmul_meta(const Tensor& a, const Tensor& b) {
+  SIGHTLINE_CHECK(a.dim() >= 1 && b.dim() >= 1, "aten::matmul: both operands need at least 1 dim, got {} and {}",
+                  a.shape(), b.shape());
+  SIGHTLINE_CHECK(a.dtype() == b.dtype(), "aten::matmul: operands must have the same dtype, got {} and {}",
+                  a.describe(), b.describe());
+  const int64_t k_a = a.shape().back();
+  const int64_t k_b = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+  SIGHTLINE_CHECK(k_a == k_b,
+                  "aten::matmul: shapes {} and {} cannot be multiplied: the inner dims differ ({} vs {})", a.shape(),
+                  b.shape(), k_a, k_b);
+  Dims batch_a, batch_b;
+  for (int i = 0; i + 2 < a.dim(); ++i) batch_a.push_back(a.shape()[i]);
+  for (int i = 0; i + 2 < b.dim(); ++i) batch_b.push_back(b.shape()[i]);
+  Dims out = broadcast_shapes(batch_a, batch_b, "aten::matmul");
+  if (a.dim() >= 2) out.push_back(a.shape()[a.dim() - 2]);
+  if (b.dim() >= 2) out.push_back(b.shape().back());
+  return {out, a.dtype()};
+}
+
+}  // namespace
+
+Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op) {
+  const int n = std::max(a.size(), b.size());
+  Dims out = Dims::filled(n, 1);
+  for (int i = 0; i < n; ++i) {
+    const int ia = i - (n - a.size()), ib = i - (n - b.size());
+    const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    SIGHTLINE_CHECK(da == db || da == 1 || db == 1,
+                    "shape mismatch in {}: {} vs {}; shapes must be broadcastable (each trailing dim equal or 1)", op,
+                    a, b);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+TensorMeta infer_meta(const OpCall& call) {
+  const OpInfo& info = op_info(call.op);
+  const auto& in = call.inputs;
+  const OpAttrs& at = call.attrs;
+  if (info.arity >= 1) {
+    SIGHTLINE_CHECK(in.size() >= 1 && in[0].defined(), "{}: the first input is undefined", info.name);
+  }
+  if (op_is_binary_elementwise(call.op)) {
+    if (at.has_scalar) {
+      DType t = promote_scalar(in[0].dtype(), at.scalar);
+      if (call.op == OpId::div) t = float_result(t);
+      return {in[0].shape(), t};
+    }
+    SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "{}: the second input is undefined", info.name);
+    SIGHTLINE_CHECK(in[0].device() == in[1].device(),
+                    "{}: inputs are on different devices ({} and {}); move one with .to(device)", info.name,
+                    in[0].device(), in[1].device());
+    DType t = promote_tensors(in[0], in[1]);
+    if (call.op == OpId::div) t = float_result(t);
+    return {broadcast_shapes(in[0].shape(), in[1].shape(), info.name), t};
+  }
+  switch (call.op) {
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+      return {in[0].shape(), in[0].dtype()};
+    case OpId::pow:
+      return {in[0].shape(), promote_scalar(in[0].dtype(), at.scalar)};
+    case OpId::exp:
+    case OpId::log:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::silu:
+    case OpId::gelu:
+      return {in[0].shape(), float_result(in[0].dtype())};
+    case OpId::to_copy:
+      return {in[0].shape(), at.dtype};
+    case OpId::fill:
+      return {at.dims, at.dtype};
+    case OpId::sum:
+    case OpId::amax:
+      return {reduced_shape(in[0], at.dims, at.keepdim, call.op), in[0].dtype()};
+    case OpId::mean:
+      SIGHTLINE_CHECK(dtype_is_floating(in[0].dtype()),
+                      "aten::mean: could not infer the output dtype of {}; the input must be floating point (cast "
+                      "with .to(DType::f32))", in[0].describe());
+      return {reduced_shape(in[0], at.dims, at.keepdim, call.op), in[0].dtype()};
+    case OpId::softmax:
+    case OpId::log_softmax:
+      check_floating(in[0], call.op);
+      normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      return {in[0].shape(), in[0].dtype()};
+    case OpId::matmul:
+      SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "aten::matmul: the second input is undefined");
+      SIGHTLINE_CHECK(in[0].device() == in[1].device(), "aten::matmul: inputs are on different devices ({} and {})",
+                      in[0].device(), in[1].device());
+      return matmul_meta(in[0], in[1]);
+    case OpId::linear: {
+      SIGHTLINE_CHECK(in.size() >= 2 && in[1].defined() && in[1].dim() == 2,
+                      "aten::linear: weight must be a 2-D [out_features, in_features] tensor, got {}",
+                      in.size() >= 2 ? in[1].describe() : std::string("nothing"));
+      SIGHTLINE_CHECK(in[0].dim() >= 1 && in[0].shape().back() == in[1].shape()[1],
+                      "aten::linear: input {} and weight {} do not match: the input's last dim must equal "
+                      "in_features ({})", in[0].shape(), in[1].shape(), in[1].shape()[1]);
+      SIGHTLINE_CHECK(in[0].dtype() == in[1].dtype(), "aten::linear: input and weight dtypes differ ({} vs {})",
+                      in[0].dtype(), in[1].dtype());
+      SIGHTLINE_CHECK(in[0].device() == in[1].device(), "aten::linear: input on {} but weight on {}",
+                      in[0].device(), in[1].device());
+      if (in.size() > 2 && in[2].defined()) {
+        SIGHTLINE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == in[1].shape()[0],
+                        "aten::linear: bias must be [{}], got {}", in[1].shape()[0], in[2].shape());
+        SIGHTLINE_CHECK(in[2].device() == in[0].device() && in[2].dtype() == in[0].dtype(),
+                        "aten::linear: bias {} must match the input's dtype and device ({})", in[2].describe(),
+                        in[0].describe());
+      }
+      Dims out = in[0].shape();
+      out[out.size() - 1] = in[1].shape()[0];
+      return {out, in[0].dtype()};
+    }
+    case OpId::rms_norm:
+    case OpId::layer_norm: {
+      check_floating(in[0], call.op);
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "{}: the input needs at least 1 dim", info.name);
+      const int64_t n = in[0].shape().back();
+      for (size_t i = 1; i < in.size(); ++i) {
+        if (!in[i].defined()) continue;
+        SIGHTLINE_CHECK(in[i].dim() == 1 && in[i].shape()[0] == n,
+                        "{}: {} must have the shape of the normalized dim [{}], got {}", info.name,
+                        i == 1 ? "weight" : "bias", n, in[i].shape());
+        SIGHTLINE_CHECK(in[i].device() == in[0].device(), "{}: input on {} but {} on {}", info.name,
+                        in[0].device(), i == 1 ? "weight" : "bias", in[i].device());
+      }
+      SIGHTLINE_CHECK(at.eps >= 0, "{}: eps must be non-negative, got {}", info.name, at.eps);
+      return {in[0].shape(), in[0].dtype()};
+    }
+    case OpId::contiguous:
+      return {in[0].shape(), in[0].dtype()};
+    case OpId::copy:
+      return {in[0].shape(), in[0].dtype()};
+    case OpId::cat: {
+      SIGHTLINE_CHECK(!in.empty(), "aten::cat: expected a non-empty list of tensors");
+      const Tensor& first = in[0];
+      const int d = normalize_dim(static_cast<int>(at.dim), first.dim(), "aten::cat");
+      Dims out = first.shape();
+      DType t = first.dtype();
+      for (size_t i = 1; i < in.size(); ++i) {
+        const Tensor& x = in[i];
+        SIGHTLINE_CHECK(x.defined(), "aten::cat: tensor {} is undefined", i);
+        SIGHTLINE_CHECK(x.device() == first.device(), "aten::cat: tensor 0 is on {} but tensor {} on {}",
+                        first.device(), i, x.device());
+        SIGHTLINE_CHECK(x.dim() == first.dim(), "aten::cat: tensors must have the same rank: {} vs {} (tensor {})",
+                        first.shape(), x.shape(), i);
+        for (int j = 0; j < x.dim(); ++j) {
+          SIGHTLINE_CHECK(j == d || x.shape()[j] == first.shape()[j],
+                          "aten::cat: sizes must match except in dim {}: {} vs {} (tensor {})", d, first.shape(),
+                          x.shape(), i);
+        }
+        out[d] += x.shape()[d];
+        t = dtype_promote(t, x.dtype());
+      }
+      return {out, t};
+    }
+    case OpId::embedding: {
+      SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "aten::embedding: indices are undefined");
+      SIGHTLINE_CHECK(in[0].dim() == 2, "aten::embedding: weight must be 2-D [num_embeddings, dim], got {}",
+                      in[0].shape());
+      SIGHTLINE_CHECK(in[1].dtype() == DType::i32, "aten::embedding: indices must be i32, got {}",
+                      in[1].describe());
+      SIGHTLINE_CHECK(in[0].device() == in[1].device(), "aten::embedding: weight on {} but indices on {}",
+                      in[0].device(), in[1].device());
+      Dims out = in[1].shape();
+      out.push_back(in[0].shape()[1]);
+      return {out, in[0].dtype()};
+    }
+    default:
+      break;
+  }
+  SIGHTLINE_ASSERT_MSG(false, "infer_meta has no rule for {}", info.name);
+  return {};
+}
+
+}  // namespace sightline

@@ -1,0 +1,50 @@
+#include "sightline/ops.h"
+
+namespace sightline {
+
+std::string_view op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::elementwise: return "elementwise";
+    case OpKind::reduction: return "reduction";
+    case OpKind::movement: return "movement";
+    case OpKind::matmul: return "matmul";
+    case OpKind::normalization: return "normalization";
+  }
+  return "?";
+}
+
+OpCost op_cost(const OpCall& call, const Tensor& out) {
+  const OpInfo& info = op_info(call.op);
+  OpCost cost;
+  if (info.is_view) return cost;
+  for (const Tensor& t : call.inputs) {
+    if (t.defined()) cost.bytes += static_cast<double>(t.nbytes());
+  }
+  if (call.op == OpId::embedding && call.inputs.size() == 2) {
+    // Only the gathered rows of the table are read, not the whole weight.
+    cost.bytes -= static_cast<double>(call.inputs[0].nbytes());
+    cost.bytes += static_cast<double>(out.nbytes());
+  }
+  cost.bytes += static_cast<double>(out.nbytes());
+  const double k = info.flops_per_element;
+  switch (info.cost_rule) {
+    case CostRule::per_output:
+      cost.flops = k * static_cast<double>(out.numel());
+      break;
+    case CostRule::per_input:
+      cost.flops = k * static_cast<double>(call.inputs[0].numel());
+      break;
+    case CostRule::matmul: {
+      // out has [..., M, N] (or fewer dims for 1-D operands); K is the first input's last dim.
+      const double k_dim = static_cast<double>(call.inputs[0].shape().back());
+      cost.flops = 2.0 * static_cast<double>(out.numel()) * k_dim;
+      if (call.inputs.size() > 2 && call.inputs[2].defined()) cost.flops += static_cast<double>(out.numel());
+      break;
+    }
+    case CostRule::none:
+      break;
+  }
+  return cost;
+}
+
+}  // namespace sightline

@@ -1,0 +1,232 @@
+// The op functions of ops.h and the Tensor methods that are ops: each builds its attributes and goes
+// through dispatch(), so every op is seen by the observer hooks (and so by the profiler).
+#include <vector>
+
+#include "core/view_meta.h"
+#include "ops/view_ops.h"
+#include "sightline/backend.h"
+
+namespace sightline {
+namespace {
+
+Tensor unary(OpId op, const Tensor& x) {
+  static const OpAttrs kNoAttrs;
+  const Tensor inputs[] = {x};
+  return dispatch(op, inputs, kNoAttrs);
+}
+
+Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
+  static const OpAttrs kNoAttrs;
+  const Tensor inputs[] = {a, b};
+  return dispatch(op, inputs, kNoAttrs);
+}
+
+Tensor binary_scalar(OpId op, const Tensor& a, double b) {
+  OpAttrs attrs;
+  attrs.scalar = b;
+  attrs.has_scalar = true;
+  const Tensor inputs[] = {a};
+  return dispatch(op, inputs, attrs);
+}
+
+Tensor reduction(OpId op, const Tensor& x, const Dims& dims, bool keepdim) {
+  OpAttrs attrs;
+  attrs.dims = dims;
+  attrs.keepdim = keepdim;
+  const Tensor inputs[] = {x};
+  return dispatch(op, inputs, attrs);
+}
+
+Tensor along_dim(OpId op, const Tensor& x, int64_t dim) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  const Tensor inputs[] = {x};
+  return dispatch(op, inputs, attrs);
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::add, a, b); }
+Tensor add(const Tensor& a, double b) { return binary_scalar(OpId::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpId::sub, a, b); }
+Tensor sub(const Tensor& a, double b) { return binary_scalar(OpId::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::mul, a, b); }
+Tensor mul(const Tensor& a, double b) { return binary_scalar(OpId::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(OpId::div, a, b); }
+Tensor div(const Tensor& a, double b) { return binary_scalar(OpId::div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpId::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpId::minimum, a, b); }
+
+Tensor neg(const Tensor& x) { return unary(OpId::neg, x); }
+Tensor abs(const Tensor& x) { return unary(OpId::abs, x); }
+Tensor exp(const Tensor& x) { return unary(OpId::exp, x); }
+Tensor log(const Tensor& x) { return unary(OpId::log, x); }
+Tensor sqrt(const Tensor& x) { return unary(OpId::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(OpId::rsqrt, x); }
+Tensor reciprocal(const Tensor& x) { return unary(OpId::reciprocal, x); }
+Tensor pow(const Tensor& x, double exponent) { return binary_scalar(OpId::pow, x, exponent); }
+Tensor tanh(const Tensor& x) { return unary(OpId::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(OpId::sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(OpId::relu, x); }
+Tensor silu(const Tensor& x) { return unary(OpId::silu, x); }
+Tensor gelu(const Tensor& x) { return unary(OpId::gelu, x); }
+
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::sum, x, dims, keepdim); }
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::mean, x, dims, keepdim); }
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::amax, x, dims, keepdim); }
+Tensor softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::softmax, x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::log_softmax, x, dim); }
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return binary(OpId::matmul, a, b); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  static const OpAttrs kNoAttrs;
+  const Tensor inputs[] = {x, weight, bias};
+  return dispatch(OpId::linear, inputs, kNoAttrs);
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  OpAttrs attrs;
+  attrs.eps = eps;
+  const Tensor inputs[] = {x, weight};
+  return dispatch(OpId::rms_norm, inputs, attrs);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  OpAttrs attrs;
+  attrs.eps = eps;
+  const Tensor inputs[] = {x, weight, bias};
+  return dispatch(OpId::layer_norm, inputs, attrs);
+}
+
+Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  return dispatch(OpId::cat, tensors, attrs);
+}
+
+Tensor cat(std::initializer_list<Tensor> tensors, int64_t dim) {
+  return cat(std::span<const Tensor>(tensors.begin(), tensors.size()), dim);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) { return binary(OpId::embedding, weight, indices); }
+
+// ---- Tensor methods that are ops ----
+
+Tensor Tensor::view(const Dims& shape) const {
+  OpAttrs attrs;
+  attrs.dims = shape;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::view, inputs, attrs);
+}
+
+Tensor Tensor::reshape(const Dims& shape) const {
+  OpAttrs attrs;
+  attrs.dims = shape;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::reshape, inputs, attrs);
+}
+
+Tensor Tensor::transpose(int dim0, int dim1) const {
+  OpAttrs attrs;
+  attrs.dim = dim0;
+  attrs.dim1 = dim1;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::transpose, inputs, attrs);
+}
+
+Tensor Tensor::permute(const Dims& order) const {
+  OpAttrs attrs;
+  attrs.dims = order;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::permute, inputs, attrs);
+}
+
+Tensor Tensor::slice(int d, int64_t start, int64_t end, int64_t step) const {
+  OpAttrs attrs;
+  attrs.dim = d;
+  attrs.start = start;
+  attrs.end = end;
+  attrs.step = step;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::slice, inputs, attrs);
+}
+
+Tensor Tensor::expand(const Dims& shape) const {
+  OpAttrs attrs;
+  attrs.dims = shape;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::expand, inputs, attrs);
+}
+
+Tensor Tensor::unsqueeze(int d) const { return along_dim(OpId::unsqueeze, *this, d); }
+Tensor Tensor::squeeze(int d) const { return along_dim(OpId::squeeze, *this, d); }
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return unary(OpId::contiguous, *this);
+}
+
+Tensor Tensor::clone() const { return unary(OpId::contiguous, *this); }
+
+Tensor Tensor::to(Device target) const {
+  if (device() == target) return *this;
+  OpAttrs attrs;
+  attrs.device = target;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::copy, inputs, attrs);
+}
+
+Tensor Tensor::to(DType target) const {
+  if (dtype() == target) return *this;
+  OpAttrs attrs;
+  attrs.dtype = target;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::to_copy, inputs, attrs);
+}
+
+double Tensor::item() const {
+  SIGHTLINE_CHECK(defined() && numel() == 1, "item(): a tensor with one element is required, got {}", describe());
+  const Tensor host = to(Device::cpu());
+  return dtype_visit(host.dtype(), [&]<typename T>() { return to_double(*host.data<T>()); });
+}
+
+// ---- view ops ----
+
+Tensor apply_view_op(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const OpAttrs& at = call.attrs;
+  SIGHTLINE_CHECK(x.defined(), "{}: the input is undefined", op_name(call.op));
+  switch (call.op) {
+    case OpId::view:
+    case OpId::reshape: {
+      const Dims shape = view_meta::infer_view_shape(at.dims, x.numel(), op_name(call.op), x.shape());
+      if (auto strides = view_meta::view_strides(x, shape)) {
+        return Tensor(x.storage(), x.dtype(), shape, *strides, x.offset());
+      }
+      SIGHTLINE_CHECK(call.op == OpId::reshape,
+                      "aten::view: a tensor of shape {} and strides {} cannot be viewed as {} without a copy; use "
+                      ".reshape(), or .contiguous().view()", x.shape(), x.strides(), shape);
+      const Tensor dense = x.clone();
+      return Tensor(dense.storage(), dense.dtype(), shape, contiguous_strides(shape), dense.offset());
+    }
+    case OpId::transpose:
+      return view_meta::transpose(x, static_cast<int>(at.dim), static_cast<int>(at.dim1));
+    case OpId::permute:
+      return view_meta::permute(x, at.dims);
+    case OpId::slice:
+      return view_meta::slice(x, static_cast<int>(at.dim), at.start, at.end, at.step);
+    case OpId::expand:
+      return view_meta::expand(x, at.dims);
+    case OpId::unsqueeze:
+      return view_meta::unsqueeze(x, static_cast<int>(at.dim));
+    case OpId::squeeze:
+      return view_meta::squeeze(x, static_cast<int>(at.dim));
+    default:
+      break;
+  }
+  SIGHTLINE_ASSERT_MSG(false, "{} is not a view op", op_name(call.op));
+  return {};
+}
+
+}  // namespace sightline

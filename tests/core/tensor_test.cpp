@@ -1,0 +1,120 @@
+#include <gtest/gtest.h>
+#include <gmock/gmock.h>
+
+#include "sightline/sightline.h"
+
+using namespace sightline;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::vector<float> values(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu()).to(DType::f32).contiguous();
+  return {h.data<float>(), h.data<float>() + h.numel()};
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(Tensor, FactoriesShapesAndStrides) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Dims{2, 3}));
+  EXPECT_EQ(z.strides(), (Dims{3, 1}));
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_EQ(values(z), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(values(ones({4}, DType::bf16)), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(values(full({2}, 2.5, DType::f16)), (std::vector<float>{2.5f, 2.5f}));
+  EXPECT_EQ(values(arange(5)), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(values(arange(1.0, 2.0, 0.25)), (std::vector<float>{1, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(arange(4, DType::i32).dtype(), DType::i32);
+}
+
+TEST(Tensor, RandomIsSeededAndDistributed) {
+  Generator g1(42), g2(42);
+  EXPECT_EQ(values(randn({100}, {}, &g1)), values(randn({100}, {}, &g2)));
+  Generator g(1);
+  const auto u = values(rand({100000}, {}, &g));
+  double mean = 0;
+  for (float v : u) {
+    ASSERT_GE(v, 0.0f);
+    ASSERT_LT(v, 1.0f);
+    mean += v;
+  }
+  EXPECT_NEAR(mean / static_cast<double>(u.size()), 0.5, 0.01);
+  const auto n = values(randn({100000}, {}, &g));
+  double m = 0, var = 0;
+  for (float v : n) m += v;
+  m /= static_cast<double>(n.size());
+  for (float v : n) var += (v - m) * (v - m);
+  var /= static_cast<double>(n.size());
+  EXPECT_NEAR(m, 0.0, 0.02);
+  EXPECT_NEAR(var, 1.0, 0.03);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor x = arange(24).view({2, 3, 4});
+  Tensor t = x.transpose(0, 2);
+  EXPECT_TRUE(t.shares_storage(x));
+  EXPECT_EQ(t.shape(), (Dims{4, 3, 2}));
+  EXPECT_FALSE(t.is_contiguous());
+  Tensor p = x.permute({1, 2, 0});
+  EXPECT_EQ(p.shape(), (Dims{3, 4, 2}));
+  EXPECT_EQ(values(p.contiguous())[1], 12.0f);  // p[0,0,1] = x[1,0,0]
+  Tensor s = x.slice(2, 1, 4, 2);  // columns 1 and 3
+  EXPECT_EQ(s.shape(), (Dims{2, 3, 2}));
+  EXPECT_EQ(values(s), (std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}));
+  Tensor e = arange(3).view({3, 1}).expand({3, 4});
+  EXPECT_EQ(e.strides(), (Dims{1, 0}));
+  EXPECT_EQ(values(e), (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
+  EXPECT_EQ(x.view({-1, 4}).shape(), (Dims{6, 4}));
+  EXPECT_EQ(x.unsqueeze(0).shape(), (Dims{1, 2, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(-1).squeeze(-1).shape(), (Dims{2, 3, 4}));
+  // A transposed tensor cannot be viewed flat, but reshape copies.
+  EXPECT_THAT(error_of([&] { (void)t.view({24}); }), HasSubstr("cannot be viewed as [24] without a copy"));
+  Tensor r = t.reshape({24});
+  EXPECT_FALSE(r.shares_storage(x));
+  EXPECT_EQ(values(r)[1], 12.0f);
+}
+
+TEST(Tensor, DtypeConversionAndItem) {
+  Tensor x = from_vector(std::vector<float>{1.0f, 1.00390625f, -2.5f}, {3});
+  EXPECT_EQ(values(x.to(DType::bf16)), (std::vector<float>{1.0f, 1.0f, -2.5f}));
+  EXPECT_EQ(values(x.to(DType::i32)), (std::vector<float>{1.0f, 1.0f, -2.0f}));
+  EXPECT_DOUBLE_EQ(x.slice(0, 2, 3).item(), -2.5);
+  EXPECT_THAT(error_of([&] { (void)x.item(); }), HasSubstr("one element"));
+  EXPECT_EQ(x.clone().shares_storage(x), false);
+}
+
+TEST(Tensor, Printing) {
+  EXPECT_EQ(arange(3).to_string(), "tensor([0., 1., 2.])");
+  EXPECT_EQ(from_vector(std::vector<float>{0.5f, -1.25f}, {2}).to_string(), "tensor([ 0.5000, -1.2500])");
+  EXPECT_EQ(arange(4, DType::i32).view({2, 2}).to_string(), "tensor([[0, 1],\n        [2, 3]], dtype=i32)");
+  EXPECT_EQ(ones({2}, DType::bf16).to_string(), "tensor([1., 1.], dtype=bf16)");
+  const std::string big = arange(2000).to_string();
+  EXPECT_EQ(big, "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03, 1.9990e+03])");
+  EXPECT_EQ(arange(12).to_string(), "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11.])");
+  EXPECT_THAT(zeros({40, 40}).to_string(),
+              ::testing::StartsWith("tensor([[0., 0., 0.,  ..., 0., 0., 0.],\n        [0., 0., 0.,  ..., 0., 0., 0.],\n"
+                                    "        [0., 0., 0.,  ..., 0., 0., 0.],\n        ...,\n        [0., 0., 0.,"));
+}
+
+TEST(Tensor, Errors) {
+  EXPECT_THAT(error_of([] { (void)Device::parse("tpu:0"); }), HasSubstr("unknown device 'tpu:0'; registered backends: cpu"));
+  EXPECT_THAT(error_of([] { (void)Device::parse("cpu:x"); }), HasSubstr("must be a number"));
+  EXPECT_THAT(error_of([] { (void)zeros({2, 3}).view({4}); }), HasSubstr("shape [4] is invalid for input [2, 3] of 6"));
+  EXPECT_THAT(error_of([] { (void)zeros({2, 3}).expand({4, 3}); }), HasSubstr("cannot be expanded to [4, 3]"));
+  EXPECT_THAT(error_of([] { (void)zeros({2, 3}).transpose(0, 2); }), HasSubstr("dim 2 is out of range"));
+  EXPECT_THAT(error_of([] { (void)zeros({2}).permute({0, 0}); }), HasSubstr("has 2 dims but the tensor [2] has 1"));
+  EXPECT_THAT(error_of([] { Tensor t; (void)t.data<float>(); }), HasSubstr("undefined"));
+  Dims too_many = Dims::filled(8, 1);
+  EXPECT_THAT(error_of([&] { too_many.push_back(1); }), HasSubstr("at most 8 dims"));
+}
