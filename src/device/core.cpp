@@ -1,0 +1,66 @@
+#include "device/core.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "device/functional.h"
+#include "device/timing.h"
+#include "device/validate.h"
+#include "sightline/error.h"
+
+namespace sightline::device {
+
+Core::Core(Spec spec)
+    : spec_(std::move(spec)),
+      hbm_(spec_.hbm.capacity_bytes),
+      sbuf_(spec_.partitions, spec_.sbuf_bytes_per_partition),
+      psum_(spec_.partitions, spec_.psum_bytes_per_partition) {}
+
+RunResult Core::run(const Executable& exe, std::span<const uint64_t> io_addresses,
+                    const RunOptions& options) {
+  validate_executable(exe, spec_);
+  SIGHTLINE_CHECK(
+      io_addresses.size() == exe.io.size(),
+      "executable '{}' has {} I/O tensors but {} HBM addresses were bound; bind one per tensor in "
+      "Executable::io order",
+      exe.name, exe.io.size(), io_addresses.size());
+  std::vector<HbmMemory::Span> io;
+  io.reserve(exe.io.size());
+  for (size_t i = 0; i < exe.io.size(); ++i) {
+    if (exe.io[i].bytes() == 0) {  // an empty tensor: validation rejects every operand that touches it
+      io.push_back({nullptr, nullptr});
+      continue;
+    }
+    try {
+      io.push_back(hbm_.span(io_addresses[i], exe.io[i].bytes()));
+    } catch (const Error& e) {
+      fail("executable '{}': I/O tensor '{}' ({} bytes) bound at {:#x}: {}", exe.name, exe.io[i].name,
+           exe.io[i].bytes(), io_addresses[i], e.what());
+    }
+  }
+  sbuf_.reset();
+  psum_.reset();
+
+  FunctionalExecutor executor(exe, sbuf_, psum_, std::move(io));
+  const IssueCallback on_issue = [&](const Instruction& in, Engine engine, uint32_t queue, uint32_t index) {
+    if (!options.functional) return;
+    try {
+      executor.execute(in);
+    } catch (const Error& e) {
+      const std::string stream =
+          engine == Engine::dma ? fmt::format("dma queue {}", queue) : std::string(engine_name(engine));
+      fail("executable '{}': {} instruction {} ({}): {}", exe.name, stream, index, opcode_name(in.opcode),
+           e.what());
+    }
+  };
+  return simulate(exe, spec_, on_issue, options.record);
+}
+
+double dma_copy_ns(const Spec& spec, uint64_t bytes, uint32_t queues) {
+  queues = std::clamp<uint32_t>(queues, 1, spec.dma.queues);
+  const double rate = std::min(spec.dma.queue_bytes_per_ns * queues, spec.hbm.bytes_per_ns);
+  return spec.dma.fixed_cost_ns + static_cast<double>(bytes) / rate;
+}
+
+}  // namespace sightline::device

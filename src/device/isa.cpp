@@ -1,0 +1,255 @@
+#include "device/isa.h"
+
+#include <algorithm>
+
+namespace sightline::device {
+namespace {
+
+AccessPattern contiguous(Memory memory, uint16_t partition_start, uint16_t partition_count,
+                         uint64_t byte_offset, DType dtype, std::initializer_list<uint32_t> sizes) {
+  AccessPattern ap;
+  ap.memory = memory;
+  ap.dtype = dtype;
+  ap.partition_start = partition_start;
+  ap.partition_count = partition_count;
+  ap.offset = byte_offset;
+  ap.dim_count = static_cast<uint8_t>(std::min<size_t>(sizes.size(), 4));
+  // Row-major strides: the innermost dim is contiguous.
+  int64_t stride = 1;
+  std::vector<uint32_t> dims(sizes);
+  for (int i = ap.dim_count - 1; i >= 0; --i) {
+    ap.dims[i] = FreeDim{dims[i], static_cast<int32_t>(stride)};
+    stride *= dims[i];
+  }
+  return ap;
+}
+
+Instruction make(Opcode op, uint8_t func, const AccessPattern& dst, const AccessPattern& a) {
+  Instruction in;
+  in.opcode = op;
+  in.func = func;
+  in.dst = dst;
+  in.src0 = a;
+  return in;
+}
+
+}  // namespace
+
+std::string_view engine_name(Engine e) {
+  switch (e) {
+    case Engine::tensor:
+      return "tensor";
+    case Engine::vector:
+      return "vector";
+    case Engine::scalar:
+      return "scalar";
+    case Engine::gpsimd:
+      return "gpsimd";
+    case Engine::dma:
+      return "dma";
+  }
+  return "?";
+}
+
+std::string_view memory_name(Memory m) {
+  switch (m) {
+    case Memory::none:
+      return "none";
+    case Memory::hbm:
+      return "HBM";
+    case Memory::sbuf:
+      return "SBUF";
+    case Memory::psum:
+      return "PSUM";
+  }
+  return "?";
+}
+
+std::string_view opcode_name(Opcode op) {
+  switch (op) {
+    case Opcode::matmul:
+      return "MATMUL";
+    case Opcode::tensor_tensor:
+      return "TENSOR_TENSOR";
+    case Opcode::tensor_scalar:
+      return "TENSOR_SCALAR";
+    case Opcode::tensor_reduce:
+      return "TENSOR_REDUCE";
+    case Opcode::bn_stats:
+      return "BN_STATS";
+    case Opcode::tensor_copy:
+      return "TENSOR_COPY";
+    case Opcode::activate:
+      return "ACTIVATE";
+    case Opcode::iota:
+      return "IOTA";
+    case Opcode::partition_all_reduce:
+      return "PARTITION_ALL_REDUCE";
+    case Opcode::dma_copy:
+      return "DMA_COPY";
+  }
+  return "?";
+}
+
+std::string_view alu_op_name(AluOp op) {
+  switch (op) {
+    case AluOp::add:
+      return "add";
+    case AluOp::subtract:
+      return "subtract";
+    case AluOp::multiply:
+      return "multiply";
+    case AluOp::divide:
+      return "divide";
+    case AluOp::max:
+      return "max";
+    case AluOp::min:
+      return "min";
+    case AluOp::pow:
+      return "pow";
+    case AluOp::bypass:
+      return "bypass";
+  }
+  return "?";
+}
+
+std::string_view act_func_name(ActFunc f) {
+  switch (f) {
+    case ActFunc::identity:
+      return "identity";
+    case ActFunc::exp:
+      return "exp";
+    case ActFunc::log:
+      return "log";
+    case ActFunc::sqrt:
+      return "sqrt";
+    case ActFunc::rsqrt:
+      return "rsqrt";
+    case ActFunc::reciprocal:
+      return "reciprocal";
+    case ActFunc::tanh:
+      return "tanh";
+    case ActFunc::sigmoid:
+      return "sigmoid";
+    case ActFunc::relu:
+      return "relu";
+    case ActFunc::silu:
+      return "silu";
+    case ActFunc::gelu_tanh:
+      return "gelu_tanh";
+    case ActFunc::square:
+      return "square";
+    case ActFunc::abs:
+      return "abs";
+    case ActFunc::neg:
+      return "neg";
+  }
+  return "?";
+}
+
+Engine opcode_engine(Opcode op) {
+  switch (op) {
+    case Opcode::matmul:
+      return Engine::tensor;
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_reduce:
+    case Opcode::bn_stats:
+    case Opcode::tensor_copy:
+      return Engine::vector;
+    case Opcode::activate:
+      return Engine::scalar;
+    case Opcode::iota:
+    case Opcode::partition_all_reduce:
+      return Engine::gpsimd;
+    case Opcode::dma_copy:
+      return Engine::dma;
+  }
+  return Engine::dma;
+}
+
+AccessPattern sbuf(uint16_t partition_start, uint16_t partition_count, uint64_t byte_offset, DType dtype,
+                   std::initializer_list<uint32_t> sizes) {
+  return contiguous(Memory::sbuf, partition_start, partition_count, byte_offset, dtype, sizes);
+}
+
+AccessPattern psum(uint16_t partition_start, uint16_t partition_count, uint64_t byte_offset, DType dtype,
+                   std::initializer_list<uint32_t> sizes) {
+  return contiguous(Memory::psum, partition_start, partition_count, byte_offset, dtype, sizes);
+}
+
+AccessPattern hbm(uint32_t tensor, uint64_t byte_offset, uint16_t partition_count, int64_t partition_stride,
+                  DType dtype, std::initializer_list<uint32_t> sizes) {
+  AccessPattern ap = contiguous(Memory::hbm, 0, partition_count, byte_offset, dtype, sizes);
+  ap.tensor = tensor;
+  ap.partition_stride = partition_stride;
+  return ap;
+}
+
+Instruction matmul(const AccessPattern& dst_psum, const AccessPattern& stationary,
+                   const AccessPattern& moving, bool accumulate) {
+  Instruction in = make(Opcode::matmul, 0, dst_psum, stationary);
+  in.src1 = moving;
+  in.flags = accumulate ? kFlagAccumulate : 0;
+  return in;
+}
+
+Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a,
+                          const AccessPattern& b) {
+  Instruction in = make(Opcode::tensor_tensor, static_cast<uint8_t>(op), dst, a);
+  in.src1 = b;
+  return in;
+}
+
+Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
+                          bool reverse) {
+  Instruction in = make(Opcode::tensor_scalar, static_cast<uint8_t>(op), dst, a);
+  in.imm0 = scalar;
+  in.flags = reverse ? kFlagReverse : 0;
+  return in;
+}
+
+Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
+                          const AccessPattern& per_partition_scalar, bool reverse) {
+  Instruction in = make(Opcode::tensor_scalar, static_cast<uint8_t>(op), dst, a);
+  in.src1 = per_partition_scalar;
+  in.flags = reverse ? kFlagReverse : 0;
+  return in;
+}
+
+Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::tensor_reduce, static_cast<uint8_t>(op), dst, src);
+}
+
+Instruction bn_stats(const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::bn_stats, 0, dst, src);
+}
+
+Instruction tensor_copy(const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::tensor_copy, 0, dst, src);
+}
+
+Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale,
+                     float bias) {
+  Instruction in = make(Opcode::activate, static_cast<uint8_t>(func), dst, src);
+  in.imm0 = scale;
+  in.imm1 = bias;
+  return in;
+}
+
+Instruction iota(const AccessPattern& dst, float base, float partition_step) {
+  Instruction in = make(Opcode::iota, 0, dst, AccessPattern{});
+  in.imm0 = base;
+  in.imm1 = partition_step;
+  return in;
+}
+
+Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::partition_all_reduce, static_cast<uint8_t>(op), dst, src);
+}
+
+Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::dma_copy, 0, dst, src);
+}
+
+}  // namespace sightline::device

@@ -1,0 +1,179 @@
+// The simulated NeuronCore's instruction set.
+//
+// A core has four compute engines (Tensor, Vector, Scalar, GpSimd) and a set of DMA queues. Each runs
+// its own in-order stream of Instructions; streams synchronize only through semaphores: an
+// instruction starts once every wait (semaphore >= value) holds, and on completion adds its updates.
+//
+// Operands are AccessPatterns over one memory space:
+//   * SBUF / PSUM: `partition_start`..+`partition_count` physical partitions; `offset` is the byte
+//     offset inside each partition; up to 4 free dims [size, stride in elements], outermost first.
+//   * HBM: `tensor` indexes the executable's I/O tensors (bound to HBM addresses at run time);
+//     `offset` is a byte offset into it; partition p starts at offset + p * partition_stride elements.
+//
+// Example, y[p, :] = x[p, :] * x[p, :] on 128 x 512 f32 in SBUF, then signal semaphore 0:
+//   Instruction mul = tensor_tensor(AluOp::multiply, sbuf(0, 128, 0, DType::f32, {512}), x, x);
+//   mul.updates.push_back({0, 1});
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <vector>
+
+#include "sightline/dtype.h"
+
+namespace sightline::device {
+
+enum class Engine : uint8_t { tensor, vector, scalar, gpsimd, dma };
+inline constexpr int kComputeEngineCount = 4;  // engines with one stream each; DMA has one per queue
+inline constexpr int kEngineCount = 5;
+
+enum class Memory : uint8_t { none, hbm, sbuf, psum };
+inline constexpr int kMemoryCount = 4;
+
+enum class Opcode : uint8_t {
+  // Tensor engine: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
+  matmul,
+  // Vector engine.
+  tensor_tensor,  // dst = alu(src0, src1)
+  tensor_scalar,  // dst = alu(src0, s): s = src1[p, 0] when src1 is set, else imm0; flag reverse: alu(s,
+                  // src0)
+  tensor_reduce,  // dst[p, 0] = reduce(alu) over every free element of src0[p, :]; alu is add or max/min
+  bn_stats,       // dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]
+  tensor_copy,    // dst = src0 with dtype conversion
+  // Scalar engine: dst = func(src0 * scale + bias); scale = src1[p, 0] when set, else imm0; bias = imm1.
+  // With an `aux` operand, aux[p, 0] = sum over the free axis of the results (activation-accumulate).
+  activate,
+  // GpSimd engine.
+  iota,                  // dst[p, i] = imm0 + imm1 * p + i (i = flat free index)
+  partition_all_reduce,  // dst[p, i] = reduce(alu) over q of src0[q, i], for every p in dst
+  // DMA queue: dst = src0 with dtype conversion; HBM<->SBUF, SBUF<->SBUF, PSUM->SBUF, HBM<->HBM.
+  dma_copy,
+};
+inline constexpr int kOpcodeCount = 10;
+
+enum class AluOp : uint8_t { add, subtract, multiply, divide, max, min, pow, bypass };
+inline constexpr int kAluOpCount = 8;
+
+enum class ActFunc : uint8_t {
+  identity,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  reciprocal,
+  tanh,
+  sigmoid,
+  relu,
+  silu,
+  gelu_tanh,
+  square,
+  abs,
+  neg
+};
+inline constexpr int kActFuncCount = 14;
+
+// Instruction flag bits.
+inline constexpr uint8_t kFlagAccumulate = 1;  // matmul: add into PSUM instead of overwriting
+inline constexpr uint8_t kFlagReverse = 2;     // tensor_scalar: scalar is the left operand
+
+std::string_view engine_name(Engine e);
+std::string_view memory_name(Memory m);
+std::string_view opcode_name(Opcode op);
+std::string_view alu_op_name(AluOp op);
+std::string_view act_func_name(ActFunc f);
+// The engine that executes an opcode.
+Engine opcode_engine(Opcode op);
+
+struct FreeDim {
+  uint32_t size = 1;
+  int32_t stride = 1;  // in elements
+
+  bool operator==(const FreeDim&) const = default;
+};
+
+struct AccessPattern {
+  Memory memory = Memory::none;
+  DType dtype = DType::f32;
+  uint8_t dim_count = 0;  // free dims used, 0..4; 0 means a single element per partition
+  uint16_t partition_start = 0;
+  uint16_t partition_count = 0;
+  uint32_t tensor = 0;           // HBM only: I/O tensor index
+  int64_t partition_stride = 0;  // HBM only: elements between consecutive partitions
+  uint64_t offset = 0;           // bytes: into the partition (SBUF/PSUM) or the tensor (HBM)
+  std::array<FreeDim, 4> dims{};
+
+  bool present() const { return memory != Memory::none; }
+  // Elements per partition (product of the free sizes).
+  uint64_t free_elements() const {
+    uint64_t n = 1;
+    for (int i = 0; i < dim_count; ++i) n *= dims[i].size;
+    return n;
+  }
+  uint64_t elements() const { return free_elements() * partition_count; }
+  uint64_t bytes() const { return elements() * dtype_size(dtype); }
+
+  bool operator==(const AccessPattern&) const = default;
+};
+
+// On-chip operand: `partitions` partitions from `start`, contiguous free dims `sizes` (outermost first).
+AccessPattern sbuf(uint16_t partition_start, uint16_t partition_count, uint64_t byte_offset, DType dtype,
+                   std::initializer_list<uint32_t> sizes);
+AccessPattern psum(uint16_t partition_start, uint16_t partition_count, uint64_t byte_offset, DType dtype,
+                   std::initializer_list<uint32_t> sizes);
+// HBM operand over I/O tensor `tensor`: partition p starts `byte_offset` bytes plus p * partition_stride
+// elements into the tensor and holds contiguous free dims `sizes`.
+AccessPattern hbm(uint32_t tensor, uint64_t byte_offset, uint16_t partition_count, int64_t partition_stride,
+                  DType dtype, std::initializer_list<uint32_t> sizes);
+
+struct SemaphoreWait {
+  uint16_t semaphore = 0;
+  uint32_t value = 0;  // start once semaphore >= value
+
+  bool operator==(const SemaphoreWait&) const = default;
+};
+struct SemaphoreUpdate {
+  uint16_t semaphore = 0;
+  int32_t delta = 1;  // added on completion
+
+  bool operator==(const SemaphoreUpdate&) const = default;
+};
+
+inline constexpr uint32_t kNoSourceOp = 0xffffffffu;
+
+struct Instruction {
+  Opcode opcode = Opcode::tensor_copy;
+  uint8_t func = 0;  // AluOp or ActFunc, by opcode
+  uint8_t flags = 0;
+  AccessPattern dst, src0, src1, aux;
+  float imm0 = 0, imm1 = 0;
+  std::vector<SemaphoreWait> waits;
+  std::vector<SemaphoreUpdate> updates;
+  uint32_t source_op = kNoSourceOp;  // index into Executable::source_ops, for profiling
+
+  Engine engine() const { return opcode_engine(opcode); }
+  AluOp alu() const { return static_cast<AluOp>(func); }
+  ActFunc act() const { return static_cast<ActFunc>(func); }
+
+  bool operator==(const Instruction&) const = default;
+};
+
+// Constructors that fill the fields each opcode uses.
+Instruction matmul(const AccessPattern& dst_psum, const AccessPattern& stationary,
+                   const AccessPattern& moving, bool accumulate);
+Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b);
+Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
+                          bool reverse = false);
+Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
+                          const AccessPattern& per_partition_scalar, bool reverse = false);
+Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
+Instruction bn_stats(const AccessPattern& dst, const AccessPattern& src);
+Instruction tensor_copy(const AccessPattern& dst, const AccessPattern& src);
+Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale = 1.0f,
+                     float bias = 0.0f);
+Instruction iota(const AccessPattern& dst, float base, float partition_step);
+Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
+Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src);
+
+}  // namespace sightline::device

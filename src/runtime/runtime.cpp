@@ -1,0 +1,435 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "sightline/error.h"
+
+namespace sightline::runtime {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string_view event_kind_name(EventKind kind) {
+  switch (kind) {
+    case EventKind::load: return "nrt_load";
+    case EventKind::execute_schedule: return "nrta_execute_schedule";
+    case EventKind::tensor_write: return "nrt_tensor_write";
+    case EventKind::tensor_read: return "nrt_tensor_read";
+    case EventKind::allocate: return "nrt_dma_mem_alloc";
+    case EventKind::free: return "nrt_tensor_free";
+    case EventKind::exec_wait: return "kbl_exec_wait";
+    case EventKind::queue_full_wait: return "nrt_queue_full_wait";
+    case EventKind::simulation_overhead: return "simulation_overhead";
+    case EventKind::copy_in: return "dmem_buf_copyin";
+    case EventKind::copy_out: return "dmem_buf_copyout";
+    case EventKind::model_switch: return "nc_model_switch";
+    case EventKind::first_load: return "nc_first_load";
+    case EventKind::exec_running: return "nc_exec_running";
+  }
+  return "?";
+}
+
+bool event_kind_is_device(EventKind kind) {
+  return kind == EventKind::copy_in || kind == EventKind::copy_out || kind == EventKind::model_switch ||
+         kind == EventKind::first_load || kind == EventKind::exec_running;
+}
+
+namespace {
+
+void sleep_until_ns(int64_t t) {
+  while (true) {
+    const int64_t now = now_ns();
+    if (now >= t) return;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(t - now));
+  }
+}
+
+}  // namespace
+
+// One queued unit of a core's in-order work.
+struct Runtime::Item {
+  enum class Kind { write, execute, read, free } kind = Kind::execute;
+  uint64_t seq = 0;
+  uint64_t correlation = 0;
+  int64_t submitted_ns = 0;  // host time of the call that queued it
+  // write / read / free
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  std::vector<std::byte> staged;  // write: the host data, copied at call time
+  void* read_dst = nullptr;       // read: the caller's buffer (the caller waits for the item)
+  // execute
+  ExecutableId exe = kNoExecutable;
+  std::vector<uint64_t> io;
+  std::exception_ptr error;  // a failure of this item, rethrown to whoever waits for it
+};
+
+struct Runtime::CoreState {
+  int index = 0;
+  std::unique_ptr<device::Core> core;
+
+  std::mutex mutex;
+  std::condition_variable changed;  // queue, completion or stop
+  std::deque<std::unique_ptr<Item>> queue;
+  uint64_t next_seq = 1;         // sequence number of the next queued item
+  uint64_t completed_seq = 0;    // every item <= this has run (in wall time)
+  int64_t modeled_done_ns = 0;   // modeled host time at which the last completed item is visible
+  std::exception_ptr failure;    // first failure not yet reported to a waiter
+  bool stop = false;
+
+  // Worker-only state (modeled timeline of the core).
+  int64_t device_free_ns = 0;
+  ExecutableId last_exe = kNoExecutable;
+  std::unordered_set<ExecutableId> loaded_once;
+
+  std::thread thread;
+};
+
+Runtime::Runtime(device::Spec spec, RuntimeOptions options) : spec_(std::move(spec)), options_(options) {
+  const int n = options_.cores > 0 ? options_.cores : static_cast<int>(spec_.cores_per_instance);
+  SIGHTLINE_CHECK(n >= 1 && n <= 1024, "runtime: core count must be 1..1024, got {}", n);
+  SIGHTLINE_CHECK(options_.queue_capacity >= 1, "runtime: queue capacity must be at least 1");
+  events_per_core_.assign(static_cast<size_t>(n), 0);
+  captured_.dropped_events_per_core.assign(static_cast<size_t>(n), 0);
+  captured_.dropped_traces_per_core.assign(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    auto c = std::make_unique<CoreState>();
+    c->index = i;
+    c->core = std::make_unique<device::Core>(spec_);
+    cores_.push_back(std::move(c));
+  }
+  for (auto& c : cores_) {
+    CoreState* state = c.get();
+    state->thread = std::thread([this, state] { worker(*state); });
+  }
+}
+
+Runtime::~Runtime() {
+  for (auto& c : cores_) {
+    {
+      std::lock_guard lock(c->mutex);
+      c->stop = true;
+    }
+    c->changed.notify_all();
+  }
+  for (auto& c : cores_) c->thread.join();
+}
+
+Runtime::CoreState& Runtime::core_state(int core) const {
+  SIGHTLINE_CHECK(core >= 0 && core < core_count(), "runtime: core {} does not exist; this instance has cores 0..{}",
+                  core, core_count() - 1);
+  return *cores_[static_cast<size_t>(core)];
+}
+
+uint32_t Runtime::thread_index() {
+  static std::atomic<uint32_t> next{0};
+  thread_local uint32_t index = next.fetch_add(1);
+  return index;
+}
+
+void Runtime::record(const Event& e) {
+  if (!capturing_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(capture_mutex_);
+  if (!capture_.enabled) return;
+  const auto core = static_cast<size_t>(e.core);
+  if (events_per_core_[core] >= capture_.max_events_per_core) {
+    ++captured_.dropped_events_per_core[core];
+    return;
+  }
+  ++events_per_core_[core];
+  captured_.events.push_back(e);
+}
+
+void Runtime::record_trace(ExecutionTrace&& t) {
+  std::lock_guard lock(capture_mutex_);
+  const auto core = static_cast<size_t>(t.core);
+  if (!capture_.enabled || core >= capture_.instruction_trace_cores.size() || !capture_.instruction_trace_cores[core]) {
+    return;
+  }
+  if (events_per_core_[core] + t.result.records.size() > capture_.max_events_per_core) {
+    ++captured_.dropped_traces_per_core[core];
+    return;
+  }
+  events_per_core_[core] += t.result.records.size();
+  captured_.traces.push_back(std::move(t));
+}
+
+void Runtime::set_capture(const CaptureOptions& options) {
+  std::lock_guard lock(capture_mutex_);
+  capture_ = options;
+  capture_.instruction_trace_cores.resize(cores_.size(), false);
+  capturing_.store(options.enabled, std::memory_order_release);
+}
+
+Captured Runtime::drain() {
+  std::lock_guard lock(capture_mutex_);
+  Captured out = std::move(captured_);
+  captured_ = Captured{};
+  captured_.dropped_events_per_core.assign(cores_.size(), 0);
+  captured_.dropped_traces_per_core.assign(cores_.size(), 0);
+  std::fill(events_per_core_.begin(), events_per_core_.end(), 0);
+  return out;
+}
+
+ExecutableId Runtime::load(int core, std::shared_ptr<const device::Executable> exe) {
+  SIGHTLINE_CHECK(exe != nullptr, "runtime: load of a null executable");
+  core_state(core);
+  const int64_t t0 = now_ns();
+  ExecutableId id;
+  {
+    std::lock_guard lock(executables_mutex_);
+    id = static_cast<ExecutableId>(executables_.size());
+    executables_.push_back(std::move(exe));
+  }
+  record({EventKind::load, static_cast<int16_t>(core), thread_index(), t0, now_ns(), 0, 0, 0, id});
+  return id;
+}
+
+std::shared_ptr<const device::Executable> Runtime::executable(ExecutableId id) const {
+  std::lock_guard lock(executables_mutex_);
+  SIGHTLINE_CHECK(id < executables_.size(), "runtime: no executable with id {}", id);
+  return executables_[id];
+}
+
+uint64_t Runtime::allocate(int core, uint64_t bytes, uint64_t correlation) {
+  CoreState& c = core_state(core);
+  const int64_t t0 = now_ns();
+  uint64_t address;
+  try {
+    address = c.core->hbm_allocate(bytes);
+  } catch (const Error& e) {
+    fail("device memory exhausted on neuron core {}: {} Free tensors you no longer need, or use smaller shapes",
+         core, e.what());
+  }
+  record({EventKind::allocate, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
+          kNoExecutable});
+  return address;
+}
+
+uint64_t Runtime::free_bytes(int core) const { return core_state(core).core->hbm_free_bytes(); }
+
+void Runtime::free(int core, uint64_t address) {
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::free;
+  item->address = address;
+  enqueue(core_state(core), std::move(item), 0);
+}
+
+uint64_t Runtime::enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t correlation) {
+  item->correlation = correlation;
+  std::unique_lock lock(c.mutex);
+  if (c.queue.size() >= options_.queue_capacity) {
+    const int64_t t0 = now_ns();
+    c.changed.wait(lock, [&] { return c.queue.size() < options_.queue_capacity; });
+    lock.unlock();
+    record({EventKind::queue_full_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, 0,
+            0, kNoExecutable});
+    lock.lock();
+  }
+  item->submitted_ns = now_ns();
+  const uint64_t seq = item->seq = c.next_seq++;
+  c.queue.push_back(std::move(item));
+  lock.unlock();
+  c.changed.notify_all();
+  return seq;
+}
+
+void Runtime::write(int core, uint64_t address, const void* src, uint64_t bytes, uint64_t correlation) {
+  CoreState& c = core_state(core);
+  const int64_t t0 = now_ns();
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::write;
+  item->address = address;
+  item->bytes = bytes;
+  item->staged.resize(bytes);
+  std::memcpy(item->staged.data(), src, bytes);
+  enqueue(c, std::move(item), correlation);
+  record({EventKind::tensor_write, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
+          kNoExecutable});
+}
+
+void Runtime::read(int core, void* dst, uint64_t address, uint64_t bytes, uint64_t correlation) {
+  CoreState& c = core_state(core);
+  const int64_t t0 = now_ns();
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::read;
+  item->address = address;
+  item->bytes = bytes;
+  item->read_dst = dst;
+  const uint64_t seq = enqueue(c, std::move(item), correlation);
+  wait_for(c, seq, correlation);
+  record({EventKind::tensor_read, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
+          kNoExecutable});
+}
+
+uint64_t Runtime::execute_schedule(int core, ExecutableId exe, std::vector<uint64_t> io_addresses,
+                                   uint64_t correlation) {
+  CoreState& c = core_state(core);
+  {
+    const auto e = executable(exe);
+    SIGHTLINE_CHECK(io_addresses.size() == e->io.size(),
+                    "runtime: executable '{}' has {} I/O tensors but {} addresses were bound", e->name, e->io.size(),
+                    io_addresses.size());
+  }
+  const int64_t t0 = now_ns();
+  auto item = std::make_unique<Item>();
+  item->kind = Item::Kind::execute;
+  item->exe = exe;
+  item->io = std::move(io_addresses);
+  const uint64_t seq = enqueue(c, std::move(item), correlation);
+  record({EventKind::execute_schedule, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, 0,
+          exe});
+  return seq;
+}
+
+bool Runtime::is_completed(int core, uint64_t seq) const {
+  CoreState& c = core_state(core);
+  std::lock_guard lock(c.mutex);
+  return c.completed_seq >= seq && now_ns() >= c.modeled_done_ns;
+}
+
+void Runtime::wait_for(CoreState& c, uint64_t seq, uint64_t correlation) {
+  const int64_t t0 = now_ns();
+  int64_t modeled_done;
+  std::exception_ptr failure;
+  {
+    std::unique_lock lock(c.mutex);
+    c.changed.wait(lock, [&] { return c.completed_seq >= seq; });
+    modeled_done = c.modeled_done_ns;
+    failure = std::exchange(c.failure, nullptr);
+  }
+  const int64_t simulated = now_ns();
+  if (simulated > modeled_done && modeled_done > t0) {
+    // The simulator finished after the modeled completion: the host would have been released at
+    // modeled_done; the rest of the wait is the simulator's, not the device's.
+    record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, modeled_done, correlation, seq, 0,
+            kNoExecutable});
+    record({EventKind::simulation_overhead, static_cast<int16_t>(c.index), thread_index(), modeled_done, simulated,
+            correlation, seq, 0, kNoExecutable});
+  } else if (simulated > modeled_done) {
+    record({EventKind::simulation_overhead, static_cast<int16_t>(c.index), thread_index(), t0, simulated, correlation,
+            seq, 0, kNoExecutable});
+  } else {
+    sleep_until_ns(modeled_done);
+    record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, seq, 0,
+            kNoExecutable});
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+void Runtime::synchronize(int core) {
+  CoreState& c = core_state(core);
+  uint64_t last;
+  {
+    std::lock_guard lock(c.mutex);
+    last = c.next_seq - 1;
+    if (last == 0 || (c.completed_seq >= last && c.failure == nullptr && now_ns() >= c.modeled_done_ns)) return;
+  }
+  wait_for(c, last, 0);
+}
+
+void Runtime::synchronize_all() {
+  for (int i = 0; i < core_count(); ++i) synchronize(i);
+}
+
+uint64_t Runtime::in_flight() const {
+  uint64_t n = 0;
+  for (const auto& c : cores_) {
+    std::lock_guard lock(c->mutex);
+    n += c->next_seq - 1 - c->completed_seq;
+  }
+  return n;
+}
+
+void Runtime::worker(CoreState& c) {
+  for (;;) {
+    std::unique_ptr<Item> item;
+    {
+      std::unique_lock lock(c.mutex);
+      c.changed.wait(lock, [&] { return c.stop || !c.queue.empty(); });
+      if (c.queue.empty()) return;  // stop requested and nothing left
+      // The item stays visible in the queue (for capacity) until it has run.
+      item = std::move(c.queue.front());
+      c.queue.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      run_item(c, *item);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(c.mutex);
+      c.completed_seq = item->seq;
+      c.modeled_done_ns = c.device_free_ns + static_cast<int64_t>(spec_.runtime.completion_ns);
+      if (error && !c.failure) c.failure = error;
+    }
+    c.changed.notify_all();
+  }
+}
+
+void Runtime::run_item(CoreState& c, Item& item) {
+  const auto core = static_cast<int16_t>(c.index);
+  const uint32_t no_thread = 0;
+  switch (item.kind) {
+    case Item::Kind::free:
+      c.core->hbm_free(item.address);
+      record({EventKind::free, core, no_thread, c.device_free_ns, c.device_free_ns, 0, item.seq, 0, kNoExecutable});
+      return;
+    case Item::Kind::write: {
+      const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
+      const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
+      c.core->hbm_write(item.address, item.staged.data(), item.bytes);
+      c.device_free_ns = start + dur;
+      record({EventKind::copy_in, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
+              kNoExecutable});
+      return;
+    }
+    case Item::Kind::read: {
+      const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
+      const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
+      c.core->hbm_read(item.address, item.read_dst, item.bytes);
+      c.device_free_ns = start + dur;
+      record({EventKind::copy_out, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
+              kNoExecutable});
+      return;
+    }
+    case Item::Kind::execute: {
+      const auto exe = executable(item.exe);
+      // The sync point: when the device starts, on the host timeline (see the header).
+      int64_t t = std::max(item.submitted_ns + static_cast<int64_t>(spec_.runtime.submission_ns), c.device_free_ns);
+      if (c.last_exe != item.exe) {
+        const auto dur = static_cast<int64_t>(spec_.runtime.executable_switch_ns);
+        record({EventKind::model_switch, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
+        t += dur;
+        c.last_exe = item.exe;
+      }
+      if (c.loaded_once.insert(item.exe).second) {
+        const auto dur = static_cast<int64_t>(spec_.runtime.first_load_ns);
+        record({EventKind::first_load, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
+        t += dur;
+      }
+      device::RunOptions run_options;
+      run_options.functional = options_.functional;
+      {
+        std::lock_guard lock(capture_mutex_);
+        const auto idx = static_cast<size_t>(c.index);
+        run_options.record = capture_.enabled && idx < capture_.instruction_trace_cores.size() &&
+                             capture_.instruction_trace_cores[idx];
+      }
+      device::RunResult result = c.core->run(*exe, item.io, run_options);
+      const auto dur = static_cast<int64_t>(result.duration_ns + 0.5);
+      c.device_free_ns = t + dur;
+      record({EventKind::exec_running, core, no_thread, t, t + dur, item.correlation, item.seq, result.hbm_bytes,
+              item.exe});
+      if (run_options.record) record_trace({core, item.seq, item.correlation, item.exe, t, std::move(result)});
+      return;
+    }
+  }
+}
+
+}  // namespace sightline::runtime

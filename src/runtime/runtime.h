@@ -1,0 +1,180 @@
+// runtime/: an NRT-like runtime over simulated NeuronCores (reference/neuron.md §2).
+//
+//   runtime::Runtime rt(device::Spec::builtin("trn2"));
+//   auto exe = rt.load(0, std::make_shared<device::Executable>(build_my_kernel()));
+//   uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+//   rt.write(0, x, host_x.data(), bytes);                      // staged, queued, timed by the DMA model
+//   uint64_t seq = rt.execute_schedule(0, exe, {x, y});        // async: returns once queued
+//   rt.read(0, host_y.data(), y, bytes);                       // waits for the queue, then copies
+//   rt.synchronize_all();
+//
+// One worker thread per core runs that core's queue in order: staged host-to-device writes,
+// executions, reads, and stream-ordered frees (a tensor freed by the host is released only after the
+// work queued before the free has run). The queue is bounded: a full queue blocks the submitting thread
+// (back-pressure), and the wait is an event of its own.
+//
+// Two clocks. Host time is the process's steady clock in ns. Device time comes from the simulator in
+// ns from the start of an execution, and is placed on the host timeline by a sync point per execution:
+//   start = max(submission + submission cost, core free) + executable switch + first load
+// so modeled timestamps never depend on how fast the simulator runs. A host that waits for a result
+// (read, synchronize) waits until the modeled completion; when the simulator itself finishes later
+// than that, the extra host wait is recorded as `simulation_overhead`, apart from device and runtime
+// time.
+//
+// Events (when capture is on) are kept per core up to a cap; events past the cap are counted as
+// dropped, never silently lost. The profiler drains them; the runtime does not know the profiler.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/core.h"
+#include "device/executable.h"
+#include "device/spec.h"
+
+namespace sightline::runtime {
+
+// The host clock every layer uses for timestamps (steady clock, ns).
+int64_t now_ns();
+
+enum class EventKind : uint8_t {
+  // Host-side runtime calls, on the calling thread (lane neuron_rt).
+  load,                 // nrt_load: an executable made resident on a core
+  execute_schedule,     // nrta_execute_schedule: an execution queued
+  tensor_write,         // nrt_tensor_write: host data staged for a device copy
+  tensor_read,          // nrt_tensor_read: the host waits for and receives device data
+  allocate,             // nrt_dma_mem_alloc: device memory allocated
+  free,                 // a device allocation released (stream-ordered)
+  exec_wait,            // kbl_exec_wait: the host waits for modeled completion (synchronize / read)
+  queue_full_wait,      // the host waits because the core's queue is full (back-pressure)
+  simulation_overhead,  // the host waits past modeled completion because the simulator ran late
+  // Device-side activity on the core's modeled timeline (lane neuron_hw).
+  copy_in,       // dmem_buf_copyin: host-to-device DMA
+  copy_out,      // dmem_buf_copyout: device-to-host DMA
+  model_switch,  // nc_model_switch: the core switches to a different executable
+  first_load,    // first execution of an executable on this core (library load)
+  exec_running,  // nc_exec_running: one execution
+};
+inline constexpr int kEventKindCount = 14;
+std::string_view event_kind_name(EventKind kind);  // the Neuron name, e.g. "nc_exec_running"
+bool event_kind_is_device(EventKind kind);
+
+using ExecutableId = uint32_t;
+inline constexpr ExecutableId kNoExecutable = 0xffffffffu;
+
+struct Event {
+  EventKind kind = EventKind::load;
+  int16_t core = 0;
+  uint32_t thread = 0;  // host thread index (host events)
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint64_t correlation = 0;  // the framework op that caused it (0: none)
+  uint64_t seq = 0;          // execution sequence number on its core (executions, waits)
+  uint64_t bytes = 0;        // copies and allocations
+  ExecutableId executable = kNoExecutable;
+};
+
+// The instruction trace of one execution, in device ns from the execution's start.
+struct ExecutionTrace {
+  int16_t core = 0;
+  uint64_t seq = 0;
+  uint64_t correlation = 0;
+  ExecutableId executable = kNoExecutable;
+  int64_t start_ns = 0;  // host time of device time 0 (the sync point)
+  device::RunResult result;
+};
+
+struct CaptureOptions {
+  bool enabled = false;
+  std::vector<bool> instruction_trace_cores;  // cores whose per-instruction records are kept
+  size_t max_events_per_core = 1'000'000;
+};
+
+struct Captured {
+  std::vector<Event> events;
+  std::vector<ExecutionTrace> traces;
+  std::vector<uint64_t> dropped_events_per_core;
+  std::vector<uint64_t> dropped_traces_per_core;
+};
+
+struct RuntimeOptions {
+  int cores = 0;              // 0: the spec's cores_per_instance
+  size_t queue_capacity = 64;  // per core: items queued before execute/write block
+  bool functional = true;     // false: timing only (no data computed)
+};
+
+class Runtime {
+ public:
+  explicit Runtime(device::Spec spec, RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const device::Spec& spec() const { return spec_; }
+  int core_count() const { return static_cast<int>(cores_.size()); }
+
+  // Registers an executable and makes it resident on `core` (first use on a core costs the spec's
+  // first-load time at its first execution). The same executable may be loaded on several cores.
+  ExecutableId load(int core, std::shared_ptr<const device::Executable> exe);
+  std::shared_ptr<const device::Executable> executable(ExecutableId id) const;
+
+  // Device memory. allocate throws sightline::Error when the core's HBM cannot hold `bytes` (the
+  // message says how much was asked and how much is free). free is stream-ordered.
+  uint64_t allocate(int core, uint64_t bytes, uint64_t correlation = 0);
+  void free(int core, uint64_t address);
+  uint64_t free_bytes(int core) const;
+
+  // Host-to-device copy: staged now, performed in queue order, timed by the DMA model.
+  void write(int core, uint64_t address, const void* src, uint64_t bytes, uint64_t correlation = 0);
+  // Device-to-host copy: waits for the queued work, then for the modeled copy.
+  void read(int core, void* dst, uint64_t address, uint64_t bytes, uint64_t correlation = 0);
+
+  // Queues an execution with one HBM address per exe.io entry; returns its sequence number.
+  uint64_t execute_schedule(int core, ExecutableId exe, std::vector<uint64_t> io_addresses,
+                            uint64_t correlation = 0);
+  bool is_completed(int core, uint64_t seq) const;
+  void synchronize(int core);
+  void synchronize_all();
+  // Executions queued and not yet completed, over all cores.
+  uint64_t in_flight() const;
+
+  // Event capture (the profiler's narrow interface).
+  void set_capture(const CaptureOptions& options);
+  Captured drain();
+
+ private:
+  struct Item;
+  struct CoreState;
+
+  CoreState& core_state(int core) const;
+  uint64_t enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t correlation);  // returns the seq
+  void worker(CoreState& c);
+  void run_item(CoreState& c, Item& item);
+  void wait_for(CoreState& c, uint64_t seq, uint64_t correlation);
+  void record(const Event& e);
+  void record_trace(ExecutionTrace&& t);
+  uint32_t thread_index();
+
+  device::Spec spec_;
+  RuntimeOptions options_;
+  std::vector<std::unique_ptr<CoreState>> cores_;
+
+  mutable std::mutex executables_mutex_;
+  std::vector<std::shared_ptr<const device::Executable>> executables_;
+
+  mutable std::mutex capture_mutex_;
+  CaptureOptions capture_;
+  std::atomic<bool> capturing_{false};
+  Captured captured_;
+  std::vector<uint64_t> events_per_core_;
+};
+
+}  // namespace sightline::runtime

@@ -1,0 +1,111 @@
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "device/test_programs.h"
+#include "formats/neff.h"
+#include "sightline/error.h"
+
+namespace sightline::formats {
+namespace {
+
+device::Executable sample() {
+  device::Executable exe = device::testing::rms_norm_program(device::Spec::builtin(), 130, 64, 1e-6f);
+  exe.metadata = {{"builder", "test"}, {"kernel", "rms_norm"}};
+  // Exercise every operand field: a strided, multi-dim operand and a per-partition scalar.
+  device::Instruction in =
+      device::tensor_scalar(device::AluOp::divide, device::sbuf(0, 8, 64, DType::bf16, {2, 3, 4}),
+                            device::sbuf(8, 8, 0, DType::bf16, {2, 3, 4}), 2.5f, true);
+  in.dst.dims[1].stride = -7;
+  in.waits.push_back({5, 9});
+  in.updates.push_back({4, -2});
+  exe.stream(device::Engine::vector).push_back(in);
+  return exe;
+}
+
+std::string error_of(std::span<const uint8_t> bytes) {
+  try {
+    neff_parse(bytes, "test.neff");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Neff, RoundTripIsEqualAndHashStable) {
+  const device::Executable exe = sample();
+  const std::vector<uint8_t> bytes = neff_serialize(exe);
+  const device::Executable back = neff_parse(bytes);
+  EXPECT_EQ(back, exe);
+  EXPECT_EQ(neff_hash(back), neff_hash(exe));
+  EXPECT_EQ(neff_serialize(back), bytes);
+
+  const auto dir = std::filesystem::temp_directory_path() / "sightline_neff_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = neff_save(exe, dir.string());
+  EXPECT_EQ(std::filesystem::path(path).filename().string(), neff_file_name(exe));
+  EXPECT_EQ(neff_file_name(exe), fmt::format("neff_{:016x}.neff", neff_hash(exe)));
+  EXPECT_EQ(neff_load(path), exe);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Neff, DifferentProgramsHaveDifferentHashes) {
+  device::Executable a = sample(), b = sample();
+  b.stream(device::Engine::vector).back().imm0 = 3.0f;
+  EXPECT_NE(neff_hash(a), neff_hash(b));
+}
+
+TEST(Neff, EveryTruncationIsRejected) {
+  const std::vector<uint8_t> bytes = neff_serialize(sample());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::string e = error_of(std::span(bytes).first(n));
+    ASSERT_FALSE(e.empty()) << "truncated to " << n << " bytes was accepted";
+    ASSERT_NE(e.find("truncated"), std::string::npos) << e;
+    ASSERT_NE(e.find("test.neff"), std::string::npos) << e;
+  }
+}
+
+TEST(Neff, EverySingleByteCorruptionIsRejected) {
+  const std::vector<uint8_t> bytes = neff_serialize(sample());
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    std::vector<uint8_t> bad = bytes;
+    bad[at] ^= static_cast<uint8_t>(1 + at % 255);
+    const std::string e = error_of(bad);
+    ASSERT_FALSE(e.empty()) << "corruption at " << at << " was accepted";
+    ASSERT_TRUE(e.find("corrupt") != std::string::npos || e.find("truncated") != std::string::npos) << e;
+  }
+}
+
+TEST(Neff, ErrorsSayWhereAndWhat) {
+  std::vector<uint8_t> bytes = neff_serialize(sample());
+  std::string e = error_of(std::span(bytes).first(10));
+  EXPECT_NE(e.find("header"), std::string::npos) << e;
+  bytes[8] = 9;
+  e = error_of(bytes);
+  EXPECT_NE(e.find("byte offset 8"), std::string::npos) << e;
+  EXPECT_NE(e.find("version 9"), std::string::npos) << e;
+  // A payload that passes the checksum but names an opcode that does not exist.
+  const std::vector<uint8_t> good = neff_serialize(sample());
+  std::vector<uint8_t> payload(good.begin() + kNeffHeaderSize, good.end());
+  payload.push_back(0);
+  e.clear();
+  try {
+    neff_parse_payload(payload, "p");
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("unexpected bytes"), std::string::npos) << e;
+}
+
+TEST(Neff, DumpListsEverything) {
+  const std::string text = neff_dump(sample());
+  for (const char* part : {"executable 'rms_norm_test'", "neff_", "x f32 [130, 64]", "aten::rms_norm",
+                           "stream scalar", "ACTIVATE square", "stream dma queue 0", "DMA_COPY", "wait(S[",
+                           "update(S[", "builder = test", "TENSOR_SCALAR divide", "reverse"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << "missing " << part << " in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace sightline::formats

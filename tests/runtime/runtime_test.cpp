@@ -1,0 +1,160 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "copy_program.h"
+#include "runtime/runtime.h"
+#include "sightline/error.h"
+
+using namespace sightline;
+using namespace sightline::runtime;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::vector<float> iota_values(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.5f;
+  return v;
+}
+
+std::vector<Event> of_kind(const Captured& c, EventKind k) {
+  std::vector<Event> out;
+  for (const Event& e : c.events) {
+    if (e.kind == k) out.push_back(e);
+  }
+  return out;
+}
+
+RuntimeOptions two_cores() {
+  RuntimeOptions o;
+  o.cores = 2;
+  return o;
+}
+
+}  // namespace
+
+TEST(Runtime, WriteExecuteReadComputesTheResult) {
+  Runtime rt(device::Spec::builtin("trn2"), two_cores());
+  CaptureOptions cap;
+  cap.enabled = true;
+  cap.instruction_trace_cores = {true, false};
+  rt.set_capture(cap);
+  const uint32_t n = 256;
+  const uint64_t bytes = 128ull * n * 4;
+  const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 3.0f)));
+  const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+  const auto host = iota_values(128 * n);
+  rt.write(0, x, host.data(), bytes, /*correlation=*/11);
+  const uint64_t seq = rt.execute_schedule(0, exe, {x, y}, /*correlation=*/12);
+  std::vector<float> out(host.size());
+  rt.read(0, out.data(), y, bytes, 13);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], host[i] * 3.0f) << i;
+  EXPECT_TRUE(rt.is_completed(0, seq));
+
+  const Captured c = rt.drain();
+  const auto runs = of_kind(c, EventKind::exec_running);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].correlation, 12u);
+  EXPECT_EQ(runs[0].seq, seq);
+  // The copy in is timed by the DMA model: fixed cost + bytes over the bandwidth.
+  const auto copies = of_kind(c, EventKind::copy_in);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(copies[0].end_ns - copies[0].start_ns), device::dma_copy_ns(rt.spec(), bytes, 16), 1.0);
+  EXPECT_EQ(copies[0].correlation, 11u);
+  // First execution: a switch to the executable and the first-load cost come before it.
+  ASSERT_EQ(of_kind(c, EventKind::model_switch).size(), 1u);
+  ASSERT_EQ(of_kind(c, EventKind::first_load).size(), 1u);
+  EXPECT_EQ(of_kind(c, EventKind::first_load)[0].end_ns, runs[0].start_ns);
+  // The device starts no earlier than submission + the submission cost, and after the copy in.
+  const auto sched = of_kind(c, EventKind::execute_schedule);
+  ASSERT_EQ(sched.size(), 1u);
+  EXPECT_GE(runs[0].start_ns, sched[0].start_ns + static_cast<int64_t>(rt.spec().runtime.submission_ns));
+  EXPECT_GE(runs[0].start_ns, copies[0].end_ns);
+  // The instruction trace of core 0 was kept and lies inside the execution.
+  ASSERT_EQ(c.traces.size(), 1u);
+  EXPECT_EQ(c.traces[0].result.records.size(), 3u);
+  EXPECT_EQ(c.traces[0].start_ns, runs[0].start_ns);
+  EXPECT_NEAR(c.traces[0].result.duration_ns, static_cast<double>(runs[0].end_ns - runs[0].start_ns), 1.0);
+  // The host's read ended after the modeled completion: host and device timelines stay causal.
+  const auto reads = of_kind(c, EventKind::tensor_read);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_GE(reads[0].end_ns, runs[0].end_ns);
+}
+
+TEST(Runtime, RepeatedExecutionsSkipSwitchAndLoadButDifferentOnesPayTheSwitch) {
+  Runtime rt(device::Spec::builtin("trn2"), two_cores());
+  CaptureOptions cap;
+  cap.enabled = true;
+  rt.set_capture(cap);
+  const uint32_t n = 64;
+  const uint64_t bytes = 128ull * n * 4;
+  const auto a = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f, "a")));
+  const auto b = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f, "b")));
+  const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+  const auto host = iota_values(128 * n);
+  rt.write(0, x, host.data(), bytes);
+  for (ExecutableId e : std::vector<ExecutableId>{a, a, a, b, a}) rt.execute_schedule(0, e, {x, y});
+  rt.synchronize(0);
+  const Captured c = rt.drain();
+  EXPECT_EQ(of_kind(c, EventKind::exec_running).size(), 5u);
+  EXPECT_EQ(of_kind(c, EventKind::model_switch).size(), 3u);  // a, b, a
+  EXPECT_EQ(of_kind(c, EventKind::first_load).size(), 2u);    // a, b
+  // Executions never overlap on a core, and the same program takes the same device time.
+  const auto runs = of_kind(c, EventKind::exec_running);
+  for (size_t i = 1; i < runs.size(); ++i) {
+    EXPECT_GE(runs[i].start_ns, runs[i - 1].end_ns);
+    EXPECT_EQ(runs[i].end_ns - runs[i].start_ns, runs[0].end_ns - runs[0].start_ns);
+  }
+}
+
+TEST(Runtime, ExhaustedDeviceMemoryNamesAskedAndFree) {
+  Runtime rt(device::Spec::builtin("trn2"), two_cores());
+  const uint64_t free_before = rt.free_bytes(1);
+  try {
+    (void)rt.allocate(1, free_before + 1);
+    FAIL() << "allocation beyond capacity succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device memory exhausted on neuron core 1"));
+    EXPECT_THAT(e.what(), HasSubstr(std::to_string(free_before + 1)));
+  }
+  EXPECT_EQ(rt.free_bytes(1), free_before);  // nothing was lost
+  const uint64_t a = rt.allocate(1, 1 << 20);
+  EXPECT_LT(rt.free_bytes(1), free_before);
+  rt.free(1, a);
+  rt.synchronize(1);
+  EXPECT_EQ(rt.free_bytes(1), free_before);
+}
+
+TEST(Runtime, BadBindingsAndCoresAreErrors) {
+  Runtime rt(device::Spec::builtin("trn2"), two_cores());
+  const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(64, 2.0f)));
+  EXPECT_THROW((void)rt.execute_schedule(0, exe, {1}), Error);
+  EXPECT_THROW((void)rt.allocate(5, 16), Error);
+  // An execution whose program reads memory nobody wrote fails, and the waiter sees the error.
+  const uint64_t x = rt.allocate(0, 128 * 64 * 4), y = rt.allocate(0, 128 * 64 * 4);
+  rt.execute_schedule(0, exe, {x, y});
+  EXPECT_THROW(rt.synchronize(0), Error);
+  rt.synchronize(0);  // reported once; the core keeps working
+}
+
+TEST(Runtime, FullQueueAppliesBackPressure) {
+  RuntimeOptions o = two_cores();
+  o.queue_capacity = 1;
+  Runtime rt(device::Spec::builtin("trn2"), o);
+  CaptureOptions cap;
+  cap.enabled = true;
+  cap.max_events_per_core = 8;
+  rt.set_capture(cap);
+  const uint32_t n = 2048;
+  const uint64_t bytes = 128ull * n * 4;
+  const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f)));
+  const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+  const auto host = iota_values(128 * n);
+  rt.write(0, x, host.data(), bytes);
+  for (int i = 0; i < 20; ++i) rt.execute_schedule(0, exe, {x, y});
+  rt.synchronize(0);
+  const Captured c = rt.drain();
+  // More events happened than the cap allows: the rest are counted, not lost silently.
+  EXPECT_EQ(c.events.size(), 8u);
+  EXPECT_GT(c.dropped_events_per_core[0], 0u);
+}
