@@ -1,0 +1,74 @@
+// The cost of recording one framework op event (begin + end, one record) with the profiler off and
+// on, from one thread and from several; and the cost of a device-side complete event.
+#include <benchmark/benchmark.h>
+
+#include "profiler/record.h"
+
+namespace sightline::profiler {
+namespace {
+
+const NameId kMul = intern("aten::mul");
+
+void BM_op_event_off(benchmark::State& state) {
+  recording_stop();
+  for (auto _ : state) {
+    ScopeHandle op = record_op_begin(kMul);
+    record_op_end(op);
+    benchmark::DoNotOptimize(op);
+  }
+}
+BENCHMARK(BM_op_event_off);
+
+void BM_op_event_on(benchmark::State& state) {
+  if (state.thread_index() == 0) recording_start({.max_events = 1ull << 40});
+  for (auto _ : state) {
+    ScopeHandle op = record_op_begin(kMul);
+    record_op_end(op);
+  }
+  if (state.thread_index() == 0) {
+    recording_stop();
+    state.counters["dropped"] = static_cast<double>(recording_collect().dropped);
+  }
+}
+// Drained every so often by the next run's start; iterations are capped to bound memory.
+BENCHMARK(BM_op_event_on)->Iterations(2'000'000);
+BENCHMARK(BM_op_event_on)->Iterations(1'000'000)->Threads(4);
+
+void BM_op_and_runtime_events_on(benchmark::State& state) {
+  static const NameId launch = intern("nrta_execute_schedule");
+  recording_start({.max_events = 1ull << 40});
+  for (auto _ : state) {
+    ScopeHandle op = record_op_begin(kMul);
+    ScopeHandle call = record_scope_begin(EventKind::runtime, launch);
+    record_scope_end(call);
+    record_op_end(op);
+  }
+  recording_stop();
+  (void)recording_collect();
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+BENCHMARK(BM_op_and_runtime_events_on)->Iterations(1'000'000);
+
+void BM_device_complete_event_on(benchmark::State& state) {
+  static const NameId exec = intern("nc_exec_running");
+  recording_start({.max_events = 1ull << 40});
+  std::int64_t t = 0;
+  for (auto _ : state) {
+    record_complete(
+        {.name = exec, .kind = EventKind::device_exec, .device = 0, .start_ns = t, .end_ns = t + 10});
+    ++t;
+  }
+  recording_stop();
+  (void)recording_collect();
+}
+BENCHMARK(BM_device_complete_event_on)->Iterations(2'000'000);
+
+void BM_clock(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(now_ns());
+}
+BENCHMARK(BM_clock);
+
+}  // namespace
+}  // namespace sightline::profiler
+
+BENCHMARK_MAIN();

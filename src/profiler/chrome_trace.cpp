@@ -1,0 +1,235 @@
+#include "profiler/chrome_trace.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "sightline/error.h"
+
+namespace sightline::profiler {
+namespace {
+
+// Kineto floors the base time to a ~3 month boundary so that relative microsecond timestamps keep
+// full precision as doubles in the viewers.
+constexpr std::int64_t kBaseTimeGranularityNs = 7'889'238LL * 1'000'000'000LL;
+constexpr std::int64_t kDeviceSortIndexBase = 5'000'000;  // Kineto's kExceedMaxPid
+
+std::string process_name() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? std::string("sightline") : name;
+}
+
+std::string_view category(EventKind kind) {
+  switch (kind) {
+    case EventKind::cpu_op: return "cpu_op";
+    case EventKind::user_annotation: return "user_annotation";
+    case EventKind::runtime: return "privateuse1_runtime";
+    case EventKind::device_exec: return "kernel";
+    case EventKind::device_memcpy: return "gpu_memcpy";
+    case EventKind::device_other: return "kernel";
+  }
+  return "cpu_op";
+}
+
+bool is_host(const FunctionEvent& event) { return event.device_type == DeviceType::cpu; }
+
+void write_metadata(JsonWriter& json, std::string_view name, std::int64_t ts_thousandths, std::int64_t pid,
+                    std::int64_t tid, std::string_view arg_key, const auto& arg_value) {
+  json.begin_object().key("name").value(name).key("ph").value("M").key("ts").fixed3(ts_thousandths);
+  json.key("pid").value(pid).key("tid").value(tid);
+  json.key("args").begin_object().key(arg_key).value(arg_value).end_object();
+  json.end_object();
+}
+
+void write_arg(JsonWriter& json, const TraceArg& arg) {
+  json.key(arg.key);
+  std::visit([&json](const auto& value) { json.value(value); }, arg.value);
+}
+
+}  // namespace
+
+void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options) {
+  const std::int64_t pid = static_cast<std::int64_t>(::getpid());
+  const std::int64_t wall_start = trace.wall_clock_at_window_start_ns;
+  const std::int64_t base_ns = wall_start - wall_start % kBaseTimeGranularityNs;
+  // Timestamps in nanoseconds relative to the base: monotonic offset into the window plus the
+  // window's wall-clock distance from the base. Negative ones are clamped, as Kineto does.
+  auto relative_ns = [&](std::int64_t monotonic_ns) {
+    const std::int64_t ns = monotonic_ns - trace.window_start_ns + (wall_start - base_ns);
+    return ns < 0 ? std::int64_t{0} : ns;
+  };
+
+  // Flows: the host event whose id is a device event's correlation id launched it. One pair per
+  // launch: the "f" end binds to the first device event of that launch.
+  std::unordered_map<std::uint64_t, std::size_t> host_by_id;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    if (is_host(trace.events[i]) && trace.events[i].id != 0) host_by_id.emplace(trace.events[i].id, i);
+  }
+  std::vector<bool> flow_start(trace.events.size(), false);
+  std::vector<bool> flow_end(trace.events.size(), false);
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& event = trace.events[i];
+    if (is_host(event) || event.id == 0) continue;
+    auto source = host_by_id.find(event.id);
+    if (source == host_by_id.end() || flow_start[source->second]) continue;
+    flow_start[source->second] = true;
+    flow_end[i] = true;
+  }
+
+  std::map<std::int64_t, std::string> host_threads;
+  std::set<int> devices;
+  std::set<std::pair<int, std::int64_t>> resources;
+  std::map<std::int64_t, std::string> thread_names;
+  for (const HostThread& thread : trace.threads) thread_names[thread.os_thread_id] = thread.name;
+  for (const FunctionEvent& event : trace.events) {
+    if (is_host(event)) {
+      host_threads.emplace(event.thread, thread_names[event.thread]);
+    } else {
+      devices.insert(event.device_index);
+      resources.insert({event.device_index, event.resource});
+    }
+  }
+  std::map<int, const DeviceLane*> device_lanes;
+  for (const DeviceLane& lane : trace.devices) {
+    device_lanes[lane.device_index] = &lane;
+    devices.insert(lane.device_index);
+  }
+  std::map<std::pair<int, std::int64_t>, const ResourceLane*> resource_lanes;
+  for (const ResourceLane& lane : trace.resources) {
+    resource_lanes[{lane.device_index, lane.resource}] = &lane;
+    resources.insert({lane.device_index, lane.resource});
+  }
+
+  json.begin_object();
+  json.key("schemaVersion").value(1);
+  json.key("deviceProperties").begin_array();
+  for (int device : devices) {
+    auto lane = device_lanes.find(device);
+    const std::string name =
+        lane != device_lanes.end() ? lane->second->name : fmt::format("{} {}", options.device_name, device);
+    json.begin_object().key("id").value(device).key("name").value(name).end_object();
+  }
+  json.end_array();
+  json.key("distributedInfo").begin_object().key("backend").value("none").key("rank").value(0);
+  json.key("world_size").value(1).end_object();
+  json.key("dropped_events").value(trace.dropped);
+  json.key("displayTimeUnit").value("ms");
+  json.key("baseTimeNanoseconds").value(base_ns);
+  json.key("traceEvents").begin_array(true);
+
+  const std::int64_t window_ts = relative_ns(trace.window_start_ns);
+  write_metadata(json, "process_name", window_ts, pid, 0, "name", process_name());
+  write_metadata(json, "process_labels", window_ts, pid, 0, "labels", "CPU");
+  write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", pid);
+  for (const auto& [tid, name] : host_threads) {
+    const std::string label =
+        name.empty() ? fmt::format("thread {}", tid) : fmt::format("thread {} ({})", tid, name);
+    write_metadata(json, "thread_name", window_ts, pid, tid, "name", label);
+    write_metadata(json, "thread_sort_index", window_ts, pid, tid, "sort_index", tid);
+  }
+  for (int device : devices) {
+    auto lane = device_lanes.find(device);
+    const bool named = lane != device_lanes.end();
+    const std::string fallback = fmt::format("{} {}", options.device_name, device);
+    write_metadata(json, "process_name", window_ts, device, 0, "name", named ? lane->second->name : fallback);
+    write_metadata(json, "process_labels", window_ts, device, 0, "labels",
+                   named ? lane->second->label : fallback);
+    write_metadata(json, "process_sort_index", window_ts, device, 0, "sort_index",
+                   named ? lane->second->sort_index : kDeviceSortIndexBase + device);
+  }
+  for (const auto& key : resources) {
+    const std::int64_t lane_id = key.second;
+    auto lane = resource_lanes.find(key);
+    const bool named = lane != resource_lanes.end();
+    write_metadata(json, "thread_name", window_ts, key.first, lane_id, "name",
+                   named ? lane->second->name : fmt::format("stream {} ", lane_id));
+    write_metadata(json, "thread_sort_index", window_ts, key.first, lane_id, "sort_index",
+                   named ? lane->second->sort_index : lane_id);
+  }
+
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& event = trace.events[i];
+    const bool host = is_host(event);
+    const std::int64_t event_pid = host ? pid : event.device_index;
+    const std::int64_t event_tid = host ? event.thread : event.resource;
+    const std::int64_t ts = relative_ns(event.start_ns);
+    json.begin_object();
+    json.key("ph").value("X").key("cat").value(category(event.kind)).key("name").value(event.name);
+    json.key("pid").value(event_pid).key("tid").value(event_tid);
+    json.key("ts").fixed3(ts).key("dur").fixed3(std::max<std::int64_t>(0, event.duration_ns()));
+    json.key("args").begin_object();
+    if (event.external_id != 0) json.key("External id").value(event.external_id);
+    if (!opens_correlation(event.kind) && event.id != 0) json.key("correlation").value(event.id);
+    if (!host) json.key("device").value(event.device_index).key("stream").value(event.resource);
+    if (!event.input_shapes.empty()) {
+      json.key("Input Dims").begin_array();
+      for (const auto& dims : event.input_shapes) {
+        json.begin_array();
+        for (std::int64_t dim : dims) json.value(dim);
+        json.end_array();
+      }
+      json.end_array();
+    }
+    if (event.flops != 0) json.key("flops").value(event.flops);
+    if (event.bytes != 0) json.key("bytes").value(event.bytes);
+    for (const TraceArg& arg : event.args) write_arg(json, arg);
+    json.end_object();
+    json.end_object();
+    if (flow_start[i] || flow_end[i]) {
+      json.begin_object().key("ph").value(flow_start[i] ? "s" : "f").key("id").value(event.id);
+      json.key("pid").value(event_pid).key("tid").value(event_tid).key("ts").fixed3(ts);
+      json.key("cat").value("ac2g").key("name").value("ac2g");
+      if (flow_end[i]) json.key("bp").value("e");
+      json.end_object();
+    }
+  }
+  json.begin_object().key("name").value("Record Window End").key("ph").value("i").key("s").value("g");
+  json.key("pid").value("").key("tid").value("").key("ts").fixed3(relative_ns(trace.window_end_ns));
+  json.end_object();
+  json.end_array();
+  json.key("traceName").value(options.trace_name);
+  json.end_object();
+  json.flush();
+}
+
+void export_chrome_trace(const CollectedTrace& trace, const std::string& path, ChromeTraceOptions options) {
+  if (options.trace_name.empty()) options.trace_name = path;
+  const std::string temporary = path + ".tmp";
+  std::FILE* file = std::fopen(temporary.c_str(), "wb");
+  SIGHTLINE_CHECK(file != nullptr,
+                  "cannot write chrome trace '{}': {}; check that the directory exists and is writable",
+                  temporary, std::strerror(errno));
+  bool write_failed = false;
+  {
+    JsonWriter json(
+        [&](std::string_view piece) {
+          if (std::fwrite(piece.data(), 1, piece.size(), file) != piece.size()) write_failed = true;
+        },
+        1 << 20);
+    write_chrome_trace(trace, json, options);
+  }
+  write_failed = std::fflush(file) != 0 || write_failed;
+  const int saved_errno = errno;
+  write_failed = std::fclose(file) != 0 || write_failed;
+  if (write_failed) {
+    std::remove(temporary.c_str());
+    fail("cannot write chrome trace '{}': {}", path, std::strerror(saved_errno));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(temporary.c_str());
+    fail("cannot move chrome trace into place at '{}': {}", path, std::strerror(rename_errno));
+  }
+}
+
+}  // namespace sightline::profiler

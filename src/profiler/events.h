@@ -1,0 +1,118 @@
+// The event model after collection: what key_averages and the exporters read.
+//
+// A profile's stop turns the raw records of every thread, plus the events that activity sources
+// (device backends) hand over, into one CollectedTrace: a list of FunctionEvents sorted by start,
+// with the CPU parent/child tree built per thread and each device event attributed to the
+// framework op that launched it (by external id), as torch.profiler's EventList does.
+//
+//   CollectedTrace trace = build_trace(recording_collect(), activity_batches, window);
+//   for (const FunctionEvent& event : trace.events)
+//     if (event.device_type == DeviceType::privateuse1) ...;   // device work
+//
+// Times are nanoseconds on the monotonic clock of record.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "profiler/record.h"
+
+namespace sightline::profiler {
+
+enum class DeviceType : std::uint8_t { cpu, privateuse1 };
+
+// An extra trace argument an activity source attaches to its events (shown in the trace's args).
+struct TraceArg {
+  std::string key{};
+  std::variant<std::int64_t, double, std::string> value{};
+};
+
+struct FunctionEvent {
+  std::uint64_t id = 0;           // correlation id; device work: the id of the runtime call
+  std::uint64_t external_id = 0;  // the framework op it belongs to (its own id for an op)
+  std::string name{};
+  EventKind kind = EventKind::cpu_op;
+  DeviceType device_type = DeviceType::cpu;
+  std::int64_t thread = 0;    // OS thread id of host events
+  int device_index = -1;      // device events: device (core) index
+  std::int64_t resource = 0;  // device events: lane on the device (queue, engine)
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::vector<std::vector<std::int64_t>> input_shapes{};
+  std::uint64_t flops = 0;
+  std::uint64_t bytes = 0;
+  std::vector<TraceArg> args{};
+
+  // Filled by build_trace: indices into CollectedTrace::events.
+  std::int64_t parent = -1;
+  std::vector<std::int64_t> children{};
+  std::vector<std::int64_t> kernels{};  // device events attributed to this op
+
+  // Filled by build_trace (torch's FunctionEvent properties).
+  std::int64_t cpu_time_total_ns = 0;
+  std::int64_t self_cpu_time_total_ns = 0;
+  std::int64_t device_time_total_ns = 0;
+  std::int64_t self_device_time_total_ns = 0;
+
+  std::int64_t duration_ns() const { return end_ns - start_ns; }
+  bool is_user_annotation() const { return kind == EventKind::user_annotation; }
+};
+
+// A device shown as a process in the trace (Kineto DeviceInfo).
+struct DeviceLane {
+  int device_index = 0;
+  std::string name{};   // process_name
+  std::string label{};  // process_labels
+  std::int64_t sort_index = 0;
+};
+
+// A lane of a device shown as a thread in the trace (Kineto ResourceInfo).
+struct ResourceLane {
+  int device_index = 0;
+  std::int64_t resource = 0;
+  std::string name{};
+  std::int64_t sort_index = 0;
+};
+
+// What one activity source hands over at the end of a trace.
+struct ActivityBatch {
+  std::vector<FunctionEvent> events{};  // device events must have device_type privateuse1
+  std::vector<DeviceLane> devices{};
+  std::vector<ResourceLane> resources{};
+  std::uint64_t dropped = 0;  // events the source refused (its own caps)
+};
+
+struct HostThread {
+  std::int64_t os_thread_id = 0;
+  std::string name{};
+};
+
+struct CollectedTrace {
+  std::vector<FunctionEvent> events{};  // sorted by (start, -end)
+  std::vector<HostThread> threads{};
+  std::vector<DeviceLane> devices{};
+  std::vector<ResourceLane> resources{};
+  std::int64_t window_start_ns = 0;  // monotonic clock
+  std::int64_t window_end_ns = 0;
+  std::int64_t wall_clock_at_window_start_ns = 0;  // system clock, for absolute trace timestamps
+  std::uint64_t dropped = 0;                       // records and activities lost to caps
+};
+
+struct TraceWindow {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t wall_clock_at_start_ns = 0;
+  bool include_cpu = true;     // keep host events (the CPU activity)
+  bool include_device = true;  // keep device events (the PrivateUse1 activity)
+};
+
+// Turns collected records and source batches into a trace: events sorted by (start, -end), the CPU
+// tree built per thread (an event is a child of the innermost enclosing one; partial overlaps are
+// not related), a parent with a single same-named child merged with it, device events attached to
+// their op by external id, and self/total CPU and device times computed.
+CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBatch> batches,
+                           const TraceWindow& window);
+
+}  // namespace sightline::profiler

@@ -1,0 +1,75 @@
+// A streaming JSON writer: the one place that turns text into JSON, so no exporter escapes strings
+// by hand. It buffers output and hands it to a sink in large pieces, tracks nesting and commas,
+// escapes quotes, backslashes and control characters, passes valid UTF-8 through unchanged and
+// replaces invalid bytes by U+FFFD, so its output always parses.
+//
+//   std::string text;
+//   JsonWriter json([&text](std::string_view piece) { text += piece; });
+//   json.begin_object().key("name").value("aten::mul").key("ts").fixed3(1234567).end_object();
+//   json.flush();   // text == R"({"name":"aten::mul","ts":1234.567})"
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sightline::profiler {
+
+class JsonWriter {
+ public:
+  using Sink = std::function<void(std::string_view)>;
+
+  explicit JsonWriter(Sink sink, std::size_t flush_threshold = 1 << 16);
+  JsonWriter(const JsonWriter&) = delete;
+  JsonWriter& operator=(const JsonWriter&) = delete;
+
+  // one_per_line: elements separated by ",\n" (readable traces); otherwise compact.
+  JsonWriter& begin_array(bool one_per_line = false);
+  JsonWriter& end_array();
+  JsonWriter& begin_object();
+  JsonWriter& end_object();
+  JsonWriter& key(std::string_view name);
+
+  JsonWriter& value(std::string_view text);
+  JsonWriter& value(const char* text) { return value(std::string_view(text)); }
+  JsonWriter& value(const std::string& text) { return value(std::string_view(text)); }
+  JsonWriter& value(std::int64_t number);
+  JsonWriter& value(std::uint64_t number);
+  JsonWriter& value(int number) { return value(static_cast<std::int64_t>(number)); }
+  JsonWriter& value(double number);  // NaN and infinities, which JSON lacks, are written as null
+  JsonWriter& value(bool flag);
+  JsonWriter& null();
+
+  // A number with exactly three decimals from an integer count of thousandths: 1234567 -> 1234.567.
+  // Kineto writes timestamps this way (microseconds from nanoseconds) to keep full precision.
+  JsonWriter& fixed3(std::int64_t thousandths);
+
+  // Hands buffered output to the sink.
+  void flush();
+
+  // True when every object and array opened has been closed.
+  bool complete() const { return frames_.empty() && wrote_root_; }
+
+  // Appends `text` to `out` as a JSON string literal (quotes included).
+  static void append_quoted(std::string& out, std::string_view text);
+
+ private:
+  struct Frame {
+    bool is_object = false;
+    bool one_per_line = false;
+    bool has_elements = false;
+    bool after_key = false;
+  };
+  void before_value();
+  void maybe_flush();
+
+  Sink sink_;
+  std::size_t flush_threshold_;
+  std::string buffer_;
+  std::vector<Frame> frames_;
+  bool wrote_root_ = false;
+};
+
+}  // namespace sightline::profiler

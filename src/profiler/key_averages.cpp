@@ -1,0 +1,315 @@
+#include "profiler/key_averages.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sightline/error.h"
+
+namespace sightline::profiler {
+namespace {
+
+constexpr std::int64_t kColumnWidth = 12;  // torch's DEFAULT_COLUMN_WIDTH
+constexpr std::int64_t kSpacing = 2;       // torch's SPACING_SIZE: two spaces after every column
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string uppercase(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+}
+
+// torch's _rewrite_name(with_wildcard=True): every step marker shares one row.
+std::string row_key(const std::string& name) {
+  constexpr std::string_view step_prefix = "ProfilerStep#";
+  if (name.rfind(step_prefix, 0) == 0) return "ProfilerStep*";
+  return name;
+}
+
+double us(std::int64_t ns) { return double(ns) / 1000.0; }
+double us(double ns) { return ns / 1000.0; }
+
+using SortValue = std::function<double(const FunctionEventAvg&)>;
+
+SortValue sort_value(std::string_view sort_by, std::string_view device_name) {
+  std::string key = lowercase(sort_by);
+  replace_all(key, "cuda", "device");
+  replace_all(key, "xpu", "device");
+  replace_all(key, "privateuse1", "device");
+  if (!device_name.empty()) replace_all(key, lowercase(device_name), "device");
+  static const std::map<std::string, SortValue, std::less<>> values = {
+      {"self_cpu_time_total", [](const FunctionEventAvg& e) { return double(e.self_cpu_time_total_ns); }},
+      {"cpu_time_total", [](const FunctionEventAvg& e) { return double(e.cpu_time_total_ns); }},
+      {"cpu_time", [](const FunctionEventAvg& e) { return e.cpu_time_avg_ns(); }},
+      {"self_device_time_total",
+       [](const FunctionEventAvg& e) { return double(e.self_device_time_total_ns); }},
+      {"device_time_total", [](const FunctionEventAvg& e) { return double(e.device_time_total_ns); }},
+      {"device_time", [](const FunctionEventAvg& e) { return e.device_time_avg_ns(); }},
+      {"count", [](const FunctionEventAvg& e) { return double(e.count); }},
+      {"flops", [](const FunctionEventAvg& e) { return double(e.flops); }},
+  };
+  auto found = values.find(key);
+  if (found == values.end()) {
+    fail(
+        "unknown sort key '{}' for the key_averages table; valid keys: self_cpu_time_total, cpu_time_total, "
+        "cpu_time, self_device_time_total, device_time_total, device_time, count, flops (in device keys "
+        "'device' may be spelled cuda, xpu, privateuse1 or {})",
+        sort_by, lowercase(device_name));
+  }
+  return found->second;
+}
+
+// Builds the format torch's add_column() builds: every cell right-aligned in its width, then two
+// spaces.
+struct Layout {
+  std::vector<std::int64_t> widths;
+  std::int64_t line_length = -kSpacing;
+
+  void add_column(std::int64_t width) {
+    widths.push_back(width);
+    line_length += width + kSpacing;
+  }
+  std::string separator() const {
+    std::string line;
+    for (std::int64_t width : widths) {
+      line.append(static_cast<std::size_t>(width), '-');
+      line.append(static_cast<std::size_t>(kSpacing), ' ');
+    }
+    return line;
+  }
+  std::string row(const std::vector<std::string>& cells) const {
+    std::string line;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      fmt::format_to(std::back_inserter(line), "{:>{}}", cells[i], widths[i]);
+      line.append(static_cast<std::size_t>(kSpacing), ' ');
+    }
+    return line;
+  }
+};
+
+// torch's auto_scale_flops: the unit is picked from the smallest positive value.
+std::pair<double, std::string> flops_scale(std::uint64_t smallest) {
+  static const char* const headers[] = {"FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs"};
+  const double log_flops = std::max(0.0, std::min(std::log10(double(smallest)) / 3.0, 5.0));
+  const auto index = static_cast<std::size_t>(log_flops);
+  return {std::pow(10.0, std::floor(log_flops) * -3.0), headers[index]};
+}
+
+}  // namespace
+
+std::string format_time_us(double time_us, std::string_view unit) {
+  constexpr double us_in_second = 1000.0 * 1000.0;
+  constexpr double us_in_ms = 1000.0;
+  if (unit == "s") return fmt::format("{:.3f}s", time_us / us_in_second);
+  if (unit == "ms") return fmt::format("{:.3f}ms", time_us / us_in_ms);
+  if (unit == "us") return fmt::format("{:.3f}us", time_us);
+  if (time_us >= us_in_second) return fmt::format("{:.3f}s", time_us / us_in_second);
+  if (time_us >= us_in_ms) return fmt::format("{:.3f}ms", time_us / us_in_ms);
+  return fmt::format("{:.3f}us", time_us);
+}
+
+std::string format_time_share(double time, double total) {
+  if (total == 0) return "NaN";
+  return fmt::format("{:.2f}%", time * 100.0 / total);
+}
+
+std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (i != 0) out += ", ";
+    fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(shapes[i], ", "));
+  }
+  out += "]";
+  return out;
+}
+
+KeyAverages::KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
+                         std::uint64_t dropped_events)
+    : rows_(std::move(rows)),
+      device_name_(std::move(device_name)),
+      with_flops_(with_flops),
+      dropped_events_(dropped_events) {}
+
+std::string KeyAverages::table(std::string_view sort_by, std::int64_t row_limit) const {
+  TableOptions options;
+  options.sort_by = std::string(sort_by);
+  options.row_limit = row_limit;
+  return table(options);
+}
+
+std::string KeyAverages::table(const TableOptions& options) const {
+  if (rows_.empty()) return "";
+  std::vector<const FunctionEventAvg*> events;
+  for (const FunctionEventAvg& row : rows_) events.push_back(&row);
+  if (!options.sort_by.empty()) {
+    const SortValue value = sort_value(options.sort_by, device_name_);
+    std::stable_sort(events.begin(), events.end(), [&](const FunctionEventAvg* a, const FunctionEventAvg* b) {
+      return value(*a) > value(*b);
+    });
+  }
+  const bool has_device_time = std::any_of(events.begin(), events.end(), [](const FunctionEventAvg* e) {
+    return e->self_device_time_total_ns > 0;
+  });
+  const bool has_input_shapes = std::any_of(
+      events.begin(), events.end(), [](const FunctionEventAvg* e) { return !e->input_shapes.empty(); });
+  std::int64_t name_width = 0;
+  std::int64_t shapes_width = 0;
+  for (const FunctionEventAvg* event : events) {
+    name_width = std::max<std::int64_t>(name_width, std::int64_t(event->key.size()) + 4);
+    shapes_width =
+        std::max<std::int64_t>(shapes_width, std::int64_t(format_shapes(event->input_shapes).size()) + 4);
+  }
+  name_width = std::min(name_width, options.max_name_column_width);
+  shapes_width = std::min(shapes_width, options.max_shapes_column_width);
+
+  const std::string device = uppercase(device_name_);
+  std::vector<std::string> headers = {"Name",        "Self CPU %", "Self CPU",
+                                      "CPU total %", "CPU total",  "CPU time avg"};
+  if (has_device_time) {
+    for (std::string text : {"Self {}", "Self {} %", "{} total", "{} time avg"}) {
+      replace_all(text, "{}", device);
+      headers.push_back(text);
+    }
+  }
+  headers.push_back("# of Calls");
+  Layout layout;
+  layout.add_column(name_width);
+  for (std::size_t i = 1; i < headers.size(); ++i) layout.add_column(kColumnWidth);
+  if (has_input_shapes) {
+    headers.push_back("Input Shapes");
+    layout.add_column(shapes_width);
+  }
+  std::uint64_t smallest_flops = 0;
+  for (const FunctionEventAvg* event : events) {
+    if (event->flops > 0 && (smallest_flops == 0 || event->flops < smallest_flops))
+      smallest_flops = event->flops;
+  }
+  const bool show_flops = with_flops_ && smallest_flops > 0;
+  std::pair<double, std::string> flops_unit{1.0, ""};
+  if (show_flops) {
+    flops_unit = flops_scale(smallest_flops);
+    headers.push_back("Total " + flops_unit.second);
+    layout.add_column(kColumnWidth);
+  }
+
+  // Denominators cover every row, printed or not. Device time is summed over device rows only:
+  // op rows repeat their kernels' time, as torch's table does.
+  std::int64_t sum_self_cpu = 0;
+  std::int64_t sum_self_device = 0;
+  for (const FunctionEventAvg* event : events) {
+    sum_self_cpu += event->self_cpu_time_total_ns;
+    if (event->device_type == DeviceType::privateuse1 && !event->is_user_annotation) {
+      sum_self_device += event->self_device_time_total_ns;
+    }
+  }
+
+  std::string out;
+  auto append = [&out](const std::string& line) {
+    out += line;
+    out += '\n';
+  };
+  const std::string separator = layout.separator();
+  if (options.header) {
+    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
+    append(*options.header);
+  }
+  if (options.top_level_events_only) {
+    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
+    append("This report only display top-level ops statistics");
+  }
+  append(separator);
+  append(layout.row(headers));
+  append(separator);
+
+  const std::string& unit = options.time_unit;
+  std::int64_t printed = 0;
+  for (const FunctionEventAvg* event : events) {
+    if (printed == options.row_limit) break;
+    if (options.top_level_events_only && event->has_cpu_parent) continue;
+    if (options.only_rows_with_device_time && event->device_time_total_ns <= 0) continue;
+    ++printed;
+    std::string name = event->key;
+    const std::int64_t max_name = options.max_name_column_width;
+    if (std::int64_t(name.size()) >= max_name - 3)
+      name = name.substr(0, std::size_t(std::max<std::int64_t>(0, max_name - 3))) + "...";
+    std::vector<std::string> cells = {
+        name,
+        format_time_share(double(event->self_cpu_time_total_ns), double(sum_self_cpu)),
+        format_time_us(us(event->self_cpu_time_total_ns), unit),
+        format_time_share(double(event->cpu_time_total_ns), double(sum_self_cpu)),
+        format_time_us(us(event->cpu_time_total_ns), unit),
+        format_time_us(us(event->cpu_time_avg_ns()), unit),
+    };
+    if (has_device_time) {
+      cells.push_back(format_time_us(us(event->self_device_time_total_ns), unit));
+      cells.push_back(format_time_share(double(event->self_device_time_total_ns), double(sum_self_device)));
+      cells.push_back(format_time_us(us(event->device_time_total_ns), unit));
+      cells.push_back(format_time_us(us(event->device_time_avg_ns()), unit));
+    }
+    cells.push_back(std::to_string(event->count));
+    if (has_input_shapes)
+      cells.push_back(format_shapes(event->input_shapes).substr(0, std::size_t(shapes_width)));
+    if (show_flops) {
+      cells.push_back(event->flops == 0 ? std::string("--")
+                                        : fmt::format("{:8.3f}", double(event->flops) * flops_unit.first));
+    }
+    append(layout.row(cells));
+  }
+  append(separator);
+  append("Self CPU time total: " + format_time_us(us(sum_self_cpu), unit));
+  if (has_device_time)
+    append(fmt::format("Self {} time total: {}", device, format_time_us(us(sum_self_device), unit)));
+  if (dropped_events_ > 0) {
+    append(fmt::format(
+        "Dropped events: {} (the profiler's event cap was reached; raise max_events to keep them)",
+        dropped_events_));
+  }
+  return out;
+}
+
+KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& options) {
+  std::vector<FunctionEventAvg> rows;
+  std::map<std::string, std::size_t> row_of_key;
+  for (const FunctionEvent& event : trace.events) {
+    const std::string key_name = row_key(event.name);
+    std::string group =
+        fmt::format("{}\x1f{}\x1f{}", key_name, int(event.device_type), event.is_user_annotation());
+    if (options.group_by_input_shape) group += "\x1f" + format_shapes(event.input_shapes);
+    auto [found, inserted] = row_of_key.emplace(std::move(group), rows.size());
+    if (inserted) {
+      FunctionEventAvg& row = rows.emplace_back();
+      row.key = key_name;
+      row.device_type = event.device_type;
+      row.is_user_annotation = event.is_user_annotation();
+      row.has_cpu_parent = event.parent >= 0;
+      if (options.group_by_input_shape) row.input_shapes = event.input_shapes;
+    }
+    FunctionEventAvg& row = rows[found->second];
+    row.count += 1;
+    row.cpu_time_total_ns += event.cpu_time_total_ns;
+    row.self_cpu_time_total_ns += event.self_cpu_time_total_ns;
+    row.device_time_total_ns += event.device_time_total_ns;
+    row.self_device_time_total_ns += event.self_device_time_total_ns;
+    row.flops += event.flops;
+  }
+  return KeyAverages(std::move(rows), options.device_name, options.with_flops, trace.dropped);
+}
+
+}  // namespace sightline::profiler

@@ -1,0 +1,94 @@
+// key_averages() and its table, laid out byte for byte as torch.profiler prints them.
+//
+//   KeyAverages averages = key_averages(trace, {.device_name = "neuron"});
+//   std::cout << averages.table({.sort_by = "self_neuron_time_total", .row_limit = 10});
+//
+// Rows group events by (name, device type, user-annotation flag) and, with group_by_input_shape,
+// by input shapes; ProfilerStep#N events share the row "ProfilerStep*". Columns: Name, Self CPU %,
+// Self CPU, CPU total %, CPU total, CPU time avg, then Self <DEV>, Self <DEV> %, <DEV> total,
+// <DEV> time avg when some row has device time, # of Calls, Input Shapes when grouped by shape, and
+// Total <unit>FLOPs with with_flops. <DEV> is the upper-cased backend name ("NEURON").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "profiler/events.h"
+
+namespace sightline::profiler {
+
+// One row of key_averages (torch's FunctionEventAvg). Times in nanoseconds.
+struct FunctionEventAvg {
+  std::string key{};
+  DeviceType device_type = DeviceType::cpu;
+  bool is_user_annotation = false;
+  bool has_cpu_parent = false;  // the first event of the row had a CPU parent
+  std::int64_t count = 0;
+  std::int64_t cpu_time_total_ns = 0;
+  std::int64_t self_cpu_time_total_ns = 0;
+  std::int64_t device_time_total_ns = 0;
+  std::int64_t self_device_time_total_ns = 0;
+  std::uint64_t flops = 0;
+  std::vector<std::vector<std::int64_t>> input_shapes{};  // empty unless grouped by input shape
+
+  double cpu_time_avg_ns() const { return count == 0 ? 0.0 : double(cpu_time_total_ns) / double(count); }
+  double device_time_avg_ns() const {
+    return count == 0 ? 0.0 : double(device_time_total_ns) / double(count);
+  }
+};
+
+struct TableOptions {
+  // A FunctionEventAvg attribute, sorted descending and stable: self_cpu_time_total, cpu_time_total,
+  // cpu_time, self_device_time_total, device_time_total, device_time, count, flops; "cuda", "xpu",
+  // "privateuse1" and the backend's own name stand for "device". Empty: registration order.
+  std::string sort_by{};
+  std::int64_t row_limit = 100;  // negative: all rows
+  std::int64_t max_name_column_width = 55;
+  std::int64_t max_shapes_column_width = 80;
+  std::optional<std::string> header{};
+  bool top_level_events_only = false;
+  std::string time_unit{};                  // "", "s", "ms" or "us"
+  bool only_rows_with_device_time = false;  // keep rows whose device time total is > 0
+};
+
+class KeyAverages {
+ public:
+  KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
+              std::uint64_t dropped_events);
+
+  const std::vector<FunctionEventAvg>& rows() const { return rows_; }
+  const std::string& device_name() const { return device_name_; }
+  std::uint64_t dropped_events() const { return dropped_events_; }
+
+  // The table text, each line ending in '\n'. Throws sightline::Error on an unknown sort key.
+  std::string table(const TableOptions& options = {}) const;
+  std::string table(std::string_view sort_by, std::int64_t row_limit = 100) const;
+
+ private:
+  std::vector<FunctionEventAvg> rows_;
+  std::string device_name_;
+  bool with_flops_ = false;
+  std::uint64_t dropped_events_ = 0;
+};
+
+struct KeyAveragesOptions {
+  bool group_by_input_shape = false;
+  std::string device_name = "privateuseone";  // the PrivateUse1 backend's name
+  bool with_flops = false;
+};
+
+KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& options);
+
+// torch's _format_time: "1.234ms", "56.000us", "2.000s"; a non-empty unit forces it.
+std::string format_time_us(double time_us, std::string_view unit = {});
+
+// torch's _format_time_share: "12.34%", "NaN" for a zero total.
+std::string format_time_share(double time, double total);
+
+// Python's str() of a list of shapes: "[[128], [128, 64], [], []]".
+std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes);
+
+}  // namespace sightline::profiler
