@@ -1,37 +1,57 @@
-// RMSNorm three ways is the reference study of sightline (docs/architecture.md). This example runs
-// the naive eager version (six ops) and the fused built-in rms_norm on the same inputs on a device,
-// checks both against each other, and reports what the runtime's events say each one cost on the
-// device: executions, device time, HBM traffic, launch overhead and the idle gaps between executions.
+// The RMSNorm study (docs/tutorial.md): RMSNorm three ways on a simulated NeuronCore, profiled the
+// way a PyTorch user profiles a model.
+//
+//   naive     x * rsqrt(mean(x * x, -1, keepdim) + eps) * w      six eager ops, six executables
+//   fused     rms_norm(x, w, eps)                                the fused built-in: one executable
+//
+// Each variant runs under profiler::profile with the schedule wait=2, warmup=1, active=1 (the first
+// steps build and load executables; the active step is what the table shows), prints the
+// key_averages table sorted by device time, and writes a profile output directory. A comparison of
+// the variants, from the runtime's events, closes the run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "neuron/neuron.h"
+#include "neuron/profiling.h"
+#include "profiler/profile.h"
 #include "sightline/sightline.h"
 
 using namespace sightline;
 
 namespace {
 
+constexpr double kEps = 1e-6;
+
 // What a PyTorch user writes: x * rsqrt(mean(x^2, -1, keepdim) + eps) * w.
-Tensor rms_norm_naive(const Tensor& x, const Tensor& w, double eps) {
+Tensor rms_norm_naive(const Tensor& x, const Tensor& w) {
   const Tensor mean_sq = mean(x * x, {-1}, /*keepdim=*/true);
-  return x * rsqrt(mean_sq + eps) * w;
+  return x * rsqrt(mean_sq + kEps) * w;
 }
 
+struct Variant {
+  std::string name;
+  std::function<Tensor(const Tensor&, const Tensor&)> fn;
+};
+
+// What the device did in the active step, from the runtime's events.
 struct DeviceCost {
   int executions = 0;
   int copies_in = 0;
   double busy_us = 0;      // sum of nc_exec_running
-  double span_us = 0;      // first device activity to last
+  double span_us = 0;      // first to last device activity
   double overhead_us = 0;  // executable switches and first loads
   double hbm_mb = 0;
+  double host_ms = 0;      // the step on the host, synchronize included, minus simulation overhead
+  double simulation_ms = 0;  // host time spent waiting for the simulator itself (not modeled time)
+  std::string output_dir;
 };
 
-DeviceCost summarize(const runtime::Captured& c) {
+DeviceCost device_cost(const runtime::Captured& c) {
   DeviceCost d;
   int64_t first = INT64_MAX, last = INT64_MIN;
   for (const runtime::Event& e : c.events) {
@@ -51,70 +71,105 @@ DeviceCost summarize(const runtime::Captured& c) {
       default: break;
     }
   }
+  for (const runtime::Event& e : c.events) {
+    if (e.kind == runtime::EventKind::simulation_overhead) d.simulation_ms += static_cast<double>(e.end_ns - e.start_ns) / 1e6;
+  }
   if (first <= last) d.span_us = static_cast<double>(last - first) / 1e3;
   return d;
 }
 
-// Runs `fn` once to warm up (build and load executables), then once with the runtime capturing.
-template <typename Fn>
-DeviceCost measure(runtime::Runtime& rt, Fn&& fn) {
-  fn();
-  neuron::synchronize();
-  runtime::CaptureOptions cap;
-  cap.enabled = true;
-  rt.set_capture(cap);
-  fn();
-  neuron::synchronize();
-  rt.set_capture({});
-  return summarize(rt.drain());
+DeviceCost profile_variant(const Variant& v, const Tensor& x, const Tensor& w, const std::string& out_dir,
+                           int row_limit) {
+  auto cfg = std::make_shared<neuron::NeuronConfig>();
+  cfg->profile_output_dir = out_dir + "/" + v.name;
+  cfg->capture_enabled_for_nc = "0";
+  neuron::NeuronProfiler exporter(cfg);
+  std::string written;
+  profiler::ProfileOptions options;
+  options.activities = {profiler::ProfilerActivity::CPU, profiler::ProfilerActivity::PrivateUse1};
+  options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
+  options.on_trace_ready = [&](profiler::profile& p) { written = exporter.export_trace(p); };
+  options.record_shapes = true;
+  options.experimental_config = cfg;
+  profiler::profile prof(options);
+  double active_host_ms = 0;
+  prof.start();
+  for (int step = 0; step < 4; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor y = v.fn(x, w);
+    neuron::synchronize();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (step == 3) active_host_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    prof.step();
+  }
+  prof.stop();
+  fmt::print("\n== {} ==\n", v.name);
+  profiler::TableOptions table;
+  table.sort_by = "self_privateuse1_time_total";
+  table.row_limit = row_limit;
+  fmt::print("{}", prof.key_averages().table(table));
+  DeviceCost cost = device_cost(neuron::last_capture()->captured);
+  cost.host_ms = active_host_ms - cost.simulation_ms;
+  cost.output_dir = written;
+  return cost;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"RMSNorm on a simulated NeuronCore: naive eager ops vs the fused built-in rms_norm"};
+  CLI::App app{"The RMSNorm study: naive eager ops vs the fused built-in rms_norm, profiled on a simulated "
+               "NeuronCore"};
   int64_t rows = 4096, cols = 4096;
-  std::string device_name = "neuron:0";
   std::string dtype_arg = "f32";
   std::string spec = "trn2";
+  std::string out_dir = "profiles";
+  int row_limit = 12;
   app.add_option("--rows", rows, "rows of the input")->check(CLI::PositiveNumber);
   app.add_option("--cols", cols, "columns of the input (the normalized dim)")->check(CLI::PositiveNumber);
-  app.add_option("--device", device_name, "neuron:N");
   app.add_option("--dtype", dtype_arg, "f32, bf16 or f16");
   app.add_option("--spec", spec, "device spec: trn2, trn1 or a spec JSON file");
+  app.add_option("--out", out_dir, "directory that receives one profile directory per variant");
+  app.add_option("--row-limit", row_limit, "rows of each key_averages table");
   CLI11_PARSE(app, argc, argv);
 
   try {
     neuron::Options options;
     options.spec = spec;
     neuron::configure(options);
-    const Device device = Device::parse(device_name);
-    SIGHTLINE_CHECK(!device.is_cpu(), "--device must be a neuron device, got {}", device);
+    const Device device = Device::parse("neuron:0");
     const DType dtype = dtype_parse(dtype_arg);
-    constexpr double kEps = 1e-6;
     Generator gen(0);
     const Tensor x = randn({rows, cols}, dtype, &gen).to(device);
     const Tensor w = rand({cols}, dtype, &gen).to(device);
     runtime::Runtime& rt = neuron::runtime();
+    fmt::print("RMSNorm on {}{} on {} ({}, {}); profiles go to {}/\n", dtype_name(dtype), Dims{rows, cols}, device,
+               rt.spec().name, rt.spec().core_version, out_dir);
 
-    fmt::print("RMSNorm on {}{} on {} ({}, {})\n", dtype_name(dtype), Dims{rows, cols}, device, rt.spec().name,
-               rt.spec().core_version);
-    Tensor naive, fused;
-    const DeviceCost n = measure(rt, [&] { naive = rms_norm_naive(x, w, kEps); });
-    const DeviceCost f = measure(rt, [&] { fused = rms_norm(x, w, kEps); });
-    const double max_diff = amax(abs(naive.to(DType::f32) - fused.to(DType::f32))).item();
+    const std::vector<Variant> variants = {{"naive", rms_norm_naive},
+                                           {"fused", [](const Tensor& a, const Tensor& b) { return rms_norm(a, b, kEps); }}};
+    std::vector<DeviceCost> costs;
+    for (const Variant& v : variants) costs.push_back(profile_variant(v, x, w, out_dir, row_limit));
 
+    const Tensor diff = amax(abs(rms_norm_naive(x, w).to(DType::f32) - rms_norm(x, w, kEps).to(DType::f32)));
     const double bytes = static_cast<double>(rows * cols) * 2 * static_cast<double>(dtype_size(dtype));
     const double floor_us = bytes / rt.spec().hbm.bytes_per_ns / 1e3;
-    fmt::print("  {:<26} {:>10} {:>10} {:>14} {:>14} {:>12} {:>10}\n", "version", "executions", "copies in",
-               "device busy us", "device span us", "switch+load", "HBM MB");
-    for (const auto& [name, d] : {std::pair{"naive (eager ops)", n}, std::pair{"fused (built-in rms_norm)", f}}) {
-      fmt::print("  {:<26} {:>10} {:>10} {:>14.1f} {:>14.1f} {:>12.1f} {:>10.1f}\n", name, d.executions, d.copies_in,
-                 d.busy_us, d.span_us, d.overhead_us, d.hbm_mb);
+    fmt::print("\n== comparison (the active step of each profile) ==\n");
+    fmt::print("  {:<8} {:>10} {:>9} {:>14} {:>14} {:>13} {:>9} {:>12}\n", "variant", "executions", "copies",
+               "device busy us", "device span us", "switch+load us", "HBM MB", "host ms*");
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const DeviceCost& c = costs[i];
+      fmt::print("  {:<8} {:>10} {:>9} {:>14.1f} {:>14.1f} {:>13.1f} {:>9.1f} {:>12.2f}\n", variants[i].name,
+                 c.executions, c.copies_in, c.busy_us, c.span_us, c.overhead_us, c.hbm_mb, c.host_ms);
     }
-    fmt::print("  HBM floor of the fused kernel (in + out bytes / {} B/ns): {:.1f} us; fused is {:.2f}x the floor\n",
-               rt.spec().hbm.bytes_per_ns, floor_us, f.busy_us / floor_us);
-    fmt::print("  naive / fused device span: {:.2f}x; max |naive - fused| = {:.3g}\n", n.span_us / f.span_us, max_diff);
+    fmt::print("  * modeled host time of the step: wall time minus the simulation_overhead the simulator caused "
+               "({:.0f} ms naive, {:.0f} ms fused)\n", costs[0].simulation_ms, costs[1].simulation_ms);
+    fmt::print("  HBM floor of one RMSNorm (input + output bytes / {} B/ns): {:.1f} us; fused busy = {:.2f}x the "
+               "floor\n", rt.spec().hbm.bytes_per_ns, floor_us, costs[1].busy_us / floor_us);
+    fmt::print("  naive / fused device span: {:.2f}x; max |naive - fused| = {:.3g}\n",
+               costs[0].span_us / costs[1].span_us, diff.item());
+    fmt::print("\nProfiles written:\n");
+    for (const DeviceCost& c : costs) fmt::print("  {}\n", c.output_dir);
+    fmt::print("Open trace.json of a profile in https://ui.perfetto.dev (Open trace file) to follow the lanes.\n");
     return 0;
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -5,6 +5,7 @@ namespace sightline {
 std::vector<std::unique_ptr<Backend>> builtin_backends() {
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(make_cpu_backend());
+  backends.push_back(make_neuron_backend());
   return backends;
 }
 

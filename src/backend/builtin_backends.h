@@ -11,6 +11,9 @@
 namespace sightline {
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Defined by the neuron layer (src/neuron/), which sits above the runtime and the kernel builder;
+// the registry only needs its factory.
+std::unique_ptr<Backend> make_neuron_backend();
 // The built-in backends in registration order.
 std::vector<std::unique_ptr<Backend>> builtin_backends();
 

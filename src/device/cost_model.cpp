@@ -54,7 +54,13 @@ double compute_instruction_ns(const Spec& spec, const Instruction& in) {
   return e.cycles_to_ns(cycles);
 }
 
-uint64_t dma_transfer_bytes(const Instruction& in) { return std::max(in.src0.bytes(), in.dst.bytes()); }
+uint64_t dma_transfer_bytes(const Instruction& in) {
+  // A gather moves the rows it picks, not the table its source pattern spans.
+  if (in.opcode == Opcode::dma_gather) {
+    return std::max(in.dst.bytes(), in.dst.elements() * dtype_size(in.src0.dtype)) + in.src1.bytes();
+  }
+  return std::max(in.src0.bytes(), in.dst.bytes());
+}
 
 bool dma_touches_hbm(const Instruction& in) {
   return in.src0.memory == Memory::hbm || in.dst.memory == Memory::hbm;
@@ -77,6 +83,7 @@ uint64_t instruction_flops(const Instruction& in) {
     case Opcode::tensor_copy:
     case Opcode::iota:
     case Opcode::dma_copy:
+    case Opcode::dma_gather:
       return 0;
   }
   return 0;
@@ -84,6 +91,13 @@ uint64_t instruction_flops(const Instruction& in) {
 
 Traffic instruction_traffic(const Instruction& in) {
   Traffic t;
+  if (in.opcode == Opcode::dma_gather) {
+    // The table is read only at the picked rows: as many elements as dst holds.
+    t.hbm_read += in.dst.elements() * dtype_size(in.src0.dtype);
+    add_operand(t, in.src1, false);
+    add_operand(t, in.dst, true);
+    return t;
+  }
   add_operand(t, in.src0, false);
   add_operand(t, in.src1, false);
   add_operand(t, in.dst, true);

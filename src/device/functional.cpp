@@ -330,6 +330,8 @@ void FunctionalExecutor::execute(const Instruction& in) {
       return matmul_run(in);
     case Opcode::dma_copy:
       return dma(in);
+    case Opcode::dma_gather:
+      return gather(in);
   }
 }
 
@@ -471,6 +473,28 @@ void FunctionalExecutor::dma(const Instruction& in) {
   for (uint32_t p = 0; p < src.partitions; ++p) {
     load(src, p, a_.data());
     store(dst, p, a_.data());
+  }
+}
+
+void FunctionalExecutor::gather(const Instruction& in) {
+  const View dst = view(in.dst, "dst"), table = view(in.src0, "src0"), ids = view(in.src1, "src1");
+  const bool same_dtype = in.dst.dtype == in.src0.dtype;
+  bytes_.resize(static_cast<size_t>(table.elements) * dtype_size(table.dtype));
+  a_.resize(table.elements);
+  for (uint32_t p = 0; p < dst.partitions; ++p) {
+    float id = 0;
+    load(ids, p, &id);
+    if (!(id >= 0 && id < static_cast<float>(table.partitions))) {
+      fail("operand src1 row {} holds index {}, outside the table's rows 0..{}", p, id, table.partitions - 1);
+    }
+    const uint32_t row = static_cast<uint32_t>(id);
+    if (same_dtype) {
+      load_bytes(table, row, bytes_.data());
+      store_bytes(dst, p, bytes_.data());
+    } else {
+      load(table, row, a_.data());
+      store(dst, p, a_.data());
+    }
   }
 }
 

@@ -58,6 +58,7 @@ class FunctionalExecutor {
   void all_reduce(const Instruction& in);
   void matmul_run(const Instruction& in);
   void dma(const Instruction& in);
+  void gather(const Instruction& in);
 
   const Executable& exe_;
   OnChipMemory& sbuf_;

@@ -87,6 +87,8 @@ std::string_view opcode_name(Opcode op) {
       return "PARTITION_ALL_REDUCE";
     case Opcode::dma_copy:
       return "DMA_COPY";
+    case Opcode::dma_gather:
+      return "DMA_GATHER";
   }
   return "?";
 }
@@ -163,6 +165,7 @@ Engine opcode_engine(Opcode op) {
     case Opcode::partition_all_reduce:
       return Engine::gpsimd;
     case Opcode::dma_copy:
+    case Opcode::dma_gather:
       return Engine::dma;
   }
   return Engine::dma;
@@ -250,6 +253,12 @@ Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const Acces
 
 Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src) {
   return make(Opcode::dma_copy, 0, dst, src);
+}
+
+Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table, const AccessPattern& row_indices) {
+  Instruction in = make(Opcode::dma_gather, 0, dst, table);
+  in.src1 = row_indices;
+  return in;
 }
 
 }  // namespace sightline::device

@@ -50,8 +50,12 @@ enum class Opcode : uint8_t {
   partition_all_reduce,  // dst[p, i] = reduce(alu) over q of src0[q, i], for every p in dst
   // DMA queue: dst = src0 with dtype conversion; HBM<->SBUF, SBUF<->SBUF, PSUM->SBUF, HBM<->HBM.
   dma_copy,
+  // DMA queue, indirect: dst[p, :] = row src1[p, 0] of the table src0 (an HBM pattern whose partitions
+  // are the table's rows). src1 is an SBUF [p, 1] i32 tile of row indices; an index outside
+  // 0..rows-1 is an error. What embedding lookups use (descriptors generated from the indices).
+  dma_gather,
 };
-inline constexpr int kOpcodeCount = 10;
+inline constexpr int kOpcodeCount = 11;
 
 enum class AluOp : uint8_t { add, subtract, multiply, divide, max, min, pow, bypass };
 inline constexpr int kAluOpCount = 8;
@@ -175,5 +179,6 @@ Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern
 Instruction iota(const AccessPattern& dst, float base, float partition_step);
 Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
 Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src);
+Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table, const AccessPattern& row_indices);
 
 }  // namespace sightline::device

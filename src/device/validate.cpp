@@ -33,6 +33,8 @@ OperandRule rule_for(Opcode op) {
       return {Need::required, Need::required, Need::none, Need::none};
     case Opcode::activate:
       return {Need::required, Need::required, Need::optional, Need::optional};
+    case Opcode::dma_gather:
+      return {Need::required, Need::required, Need::required, Need::none};
     case Opcode::iota:
       return {Need::required, Need::none, Need::none, Need::none};
   }
@@ -232,6 +234,15 @@ class Checker {
       case Opcode::tensor_copy:
       case Opcode::dma_copy:
         same_shape(in.dst, "dst", in.src0, "src0");
+        break;
+      case Opcode::dma_gather:
+        if (in.src0.memory != Memory::hbm) error("the gather table src0 must be in HBM");
+        if (in.src1.memory != Memory::sbuf || in.src1.dtype != DType::i32)
+          error("the row indices src1 must be an i32 SBUF tile");
+        if (in.dst.free_elements() != in.src0.free_elements()) {
+          error("dst rows have {} elements but table rows {}", in.dst.free_elements(), in.src0.free_elements());
+        }
+        per_partition(in.src1, "row indices src1", in.dst, 1);
         break;
       case Opcode::activate:
         same_shape(in.dst, "dst", in.src0, "src0");

@@ -43,6 +43,23 @@ std::string_view category(EventKind kind) {
 
 bool is_host(const FunctionEvent& event) { return event.device_type == DeviceType::cpu; }
 
+std::string host_name() {
+  char buffer[256] = {};
+  if (::gethostname(buffer, sizeof(buffer) - 1) != 0 || buffer[0] == '\0') return "localhost";
+  return buffer;
+}
+
+// Synthetic process ids of the runtime and hardware subsystems in the system-lane layout; far from
+// any OS pid.
+constexpr std::int64_t kRuntimeProcess = 2'000'000'001;
+constexpr std::int64_t kHardwareProcess = 2'000'000'002;
+constexpr std::uint64_t kOpToRuntimeFlowBit = std::uint64_t{1} << 61;
+
+// A runtime call made on behalf of a device core (placed on that core's runtime lane).
+bool is_core_runtime_call(const FunctionEvent& event) {
+  return is_host(event) && event.kind == EventKind::runtime && event.device_index >= 0;
+}
+
 void write_metadata(JsonWriter& json, std::string_view name, std::int64_t ts_thousandths, std::int64_t pid,
                     std::int64_t tid, std::string_view arg_key, const auto& arg_value) {
   json.begin_object().key("name").value(name).key("ph").value("M").key("ts").fixed3(ts_thousandths);
@@ -54,6 +71,107 @@ void write_metadata(JsonWriter& json, std::string_view name, std::int64_t ts_tho
 void write_arg(JsonWriter& json, const TraceArg& arg) {
   json.key(arg.key);
   std::visit([&json](const auto& value) { json.value(value); }, arg.value);
+}
+
+void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t event_pid, std::int64_t event_tid,
+                      std::int64_t ts) {
+  const bool host = is_host(event);
+  json.begin_object();
+  json.key("ph").value("X").key("cat").value(category(event.kind)).key("name").value(event.name);
+  json.key("pid").value(event_pid).key("tid").value(event_tid);
+  json.key("ts").fixed3(ts).key("dur").fixed3(std::max<std::int64_t>(0, event.duration_ns()));
+  json.key("args").begin_object();
+  if (event.external_id != 0) json.key("External id").value(event.external_id);
+  if (!opens_correlation(event.kind) && event.id != 0) json.key("correlation").value(event.id);
+  if (!host) json.key("device").value(event.device_index).key("stream").value(event.resource);
+  if (!event.input_shapes.empty()) {
+    json.key("Input Dims").begin_array();
+    for (const auto& dims : event.input_shapes) {
+      json.begin_array();
+      for (std::int64_t dim : dims) json.value(dim);
+      json.end_array();
+    }
+    json.end_array();
+  }
+  if (event.flops != 0) json.key("flops").value(event.flops);
+  if (event.bytes != 0) json.key("bytes").value(event.bytes);
+  for (const TraceArg& arg : event.args) write_arg(json, arg);
+  json.end_object();
+  json.end_object();
+}
+
+void write_flow(JsonWriter& json, bool start, std::uint64_t id, std::int64_t pid, std::int64_t tid, std::int64_t ts,
+                std::string_view cat) {
+  json.begin_object().key("ph").value(start ? "s" : "f").key("id").value(id);
+  json.key("pid").value(pid).key("tid").value(tid).key("ts").fixed3(ts);
+  json.key("cat").value(cat).key("name").value(cat);
+  if (!start) json.key("bp").value("e");
+  json.end_object();
+}
+
+template <typename RelativeNs>
+void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options,
+                        std::int64_t pid, std::int64_t window_ts,
+                        const std::map<std::int64_t, std::string>& host_threads, const std::vector<bool>& flow_start,
+                        const std::vector<bool>& flow_end, RelativeNs relative_ns) {
+  const std::string instance = options.instance.empty() ? host_name() : options.instance;
+  const std::string prefix = fmt::format("{}/{}", instance, pid);
+  const std::string& device = options.device_name;
+  // Host threads become framework/TID:k in order of their OS ids (the main thread first).
+  std::map<std::int64_t, int> thread_index;
+  for (const auto& [tid, name] : host_threads) thread_index.emplace(tid, static_cast<int>(thread_index.size()));
+  std::set<int> runtime_cores, hardware_cores;
+  for (const FunctionEvent& event : trace.events) {
+    if (is_core_runtime_call(event)) runtime_cores.insert(event.device_index);
+    if (!is_host(event)) hardware_cores.insert(event.device_index);
+  }
+  write_metadata(json, "process_name", window_ts, pid, 0, "name", prefix + "/framework");
+  write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", 0);
+  for (const auto& [tid, k] : thread_index) {
+    write_metadata(json, "thread_name", window_ts, pid, tid, "name", fmt::format("{}/framework/TID:{}", prefix, k));
+    write_metadata(json, "thread_sort_index", window_ts, pid, tid, "sort_index", k);
+  }
+  auto subsystem = [&](std::int64_t process, std::string_view name, int sort, const std::set<int>& cores) {
+    if (cores.empty()) return;
+    write_metadata(json, "process_name", window_ts, process, 0, "name", fmt::format("{}/{}", prefix, name));
+    write_metadata(json, "process_sort_index", window_ts, process, 0, "sort_index", sort);
+    for (int core : cores) {
+      write_metadata(json, "thread_name", window_ts, process, core, "name", fmt::format("{}/{}/NC:{}", prefix, name,
+                                                                                        core));
+      write_metadata(json, "thread_sort_index", window_ts, process, core, "sort_index", core);
+    }
+  };
+  subsystem(kRuntimeProcess, device + "_rt", 1, runtime_cores);
+  subsystem(kHardwareProcess, device + "_hw", 2, hardware_cores);
+
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& event = trace.events[i];
+    std::int64_t event_pid = pid, event_tid = event.thread;
+    if (is_core_runtime_call(event)) {
+      event_pid = kRuntimeProcess;
+      event_tid = event.device_index;
+    } else if (!is_host(event)) {
+      event_pid = kHardwareProcess;
+      event_tid = event.device_index;
+    }
+    const std::int64_t ts = relative_ns(event.start_ns);
+    write_event_body(json, event, event_pid, event_tid, ts);
+    if (flow_start[i] || flow_end[i]) write_flow(json, flow_start[i], event.id, event_pid, event_tid, ts, "ac2g");
+    // Framework op -> the runtime call it made (on another lane now, so nesting no longer shows it).
+    if (is_core_runtime_call(event) && event.parent >= 0 && event.id != 0) {
+      const FunctionEvent& op = trace.events[static_cast<std::size_t>(event.parent)];
+      const std::uint64_t id = event.id ^ kOpToRuntimeFlowBit;
+      write_flow(json, true, id, pid, op.thread, ts, "fwd");
+      write_flow(json, false, id, event_pid, event_tid, ts, "fwd");
+    }
+  }
+  json.begin_object().key("name").value("Record Window End").key("ph").value("i").key("s").value("g");
+  json.key("pid").value("").key("tid").value("").key("ts").fixed3(relative_ns(trace.window_end_ns));
+  json.end_object();
+  json.end_array();
+  json.key("traceName").value(options.trace_name);
+  json.end_object();
+  json.flush();
 }
 
 }  // namespace
@@ -128,6 +246,10 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
   json.key("traceEvents").begin_array(true);
 
   const std::int64_t window_ts = relative_ns(trace.window_start_ns);
+  if (options.system_lanes) {
+    write_system_lanes(trace, json, options, pid, window_ts, host_threads, flow_start, flow_end, relative_ns);
+    return;
+  }
   write_metadata(json, "process_name", window_ts, pid, 0, "name", process_name());
   write_metadata(json, "process_labels", window_ts, pid, 0, "labels", "CPU");
   write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", pid);
@@ -163,35 +285,8 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     const std::int64_t event_pid = host ? pid : event.device_index;
     const std::int64_t event_tid = host ? event.thread : event.resource;
     const std::int64_t ts = relative_ns(event.start_ns);
-    json.begin_object();
-    json.key("ph").value("X").key("cat").value(category(event.kind)).key("name").value(event.name);
-    json.key("pid").value(event_pid).key("tid").value(event_tid);
-    json.key("ts").fixed3(ts).key("dur").fixed3(std::max<std::int64_t>(0, event.duration_ns()));
-    json.key("args").begin_object();
-    if (event.external_id != 0) json.key("External id").value(event.external_id);
-    if (!opens_correlation(event.kind) && event.id != 0) json.key("correlation").value(event.id);
-    if (!host) json.key("device").value(event.device_index).key("stream").value(event.resource);
-    if (!event.input_shapes.empty()) {
-      json.key("Input Dims").begin_array();
-      for (const auto& dims : event.input_shapes) {
-        json.begin_array();
-        for (std::int64_t dim : dims) json.value(dim);
-        json.end_array();
-      }
-      json.end_array();
-    }
-    if (event.flops != 0) json.key("flops").value(event.flops);
-    if (event.bytes != 0) json.key("bytes").value(event.bytes);
-    for (const TraceArg& arg : event.args) write_arg(json, arg);
-    json.end_object();
-    json.end_object();
-    if (flow_start[i] || flow_end[i]) {
-      json.begin_object().key("ph").value(flow_start[i] ? "s" : "f").key("id").value(event.id);
-      json.key("pid").value(event_pid).key("tid").value(event_tid).key("ts").fixed3(ts);
-      json.key("cat").value("ac2g").key("name").value("ac2g");
-      if (flow_end[i]) json.key("bp").value("e");
-      json.end_object();
-    }
+    write_event_body(json, event, event_pid, event_tid, ts);
+    if (flow_start[i] || flow_end[i]) write_flow(json, flow_start[i], event.id, event_pid, event_tid, ts, "ac2g");
   }
   json.begin_object().key("name").value("Record Window End").key("ph").value("i").key("s").value("g");
   json.key("pid").value("").key("tid").value("").key("ts").fixed3(relative_ns(trace.window_end_ns));

@@ -22,6 +22,13 @@ namespace sightline::profiler {
 struct ChromeTraceOptions {
   std::string device_name = "privateuseone";  // names device lanes that no source named
   std::string trace_name{};                   // "traceName"; export_chrome_trace uses the path
+  // The system-trace layout of the Neuron tools instead of Kineto's: lanes named
+  // instance/PID/subsystem/identifier — ".../framework/TID:k" for host threads,
+  // ".../<device>_rt/NC:k" for runtime calls made for core k (runtime events with a device index),
+  // ".../<device>_hw/NC:k" for device activity — and a flow from each framework op to the runtime
+  // calls it made, next to the flow from a runtime call to the device work it launched.
+  bool system_lanes = false;
+  std::string instance{};  // the instance part of lane names; empty: the host name
 };
 
 // Writes the trace document into `json` (which must be empty) and flushes it.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "profiler/chrome_trace.h"
+#include "profiler/op_observer.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {
@@ -123,6 +124,7 @@ void profile::start_trace() {
   window_start_ns_ = now_ns();
   window_wall_start_ns_ = wall_clock_ns();
   recording_start({options_.max_events, options_.record_shapes});
+  if (wants(options_.activities, ProfilerActivity::CPU)) start_op_recording({options_.with_flops});
   tracing_ = true;
   for (auto& source : sources_) source->start();
 }
@@ -137,6 +139,7 @@ void profile::stop_trace() {
           source->name()));
     }
   }
+  stop_op_recording();
   recording_stop();
   for (auto& source : sources_) source->stop();
   const std::int64_t window_end_ns = now_ns();

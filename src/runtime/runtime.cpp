@@ -5,14 +5,15 @@
 #include <cstring>
 #include <unordered_set>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "profiler/record.h"
 #include "sightline/error.h"
 
 namespace sightline::runtime {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ns() { return profiler::now_ns(); }
 
 std::string_view event_kind_name(EventKind kind) {
   switch (kind) {
@@ -126,9 +127,10 @@ Runtime::CoreState& Runtime::core_state(int core) const {
 }
 
 uint32_t Runtime::thread_index() {
-  static std::atomic<uint32_t> next{0};
-  thread_local uint32_t index = next.fetch_add(1);
-  return index;
+  // The OS thread id, the same id the profiler's host events carry, so runtime calls land on the
+  // lane of the thread that made them.
+  thread_local const auto tid = static_cast<uint32_t>(::syscall(SYS_gettid));
+  return tid;
 }
 
 void Runtime::record(const Event& e) {

@@ -42,7 +42,7 @@
 
 namespace sightline::runtime {
 
-// The host clock every layer uses for timestamps (steady clock, ns).
+// The host clock every layer uses for timestamps: the profiler's monotonic clock, in ns.
 int64_t now_ns();
 
 enum class EventKind : uint8_t {
@@ -73,7 +73,7 @@ inline constexpr ExecutableId kNoExecutable = 0xffffffffu;
 struct Event {
   EventKind kind = EventKind::load;
   int16_t core = 0;
-  uint32_t thread = 0;  // host thread index (host events)
+  uint32_t thread = 0;  // OS thread id of the calling thread (host events)
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   uint64_t correlation = 0;  // the framework op that caused it (0: none)

@@ -91,7 +91,8 @@ TEST(Registry, MissingKernelNamesTheBackendsThatHaveIt) {
   toy();
   Tensor x = ones({2}).to(Device::parse("toy:0"));
   EXPECT_THAT(error_of([&] { (void)exp(x); }),
-              HasSubstr("aten::exp is not implemented for device toy:0; it is only available for these backends: [cpu]"));
+              HasSubstr("aten::exp is not implemented for device toy:0; "
+                        "it is only available for these backends: [cpu, neuron]"));
   EXPECT_THAT(error_of([&] { (void)add(x, ones({2})); }), HasSubstr("inputs are on different devices (toy:0 for input 0, cpu"));
 }
 

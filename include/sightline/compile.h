@@ -1,0 +1,104 @@
+// compile(): capture a tensor function into a graph, optimize it, and run it as one compiled program.
+//
+//   using namespace sightline;
+//   auto rms = compile([](const Tensor& x, const Tensor& w) {
+//     return x * rsqrt(mean(x * x, {-1}, /*keepdim=*/true) + 1e-6) * w;   // naive RMSNorm, 6 ops
+//   });
+//   Tensor y = rms(x, w);   // first call for f32[4096, 4096], f32[4096] on neuron:0: capture + compile
+//   Tensor z = rms(x, w);   // same signature: the compiled program runs again (a guard hit)
+//   fmt::print("{}", rms.graph_dump({x, w}));   // the optimized graph: one aten::rms_norm node
+//
+// On the first call for an input signature (each argument's shape, dtype and device: the guards) the
+// function runs once on proxy tensors that record its ops into a graph and do no device work. The graph
+// is optimized (dead code, scalar constant folding, recognition of built-in fused ops, matmul epilogue
+// and row fusion, layout choice; see src/compiler/passes.h) and cached under the signature; later calls
+// with that signature run the cached program, a new signature compiles again. Arguments are made
+// contiguous before they are bound, so any strides share one program.
+//
+// Running: the optimized graph is replayed with eager ops on the arguments' backend, so a compiled
+// function gives the eager result on every backend (fused groups run their ops one after the other).
+//
+// What cannot be captured is an error (sightline::Error), never a silent wrong result:
+//   * reading a tensor's value on the host inside the function (item(), to_string(), .to(cpu), a branch
+//     on data): the message names the op that produced the value; move the read outside;
+//   * tensors from the enclosing scope (not arguments): pass them as arguments;
+//   * tensors made from host data inside the function (randn, from_vector, .to(device)): pass them in.
+// Python-style control flow on shapes is fine (shapes are guarded). Inside the function tensors report
+// the device "capture:0"; constants made with zeros/ones/full on x.device() run on the real device.
+// The function must be pure: it runs only on the first call of each signature.
+#pragma once
+
+#include <concepts>
+#include <type_traits>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sightline/tensor.h"
+
+namespace sightline {
+
+struct CompileOptions {
+  bool optimize = true;  // false: run the captured graph as recorded (to compare against the passes)
+};
+
+struct CompileStats {
+  int64_t compilations = 0;  // signatures captured and compiled (guard misses)
+  int64_t calls = 0;
+  int64_t cache_hits = 0;  // calls that found a compiled program for their signature
+};
+
+struct CompiledFunctionState;
+
+// The callable compile() returns; copies share one cache of compiled programs. Thread-safe.
+class CompiledFunction {
+ public:
+  explicit CompiledFunction(std::shared_ptr<CompiledFunctionState> state) : state_(std::move(state)) {}
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  // For functions of one to three tensors that return one tensor.
+  Tensor operator()(const Tensor& a) const;
+  Tensor operator()(const Tensor& a, const Tensor& b) const;
+  Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& c) const;
+
+  CompileStats stats() const;
+  // The optimized graph for the signature of `inputs`, compiling it if needed (the golden-file format).
+  std::string graph_dump(const std::vector<Tensor>& inputs) const;
+
+ private:
+  std::shared_ptr<CompiledFunctionState> state_;
+};
+
+using TensorListFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// `arity` is the number of arguments the function takes, or -1 for any (checked on every call).
+CompiledFunction compile(TensorListFunction fn, CompileOptions options = {}, int arity = -1);
+
+template <typename F>
+requires std::is_invocable_r_v<Tensor, F, const Tensor&> CompiledFunction
+compile(F fn, CompileOptions options = {}) {
+  return compile(
+      TensorListFunction([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }),
+      options, 1);
+}
+
+template <typename F>
+requires std::is_invocable_r_v<Tensor, F, const Tensor&, const Tensor&> CompiledFunction
+compile(F fn, CompileOptions options = {}) {
+  return compile(TensorListFunction(
+                     [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0], in[1])}; }),
+                 options, 2);
+}
+
+template <typename F>
+requires std::is_invocable_r_v<Tensor, F, const Tensor&, const Tensor&, const Tensor&> CompiledFunction
+compile(F fn, CompileOptions options = {}) {
+  return compile(TensorListFunction([fn](const std::vector<Tensor>& in) {
+                   return std::vector<Tensor>{fn(in[0], in[1], in[2])};
+                 }),
+                 options, 3);
+}
+
+}  // namespace sightline

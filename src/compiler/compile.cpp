@@ -1,0 +1,127 @@
+// compile(): guards on the input signature, the per-function cache of compiled programs, and calls.
+#include "sightline/compile.h"
+
+#include <map>
+#include <mutex>
+
+#include "compiler/capture.h"
+#include "compiler/execute.h"
+#include "compiler/passes.h"
+
+namespace sightline {
+namespace {
+
+// A compiled program: the optimized graph for one input signature.
+struct Program {
+  compiler::Graph graph;
+};
+
+// The guard key: every argument's dtype, shape and device ("f32[4, 8]@cpu|bf16[8]@neuron:0").
+std::string signature_of(const std::vector<Tensor>& inputs) {
+  std::string key;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    SIGHTLINE_CHECK(t.defined(), "compiled function: argument {} is an undefined tensor", i);
+    if (i > 0) key += '|';
+    key += fmt::format("{}{}@{}", dtype_name(t.dtype()), t.shape(), t.device());
+  }
+  return key;
+}
+
+Device common_device(const std::vector<Tensor>& inputs) {
+  if (inputs.empty()) return Device::cpu();
+  const Device device = inputs[0].device();
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    SIGHTLINE_CHECK(inputs[i].device() == device,
+                    "compiled function: argument 0 is on {} but argument {} on {}; move all arguments to one "
+                    "device with .to(device)",
+                    device, i, inputs[i].device());
+  }
+  return device;
+}
+
+}  // namespace
+
+struct CompiledFunctionState {
+  TensorListFunction fn;
+  CompileOptions options;
+  int arity = -1;
+  std::mutex mutex;  // guards the fields below
+  std::map<std::string, std::shared_ptr<const Program>> programs;
+  CompileStats stats;
+
+  std::shared_ptr<const Program> program_for(const std::vector<Tensor>& inputs, bool is_call) {
+    SIGHTLINE_CHECK(arity < 0 || static_cast<int>(inputs.size()) == arity,
+                    "compiled function: it takes {} tensor argument(s), got {}", arity, inputs.size());
+    const std::string key = signature_of(inputs);
+    const Device device = common_device(inputs);
+    {
+      std::lock_guard lock(mutex);
+      if (is_call) ++stats.calls;
+      if (auto it = programs.find(key); it != programs.end()) {
+        if (is_call) ++stats.cache_hits;
+        return it->second;
+      }
+    }
+    // Compile outside the lock: capturing runs user code, which may call other compiled functions.
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
+    compiler::Graph graph = compiler::capture(fn, metas, device);
+    graph = options.optimize ? compiler::optimize(std::move(graph)) : compiler::eliminate_dead_code(graph);
+    auto program = std::make_shared<const Program>(Program{std::move(graph)});
+    std::lock_guard lock(mutex);
+    auto [it, inserted] = programs.emplace(key, program);
+    if (inserted) ++stats.compilations;  // a racing thread may have compiled the same signature first
+    return it->second;
+  }
+};
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) const {
+  const std::shared_ptr<const Program> program = state_->program_for(inputs, true);
+  std::vector<Tensor> bound;
+  bound.reserve(inputs.size());
+  for (const Tensor& t : inputs) bound.push_back(t.contiguous());
+  return compiler::run_eager(program->graph, bound);
+}
+
+namespace {
+
+Tensor single_result(std::vector<Tensor> results) {
+  SIGHTLINE_CHECK(
+      results.size() == 1,
+      "compiled function: it returns {} tensors; call it with a std::vector<Tensor> to get them all",
+      results.size());
+  return std::move(results.front());
+}
+
+}  // namespace
+
+Tensor CompiledFunction::operator()(const Tensor& a) const {
+  return single_result((*this)(std::vector<Tensor>{a}));
+}
+Tensor CompiledFunction::operator()(const Tensor& a, const Tensor& b) const {
+  return single_result((*this)(std::vector<Tensor>{a, b}));
+}
+Tensor CompiledFunction::operator()(const Tensor& a, const Tensor& b, const Tensor& c) const {
+  return single_result((*this)(std::vector<Tensor>{a, b, c}));
+}
+
+CompileStats CompiledFunction::stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+std::string CompiledFunction::graph_dump(const std::vector<Tensor>& inputs) const {
+  return compiler::dump(state_->program_for(inputs, false)->graph);
+}
+
+CompiledFunction compile(TensorListFunction fn, CompileOptions options, int arity) {
+  SIGHTLINE_CHECK(fn != nullptr, "compile(): the function is empty");
+  auto state = std::make_shared<CompiledFunctionState>();
+  state->fn = std::move(fn);
+  state->options = options;
+  state->arity = arity;
+  return CompiledFunction(std::move(state));
+}
+
+}  // namespace sightline

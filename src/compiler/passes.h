@@ -1,0 +1,43 @@
+// The optimization passes and the pipeline that runs them, verifying the graph after each one.
+//
+//   dead_code           drop nodes whose values reach no output
+//   fold_constants      scalar identities and chains: x * 1, x + 0, (x * a) * b -> x * (a*b),
+//                       pow(x, 2) -> x*x
+//   recognize_builtins  naive forms of built-in fused ops: the RMSNorm chain -> rms_norm,
+//                       x * sigmoid(x) -> silu
+//   fuse_epilogues      a matmul/linear and the elementwise ops on its result (bias, activation, residual)
+//   fuse_rows           elementwise ops and last-dim reductions over one row space -> one group on chip
+//   choose_layout       which dims of each node map to the 128 partitions
+//
+// The first three are (pattern, replacement) tables applied by one rewrite engine (rewrite.h); the
+// fusions partition the graph into groups and outline each group as a fused node (fusion.cpp).
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string_view>
+
+#include "compiler/graph.h"
+
+namespace sightline::compiler {
+
+Graph eliminate_dead_code(const Graph& graph);
+Graph fold_constants(const Graph& graph);
+Graph recognize_builtins(const Graph& graph);
+Graph fuse_matmul_epilogues(const Graph& graph);
+Graph fuse_rows(const Graph& graph);
+Graph choose_layout(const Graph& graph);
+
+struct Pass {
+  std::string_view name;
+  Graph (*run)(const Graph&);
+};
+// The passes compile() runs, in order.
+std::span<const Pass> default_pipeline();
+
+// Runs the pipeline, verifying after every pass (a broken invariant throws, naming the pass);
+// `after_pass` sees each intermediate graph (tests dump them).
+using PassObserver = std::function<void(std::string_view pass, const Graph& graph)>;
+Graph optimize(Graph graph, const PassObserver& after_pass = {});
+
+}  // namespace sightline::compiler

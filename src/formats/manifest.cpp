@@ -1,0 +1,406 @@
+#include "formats/manifest.h"
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "formats/ntff.h"
+#include "sightline/error.h"
+
+#ifndef SIGHTLINE_VERSION_STRING
+#error "src/formats/CMakeLists.txt defines SIGHTLINE_VERSION_STRING from the project version"
+#endif
+
+namespace sightline::formats {
+namespace {
+
+// ordered_json keeps the schema order, so manifests diff well and read top-down.
+using Json = nlohmann::ordered_json;
+
+std::string hash_text(uint64_t hash) { return fmt::format("{:016x}", hash); }
+
+// A strict view of one JSON object: every accessor names the JSON path of what is missing or mistyped.
+class Object {
+ public:
+  Object(const Json& json, std::string path, const std::string& origin)
+      : json_(json), path_(std::move(path)), origin_(origin) {
+    if (!json_.is_object()) error("{} must be an object, found {}", path_, json_.type_name());
+  }
+
+  template <typename... Args>
+  [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) const {
+    fail("manifest '{}': {}", origin_, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  std::string path_of(std::string_view key) const { return fmt::format("{}.{}", path_, key); }
+
+  const Json& at(std::string_view key) const {
+    const auto it = json_.find(key);
+    if (it == json_.end()) {
+      error("required field {} is missing; rewrite the profile with this sightline version", path_of(key));
+    }
+    return *it;
+  }
+  bool has(std::string_view key) const { return json_.contains(key); }
+
+  Object object(std::string_view key) const { return Object(at(key), path_of(key), origin_); }
+
+  const Json& array(std::string_view key) const {
+    const Json& v = at(key);
+    if (!v.is_array()) error("{} must be an array, found {}", path_of(key), v.type_name());
+    return v;
+  }
+
+  std::string string(std::string_view key) const {
+    const Json& v = at(key);
+    if (!v.is_string()) error("{} must be a string, found {}", path_of(key), v.type_name());
+    return v.get<std::string>();
+  }
+
+  uint64_t u64(std::string_view key) const { return unsigned_of(at(key), path_of(key)); }
+
+  uint32_t u32(std::string_view key) const {
+    const uint64_t v = u64(key);
+    if (v > UINT32_MAX) error("{} is {}, at most {}", path_of(key), v, UINT32_MAX);
+    return static_cast<uint32_t>(v);
+  }
+
+  double number(std::string_view key) const {
+    const Json& v = at(key);
+    if (!v.is_number()) error("{} must be a number, found {}", path_of(key), v.type_name());
+    return v.get<double>();
+  }
+
+  uint64_t unsigned_of(const Json& v, const std::string& where) const {
+    if (!v.is_number_unsigned()) {
+      error("{} must be an unsigned integer, found {}", where,
+            v.is_number_integer() ? "a negative integer" : v.type_name());
+    }
+    return v.get<uint64_t>();
+  }
+
+  uint64_t hash(std::string_view key) const {
+    const std::string text = string(key);
+    if (text.size() != 16 || text.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      error("{} is \"{}\", expected 16 lowercase hex digits", path_of(key), text);
+    }
+    return std::stoull(text, nullptr, 16);
+  }
+
+  const std::string& path() const { return path_; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  const Json& json_;
+  std::string path_;
+  const std::string& origin_;
+};
+
+Json engine_json(const device::EngineSpec& e) {
+  return Json{{"clock_ghz", e.clock_ghz},
+              {"elements_per_cycle_32bit", e.elements_per_cycle_32bit},
+              {"elements_per_cycle_16bit", e.elements_per_cycle_16bit},
+              {"static_overhead_cycles", e.static_overhead_cycles},
+              {"accumulate_extra_cycles", e.accumulate_extra_cycles}};
+}
+
+device::EngineSpec engine_of(const Object& o) {
+  device::EngineSpec e;
+  e.clock_ghz = o.number("clock_ghz");
+  e.elements_per_cycle_32bit = o.number("elements_per_cycle_32bit");
+  e.elements_per_cycle_16bit = o.number("elements_per_cycle_16bit");
+  e.static_overhead_cycles = o.u32("static_overhead_cycles");
+  e.accumulate_extra_cycles = o.u32("accumulate_extra_cycles");
+  return e;
+}
+
+Json device_json(const device::Spec& s) {
+  Json j;
+  j["name"] = s.name;
+  j["core_version"] = s.core_version;
+  j["cores_per_instance"] = s.cores_per_instance;
+  j["base_clock_ghz"] = s.base_clock_ghz;
+  j["partitions"] = s.partitions;
+  j["sbuf_bytes_per_partition"] = s.sbuf_bytes_per_partition;
+  j["psum_bytes_per_partition"] = s.psum_bytes_per_partition;
+  j["psum_banks"] = s.psum_banks;
+  j["access_overhead_cycles"] = s.access_overhead_cycles;
+  j["tensor"] = Json{{"clock_ghz", s.tensor.clock_ghz},
+                     {"array_rows", s.tensor.array_rows},
+                     {"array_cols", s.tensor.array_cols},
+                     {"moving_free_max", s.tensor.moving_free_max},
+                     {"mm_init_interval_cycles", s.tensor.mm_init_interval_cycles},
+                     {"fp32_cost_factor", s.tensor.fp32_cost_factor}};
+  j["vector"] = engine_json(s.vector);
+  j["scalar"] = engine_json(s.scalar);
+  j["gpsimd"] = engine_json(s.gpsimd);
+  j["dma"] = Json{{"queues", s.dma.queues},
+                  {"fixed_cost_ns", s.dma.fixed_cost_ns},
+                  {"queue_bytes_per_ns", s.dma.queue_bytes_per_ns}};
+  j["hbm"] = Json{{"capacity_bytes", s.hbm.capacity_bytes}, {"bytes_per_ns", s.hbm.bytes_per_ns}};
+  j["runtime"] = Json{{"submission_ns", s.runtime.submission_ns},
+                      {"executable_switch_ns", s.runtime.executable_switch_ns},
+                      {"completion_ns", s.runtime.completion_ns},
+                      {"first_load_ns", s.runtime.first_load_ns}};
+  return j;
+}
+
+device::Spec device_of(const Object& o) {
+  device::Spec s;
+  s.name = o.string("name");
+  s.core_version = o.string("core_version");
+  s.cores_per_instance = o.u32("cores_per_instance");
+  s.base_clock_ghz = o.number("base_clock_ghz");
+  s.partitions = o.u32("partitions");
+  s.sbuf_bytes_per_partition = o.u32("sbuf_bytes_per_partition");
+  s.psum_bytes_per_partition = o.u32("psum_bytes_per_partition");
+  s.psum_banks = o.u32("psum_banks");
+  s.access_overhead_cycles = o.u32("access_overhead_cycles");
+  const Object tensor = o.object("tensor");
+  s.tensor.clock_ghz = tensor.number("clock_ghz");
+  s.tensor.array_rows = tensor.u32("array_rows");
+  s.tensor.array_cols = tensor.u32("array_cols");
+  s.tensor.moving_free_max = tensor.u32("moving_free_max");
+  s.tensor.mm_init_interval_cycles = tensor.u32("mm_init_interval_cycles");
+  s.tensor.fp32_cost_factor = tensor.u32("fp32_cost_factor");
+  s.vector = engine_of(o.object("vector"));
+  s.scalar = engine_of(o.object("scalar"));
+  s.gpsimd = engine_of(o.object("gpsimd"));
+  const Object dma = o.object("dma");
+  s.dma.queues = dma.u32("queues");
+  s.dma.fixed_cost_ns = dma.number("fixed_cost_ns");
+  s.dma.queue_bytes_per_ns = dma.number("queue_bytes_per_ns");
+  const Object hbm = o.object("hbm");
+  s.hbm.capacity_bytes = hbm.u64("capacity_bytes");
+  s.hbm.bytes_per_ns = hbm.number("bytes_per_ns");
+  const Object runtime = o.object("runtime");
+  s.runtime.submission_ns = runtime.number("submission_ns");
+  s.runtime.executable_switch_ns = runtime.number("executable_switch_ns");
+  s.runtime.completion_ns = runtime.number("completion_ns");
+  s.runtime.first_load_ns = runtime.number("first_load_ns");
+  return s;
+}
+
+std::optional<ManifestFileKind> file_kind_of(std::string_view name) {
+  for (auto kind : {ManifestFileKind::trace, ManifestFileKind::system_trace, ManifestFileKind::neff,
+                    ManifestFileKind::ntff}) {
+    if (manifest_file_kind_name(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+// What is wrong with a file entry, or an empty string. Shared by the writer and the reader.
+std::string file_problem(const ManifestFile& f) {
+  if (f.path.empty()) return "an empty path";
+  if (f.path.front() == '/' || f.path.find('\\') != std::string::npos) {
+    return fmt::format("path \"{}\" is not relative with '/' separators", f.path);
+  }
+  for (const auto& part : std::filesystem::path(f.path)) {
+    if (part == ".." || part == ".") return fmt::format("path \"{}\" has a '.' or '..' component", f.path);
+  }
+  if (f.path == kManifestFileName) return "manifest.json lists itself";
+  const bool hashed = f.kind == ManifestFileKind::neff || f.kind == ManifestFileKind::ntff;
+  if (hashed != f.neff_hash.has_value()) {
+    return fmt::format("{} file \"{}\" {} a neff_hash", manifest_file_kind_name(f.kind), f.path,
+                       hashed ? "needs" : "must not have");
+  }
+  if ((f.kind == ManifestFileKind::ntff) != f.core.has_value()) {
+    return fmt::format("{} file \"{}\" {} a core", manifest_file_kind_name(f.kind), f.path,
+                       f.kind == ManifestFileKind::ntff ? "needs" : "must not have");
+  }
+  const std::string name = std::filesystem::path(f.path).filename().string();
+  if (f.kind == ManifestFileKind::neff && name != ntff_paired_neff_file_name(*f.neff_hash)) {
+    return fmt::format("neff file \"{}\" is not named {} after its hash", f.path,
+                       ntff_paired_neff_file_name(*f.neff_hash));
+  }
+  if (f.kind == ManifestFileKind::ntff && name != ntff_file_name(*f.neff_hash, *f.core)) {
+    return fmt::format("ntff file \"{}\" is not named {} after its hash and core", f.path,
+                       ntff_file_name(*f.neff_hash, *f.core));
+  }
+  return {};
+}
+
+// Directory-level rules: unique paths, every NTFF's executable listed.
+std::string files_problem(const std::vector<ManifestFile>& files) {
+  std::set<std::string> paths;
+  std::set<uint64_t> neffs;
+  for (const auto& f : files) {
+    if (!paths.insert(f.path).second) return fmt::format("\"{}\" is listed twice", f.path);
+    if (f.kind == ManifestFileKind::neff) neffs.insert(*f.neff_hash);
+  }
+  for (const auto& f : files) {
+    if (f.kind == ManifestFileKind::ntff && !neffs.contains(*f.neff_hash)) {
+      return fmt::format("ntff file \"{}\" pairs with {}, which is not listed", f.path,
+                         ntff_paired_neff_file_name(*f.neff_hash));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string sightline_version_string() { return SIGHTLINE_VERSION_STRING; }
+
+std::string manifest_now_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string_view manifest_file_kind_name(ManifestFileKind kind) {
+  switch (kind) {
+    case ManifestFileKind::trace:
+      return "trace";
+    case ManifestFileKind::system_trace:
+      return "system_trace";
+    case ManifestFileKind::neff:
+      return "neff";
+    case ManifestFileKind::ntff:
+      return "ntff";
+  }
+  SIGHTLINE_ASSERT_MSG(false, "manifest file kind {}", static_cast<int>(kind));
+}
+
+uint64_t ManifestDropped::total() const {
+  uint64_t n = framework;
+  for (const auto& c : per_core) n += c.events + c.executions;
+  return n;
+}
+
+std::string manifest_serialize(const Manifest& m) {
+  SIGHTLINE_CHECK(m.format_version == kManifestVersion,
+                  "manifest: format_version {} cannot be written; this build writes version {}",
+                  m.format_version, kManifestVersion);
+  Json j;
+  j["format_version"] = m.format_version;
+  j["sightline_version"] = m.sightline_version;
+  j["created_utc"] = m.created_utc;
+  j["modes"] = m.modes;
+  j["captured_cores"] = m.captured_cores;
+  j["device"] = device_json(m.device);
+  j["events"] = Json{{"framework", m.events.framework},
+                     {"runtime", m.events.runtime},
+                     {"hardware", m.events.hardware},
+                     {"instruction_records", m.events.instruction_records}};
+  Json per_core = Json::array();
+  for (const auto& c : m.dropped.per_core) {
+    per_core.push_back(Json{{"core", c.core}, {"events", c.events}, {"executions", c.executions}});
+  }
+  j["dropped"] =
+      Json{{"framework", m.dropped.framework}, {"per_core", per_core}, {"total", m.dropped.total()}};
+  Json files = Json::array();
+  for (const auto& f : m.files) {
+    const std::string problem = file_problem(f);
+    SIGHTLINE_CHECK(problem.empty(), "manifest: cannot list file: {}", problem);
+    Json entry{{"kind", manifest_file_kind_name(f.kind)}, {"path", f.path}};
+    if (f.neff_hash) entry["neff_hash"] = hash_text(*f.neff_hash);
+    if (f.core) entry["core"] = *f.core;
+    entry["bytes"] = f.bytes;
+    files.push_back(std::move(entry));
+  }
+  const std::string problem = files_problem(m.files);
+  SIGHTLINE_CHECK(problem.empty(), "manifest: {}", problem);
+  j["files"] = std::move(files);
+  return j.dump(2) + "\n";
+}
+
+Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("manifest '{}': not valid JSON ({}); the export was interrupted or the file was edited", origin,
+         e.what());
+  }
+  const Object top(root, "$", origin);
+  Manifest m;
+  const Json& version = top.at("format_version");
+  if (!version.is_number_integer() || version.get<int64_t>() != kManifestVersion) {
+    top.error("format_version is {}, this build reads version {}; use the sightline release that wrote it",
+              version.dump(), kManifestVersion);
+  }
+  m.format_version = kManifestVersion;
+  m.sightline_version = top.string("sightline_version");
+  m.created_utc = top.string("created_utc");
+  for (const Json& mode : top.array("modes")) {
+    if (!mode.is_string()) top.error("$.modes must hold strings, found {}", mode.type_name());
+    m.modes.push_back(mode.get<std::string>());
+  }
+  for (const Json& core : top.array("captured_cores")) {
+    const uint64_t c = top.unsigned_of(core, "$.captured_cores[]");
+    if (c > UINT32_MAX) top.error("$.captured_cores holds {}, at most {}", c, UINT32_MAX);
+    m.captured_cores.push_back(static_cast<uint32_t>(c));
+  }
+  m.device = device_of(top.object("device"));
+  const Object events = top.object("events");
+  m.events.framework = events.u64("framework");
+  m.events.runtime = events.u64("runtime");
+  m.events.hardware = events.u64("hardware");
+  m.events.instruction_records = events.u64("instruction_records");
+  const Object dropped = top.object("dropped");
+  m.dropped.framework = dropped.u64("framework");
+  const Json& per_core = dropped.array("per_core");
+  for (size_t i = 0; i < per_core.size(); ++i) {
+    const Object c(per_core[i], fmt::format("$.dropped.per_core[{}]", i), origin);
+    m.dropped.per_core.push_back({c.u32("core"), c.u64("events"), c.u64("executions")});
+  }
+  const uint64_t total = dropped.u64("total");
+  if (total != m.dropped.total()) {
+    top.error("$.dropped.total is {}, but framework and per_core add up to {}", total, m.dropped.total());
+  }
+  const Json& files = top.array("files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    const Object f(files[i], fmt::format("$.files[{}]", i), origin);
+    ManifestFile file;
+    const std::string kind = f.string("kind");
+    const auto parsed_kind = file_kind_of(kind);
+    if (!parsed_kind) {
+      f.error("{} is \"{}\", expected one of trace, system_trace, neff, ntff", f.path_of("kind"), kind);
+    }
+    file.kind = *parsed_kind;
+    file.path = f.string("path");
+    if (f.has("neff_hash")) file.neff_hash = f.hash("neff_hash");
+    if (f.has("core")) file.core = f.u32("core");
+    file.bytes = f.u64("bytes");
+    const std::string problem = file_problem(file);
+    if (!problem.empty()) f.error("{}: {}", f.path(), problem);
+    m.files.push_back(std::move(file));
+  }
+  const std::string problem = files_problem(m.files);
+  if (!problem.empty()) top.error("$.files: {}", problem);
+  return m;
+}
+
+std::string manifest_save(const Manifest& manifest, const std::string& dir) {
+  const std::string text = manifest_serialize(manifest);
+  const std::string path = (std::filesystem::path(dir) / kManifestFileName).string();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  SIGHTLINE_CHECK(out.good(), "cannot write manifest '{}': check that the directory exists and is writable",
+                  path);
+  out << text;
+  SIGHTLINE_CHECK(out.good(), "writing manifest '{}' failed (disk full?)", path);
+  return path;
+}
+
+Manifest manifest_load(const std::string& path) {
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(file)) file /= kManifestFileName;
+  std::ifstream in(file, std::ios::binary);
+  SIGHTLINE_CHECK(in.good(),
+                  "cannot open manifest '{}': a profile directory without manifest.json is an incomplete "
+                  "export; export it again",
+                  file.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return manifest_parse(text.str(), file.string());
+}
+
+}  // namespace sightline::formats

@@ -1,0 +1,113 @@
+#include "kernels/eager.h"
+
+#include <fmt/format.h>
+
+#include "kernels/eager_internal.h"
+#include "sightline/error.h"
+
+namespace sightline::kernels {
+namespace {
+
+std::string desc_key(const TensorDesc& t) {
+  return fmt::format("{}{}/{}", dtype_name(t.dtype), t.shape, t.strides);
+}
+
+std::string kernel_name(OpId op, std::span<const TensorDesc> inputs, const TensorDesc& out) {
+  std::string name(op_name(op));
+  if (name.starts_with("aten::")) name = name.substr(6);
+  for (const TensorDesc& t : inputs) name += fmt::format("_{}", desc_key(t));
+  return name + fmt::format("_to_{}{}", dtype_name(out.dtype), out.shape);
+}
+
+}  // namespace
+
+std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                             const TensorDesc& out, const device::Spec& spec) {
+  return fmt::format("{}|spec={}:{}", eager_kernel_key(op, inputs, attrs, out), spec.name, spec.path);
+}
+
+std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                             const TensorDesc& out) {
+  std::string key = fmt::format("{}|", op_name(op));
+  for (const TensorDesc& t : inputs) key += desc_key(t) + ";";
+  key += "->" + desc_key(out);
+  // Every attribute a kernel may read; the unread ones are zero by default and cost nothing.
+  key += fmt::format("|s={}:{}|dims={}|k={}|d={},{}|sl={},{},{}|eps={}|t={}", attrs.scalar, attrs.has_scalar,
+                     attrs.dims, attrs.keepdim, attrs.dim, attrs.dim1, attrs.start, attrs.end, attrs.step,
+                     attrs.eps, dtype_name(attrs.dtype));
+  return key;
+}
+
+device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                                      const TensorDesc& out, const device::Spec& spec) {
+  const OpInfo& info = op_info(op);
+  SIGHTLINE_CHECK(!info.is_view, "{} is a view op: it rewrites metadata and has no device kernel", info.name);
+  SIGHTLINE_CHECK(op != OpId::copy,
+                  "aten::copy_ has no eager device kernel: host<->device copies are the runtime's job");
+  SIGHTLINE_CHECK(info.arity < 0 || inputs.size() <= static_cast<size_t>(std::max(info.arity, 0)),
+                  "{} takes at most {} tensor inputs, got {}", info.name, info.arity, inputs.size());
+  SIGHTLINE_CHECK(!(op_is_binary_elementwise(op) && attrs.has_scalar),
+                  "{} with a host scalar reaches the device as two tensors: turn the scalar into a 0-dim "
+                  "device tensor first", info.name);
+  KernelBuilder b(spec, kernel_name(op, inputs, out));
+  b.set_source_op(info.name);
+  b.add_metadata("op", std::string(info.name));
+  EagerContext c{b, op, inputs, attrs, out, {}, 0};
+  for (size_t i = 0; i < inputs.size(); ++i) c.input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
+  c.out_io = declare_output(b, "out", out);
+  switch (info.kind) {
+    case OpKind::elementwise:
+      if (op == OpId::fill) {
+        build_fill(c);
+      } else if (op == OpId::to_copy) {
+        build_copy(c);
+      } else if (op_is_binary_elementwise(op)) {
+        SIGHTLINE_CHECK(inputs.size() == 2, "{} needs two tensor inputs, got {}", info.name, inputs.size());
+        build_binary(c);
+      } else {
+        SIGHTLINE_CHECK(inputs.size() == 1, "{} needs one tensor input, got {}", info.name, inputs.size());
+        build_unary(c);
+      }
+      break;
+    case OpKind::reduction:
+      SIGHTLINE_CHECK(inputs.size() == 1, "{} needs one tensor input, got {}", info.name, inputs.size());
+      if (op == OpId::softmax || op == OpId::log_softmax) {
+        build_softmax(c);
+      } else {
+        build_reduction(c);
+      }
+      break;
+    case OpKind::matmul:
+      SIGHTLINE_CHECK(inputs.size() >= 2, "{} needs at least two tensor inputs, got {}", info.name,
+                      inputs.size());
+      if (op == OpId::matmul) {
+        build_matmul(c);
+      } else {
+        build_linear(c);
+      }
+      break;
+    case OpKind::normalization:
+      SIGHTLINE_CHECK(!inputs.empty(), "{} needs its input tensor", info.name);
+      if (op == OpId::rms_norm) {
+        build_rms_norm(c);
+      } else {
+        build_layer_norm(c);
+      }
+      break;
+    case OpKind::movement:
+      if (op == OpId::cat) {
+        build_cat(c);
+      } else if (op == OpId::embedding) {
+        SIGHTLINE_CHECK(inputs.size() == 2, "aten::embedding needs weight and indices, got {} inputs",
+                        inputs.size());
+        build_embedding(c);
+      } else {
+        SIGHTLINE_CHECK(inputs.size() == 1, "{} needs one tensor input, got {}", info.name, inputs.size());
+        build_copy(c);
+      }
+      break;
+  }
+  return b.build();
+}
+
+}  // namespace sightline::kernels

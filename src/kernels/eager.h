@@ -1,0 +1,54 @@
+// Built-in eager kernels: one device executable per op application (op, shapes, strides, dtypes).
+//
+// The neuron backend calls build_eager_kernel for an op the first time it meets that op with those
+// tensor layouts, caches the executable under eager_kernel_key, and runs it with one HBM address per
+// I/O tensor: the defined inputs in call order, then the output, each bound at the address of its
+// first element. Inputs may be views (any non-negative strides, stride 0 for broadcast dims); each I/O
+// tensor is declared with the extent its strides reach, so a view binds without a copy.
+//
+//   TensorDesc x{DType::f32, {4096, 4096}, {4096, 1}}, w{DType::f32, {4096}, {1}};
+//   OpAttrs attrs;
+//   attrs.eps = 1e-6;
+//   TensorDesc descs[] = {x, w};
+//   device::Executable exe = build_eager_kernel(OpId::rms_norm, descs, attrs, x, spec);
+//
+// Every non-view op of the op table has a kernel except `copy` (host<->device copies are the
+// runtime's job). Binary ops always get two tensors: the backend turns a host scalar into a 0-dim
+// device tensor first. Engines compute in f32; results are rounded to the output dtype.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "device/executable.h"
+#include "device/spec.h"
+#include "sightline/ops.h"
+
+namespace sightline::kernels {
+
+// A tensor as a kernel sees it: element strides; the tensor is bound at its first element's address.
+struct TensorDesc {
+  DType dtype = DType::f32;
+  Dims shape;
+  Dims strides;
+
+  static TensorDesc contiguous(DType dtype, const Dims& shape) { return {dtype, shape, contiguous_strides(shape)}; }
+  static TensorDesc of(const Tensor& t) { return {t.dtype(), t.shape(), t.strides()}; }
+};
+
+// Elements from the first to one past the last element the strides reach (0 for an empty tensor).
+int64_t tensor_extent(const TensorDesc& t);
+
+// Executable for one op application. I/O order: the defined inputs in call order, then the output.
+// Throws sightline::Error for ops without a device kernel (copy, the view ops) and unsupported layouts.
+device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                                      const TensorDesc& out, const device::Spec& spec);
+
+// A cache key that differs whenever build_eager_kernel would build a different executable for the same
+// spec; the overload with a spec also tells specs apart (for caches shared across device specs).
+std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                             const TensorDesc& out);
+std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
+                             const TensorDesc& out, const device::Spec& spec);
+
+}  // namespace sightline::kernels

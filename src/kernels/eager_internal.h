@@ -1,0 +1,64 @@
+// Shared by the eager kernel files: the context of one build and the per-kind entry points.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "kernels/builder.h"
+#include "kernels/eager.h"
+#include "kernels/layout.h"
+
+namespace sightline::kernels {
+
+struct EagerContext {
+  KernelBuilder& b;
+  OpId op;
+  std::span<const TensorDesc> inputs;
+  const OpAttrs& attrs;
+  const TensorDesc& out;
+  std::vector<uint32_t> input_io;  // I/O index of each input
+  uint32_t out_io = 0;
+};
+
+// Largest free size of a per-block tile for the streaming kernels: with three operands triple
+// buffered in f32 this keeps well inside a v2 partition (192 KiB).
+inline constexpr uint32_t kStreamFree = 4096;
+
+void build_binary(EagerContext& c);
+void build_unary(EagerContext& c);
+void build_fill(EagerContext& c);
+void build_reduction(EagerContext& c);
+void build_softmax(EagerContext& c);
+void build_matmul(EagerContext& c);
+void build_linear(EagerContext& c);
+void build_rms_norm(EagerContext& c);
+void build_layer_norm(EagerContext& c);
+void build_copy(EagerContext& c);  // contiguous and to_copy
+void build_cat(EagerContext& c);
+void build_embedding(EagerContext& c);
+
+// Strided HBM -> HBM copy of `shape` elements with dtype conversion (DMA only). Float to i32 goes
+// through SBUF instead, so that it truncates toward zero as the CPU reference does.
+void copy_tensor(EagerContext& c, uint32_t dst_io, DType dst_dtype, int64_t dst_offset,
+                 const std::vector<int64_t>& dst_strides, uint32_t src_io, DType src_dtype,
+                 const std::vector<int64_t>& src_strides, const Dims& shape);
+
+// Calls fn(index) for every index of `sizes` (row-major); once with an empty index when sizes is empty.
+template <typename Fn>
+void for_each_index(const std::vector<int64_t>& sizes, Fn&& fn) {
+  for (int64_t s : sizes) {
+    if (s == 0) return;
+  }
+  std::vector<int64_t> index(sizes.size(), 0);
+  for (;;) {
+    fn(index);
+    int d = static_cast<int>(sizes.size()) - 1;
+    for (; d >= 0; --d) {
+      if (++index[static_cast<size_t>(d)] < sizes[static_cast<size_t>(d)]) break;
+      index[static_cast<size_t>(d)] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace sightline::kernels

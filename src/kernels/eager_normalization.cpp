@@ -1,0 +1,154 @@
+// Fused normalizations over the last dim: one pass per row tile, intermediates stay in SBUF, weight and
+// bias loaded once. Loads, compute and stores overlap: the row tiles rotate over a few buffers and the
+// transfers are spread over all DMA queues.
+//
+// rms_norm per tile (p rows of n):  ScalarE  sum of squares (activation-accumulate), rsqrt(ss / n + eps)
+//                                   VectorE  y = x * rstd, y *= weight
+// layer_norm per tile:              VectorE  mean and variance (bn_stats), y = x - mean, y *= w, y += b
+//                                   ScalarE  rstd = rsqrt(var + eps), y *= rstd
+#include <algorithm>
+#include <optional>
+
+#include "kernels/eager_internal.h"
+#include "sightline/error.h"
+
+namespace sightline::kernels {
+namespace {
+
+struct RowLayout {
+  std::vector<int64_t> outer;  // looped dims
+  std::vector<int64_t> outer_in_strides, outer_out_strides;
+  int64_t rows = 1, in_row_stride = 0, out_row_stride = 0;
+  int64_t cols = 1, in_col_stride = 1, out_col_stride = 1;
+};
+
+RowLayout row_layout(const TensorDesc& in, const TensorDesc& out) {
+  RowLayout l;
+  const int rank = in.shape.size();
+  LoopNest rows;
+  rows.strides.resize(2);
+  for (int d = 0; d + 1 < rank; ++d) {
+    rows.sizes.push_back(in.shape[d]);
+    rows.strides[0].push_back(in.strides[d]);
+    rows.strides[1].push_back(out.strides[d]);
+  }
+  rows = rows.coalesced();
+  if (!rows.sizes.empty()) {
+    l.rows = rows.sizes.back();
+    l.in_row_stride = rows.strides[0].back();
+    l.out_row_stride = rows.strides[1].back();
+    l.outer.assign(rows.sizes.begin(), rows.sizes.end() - 1);
+    l.outer_in_strides.assign(rows.strides[0].begin(), rows.strides[0].end() - 1);
+    l.outer_out_strides.assign(rows.strides[1].begin(), rows.strides[1].end() - 1);
+  }
+  l.cols = in.shape[rank - 1];
+  l.in_col_stride = in.strides[rank - 1];
+  l.out_col_stride = out.strides[rank - 1];
+  return l;
+}
+
+// Shared skeleton: per row tile, `body(x, y, p)` computes y from x; loads and stores around it.
+template <typename Body>
+void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t reserved_bytes, Body&& body) {
+  KernelBuilder& b = c.b;
+  const TensorDesc& in = c.inputs[0];
+  const uint32_t n = static_cast<uint32_t>(l.cols);
+  const uint64_t per_buffer = uint64_t{n} * (dtype_size(in.dtype) + dtype_size(c.out.dtype)) + 128;
+  const uint64_t room = b.sbuf_free_bytes() > reserved_bytes ? b.sbuf_free_bytes() - reserved_bytes : 0;
+  SIGHTLINE_CHECK(per_buffer <= room,
+                  "{}: rows of {} elements need {} bytes per partition, more than the {} SBUF has free; "
+                  "normalize shorter rows", op_name(c.op), n, per_buffer, room);
+  const size_t buffers = static_cast<size_t>(std::min<uint64_t>(3, room / per_buffer));
+  TilePool x_pool = b.pool("x", in.dtype, n, buffers), y_pool = b.pool("y", c.out.dtype, n, buffers);
+  // Software pipeline: the loads of the next buffers-1 tiles are emitted before the current tile's
+  // compute and store, so no DMA queue holds a load behind a store that waits for compute.
+  struct RowTile {
+    int64_t in_offset, out_offset;
+    uint16_t p;
+  };
+  std::vector<RowTile> tiles;
+  const uint16_t parts = b.partitions();
+  for_each_index(l.outer, [&](const std::vector<int64_t>& idx) {
+    int64_t in_base = 0, out_base = 0;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      in_base += idx[d] * l.outer_in_strides[d];
+      out_base += idx[d] * l.outer_out_strides[d];
+    }
+    for (int64_t r0 = 0; r0 < l.rows; r0 += parts) {
+      tiles.push_back({in_base + r0 * l.in_row_stride, out_base + r0 * l.out_row_stride,
+                       static_cast<uint16_t>(std::min<int64_t>(parts, l.rows - r0))});
+    }
+  });
+  std::vector<AccessPattern> loaded(tiles.size());
+  auto load = [&](size_t i) {
+    loaded[i] = x_pool.next().rows(tiles[i].p);
+    b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
+                                  {{n, static_cast<int32_t>(l.in_col_stride)}}));
+  };
+  const size_t ahead = buffers - 1;  // a load may only run ahead into a buffer no earlier tile still uses
+  for (size_t i = 0; i < std::min(ahead, tiles.size()); ++i) load(i);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    if (i + ahead < tiles.size()) load(i + ahead);
+    const uint16_t p = tiles[i].p;
+    const AccessPattern y = y_pool.next().rows(p);
+    body(loaded[i], y, p);
+    b.store(hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, p, l.out_row_stride,
+                        {{n, static_cast<int32_t>(l.out_col_stride)}}),
+            y);
+  }
+}
+
+// A [n] parameter broadcast to every partition (partition stride 0), loaded once.
+std::optional<Tile> load_parameter(EagerContext& c, size_t input, uint32_t n, const char* name) {
+  if (input >= c.inputs.size()) return std::nullopt;
+  const TensorDesc& t = c.inputs[input];
+  const Tile tile = c.b.sbuf(t.dtype, n, 0, name);
+  c.b.load(tile.ap(), hbm_pattern(c.input_io[input], t.dtype, 0, c.b.partitions(), 0,
+                                  {{n, static_cast<int32_t>(t.strides[0])}}));
+  return tile;
+}
+
+}  // namespace
+
+void build_rms_norm(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const RowLayout l = row_layout(c.inputs[0], c.out);
+  if (l.cols == 0 || l.rows == 0) return;
+  const uint32_t n = static_cast<uint32_t>(l.cols);
+  const std::optional<Tile> weight = load_parameter(c, 1, n, "weight");
+  TilePool stats = b.pool("rms", DType::f32, 2, 3);
+  const float inv_n = 1.0f / static_cast<float>(n), eps = static_cast<float>(c.attrs.eps);
+  for_each_row_tile(c, l, 0, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
+    const Tile s = stats.next();
+    const AccessPattern sum_sq = s.column(p, 0), rstd = s.column(p, 1);
+    b.activate(ActFunc::square, y, x, 1.0f, 0.0f, sum_sq);  // y is scratch until overwritten below
+    b.activate(ActFunc::rsqrt, rstd, sum_sq, inv_n, eps);
+    b.tensor_scalar(AluOp::multiply, y, x, rstd);
+    if (weight) b.tensor_tensor(AluOp::multiply, y, y, weight->rows(p));
+  });
+}
+
+void build_layer_norm(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const RowLayout l = row_layout(c.inputs[0], c.out);
+  if (l.cols == 0 || l.rows == 0) return;
+  const uint32_t n = static_cast<uint32_t>(l.cols);
+  // The defined inputs arrive in call order: with two of them the second is the weight.
+  const std::optional<Tile> weight = load_parameter(c, 1, n, "weight");
+  const std::optional<Tile> bias = load_parameter(c, 2, n, "bias");
+  TilePool stats = b.pool("moments", DType::f32, 3, 3);
+  const float eps = static_cast<float>(c.attrs.eps);
+  for_each_row_tile(c, l, 0, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
+    const Tile s = stats.next();
+    const AccessPattern moments = s.region(0, p, 0, 2), mean = s.column(p, 0), var = s.column(p, 1),
+                        rstd = s.column(p, 2);
+    b.bn_stats(moments, x);
+    b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
+    b.tensor_scalar(AluOp::subtract, y, x, mean);
+    b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
+    if (weight) b.tensor_tensor(AluOp::multiply, y, y, weight->rows(p));
+    if (bias) b.tensor_tensor(AluOp::add, y, y, bias->rows(p));
+  });
+}
+
+}  // namespace sightline::kernels

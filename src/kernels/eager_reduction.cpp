@@ -1,0 +1,185 @@
+// Reduction eager kernels: sum / mean / amax over any dims, softmax and log_softmax over one dim.
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "kernels/eager_internal.h"
+#include "sightline/error.h"
+
+namespace sightline::kernels {
+namespace {
+
+// The input's dims split into kept (the output's, in order) and reduced ones.
+struct ReductionSplit {
+  LoopNest kept;     // operands: input, output
+  LoopNest reduced;  // operand: input
+  int64_t reduced_count = 1;
+};
+
+ReductionSplit split_dims(const TensorDesc& in, const TensorDesc& out, const std::array<bool, kMaxDims>& reduce,
+                          bool keepdim) {
+  ReductionSplit s;
+  s.kept.strides.resize(2);
+  s.reduced.strides.resize(1);
+  int out_dim = 0;
+  for (int d = 0; d < in.shape.size(); ++d) {
+    if (reduce[static_cast<size_t>(d)]) {
+      s.reduced.sizes.push_back(in.shape[d]);
+      s.reduced.strides[0].push_back(in.strides[d]);
+      s.reduced_count *= in.shape[d];
+      if (keepdim) ++out_dim;
+      continue;
+    }
+    s.kept.sizes.push_back(in.shape[d]);
+    s.kept.strides[0].push_back(in.strides[d]);
+    s.kept.strides[1].push_back(out.strides[out_dim++]);
+  }
+  s.kept = s.kept.coalesced();
+  s.reduced = s.reduced.coalesced();
+  return s;
+}
+
+float identity_of(AluOp op) {
+  return op == AluOp::max ? -std::numeric_limits<float>::infinity() : 0.0f;
+}
+
+}  // namespace
+
+void build_reduction(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const TensorDesc& in = c.inputs[0];
+  std::array<bool, kMaxDims> reduce{};
+  if (c.attrs.dims.empty()) reduce.fill(true);
+  for (int64_t d : c.attrs.dims) reduce[static_cast<size_t>(normalize_dim(static_cast<int>(d), in.shape.size(),
+                                                                          op_name(c.op)))] = true;
+  const ReductionSplit s = split_dims(in, c.out, reduce, c.attrs.keepdim);
+  const AluOp alu = c.op == OpId::amax ? AluOp::max : AluOp::add;
+  const uint16_t parts = b.partitions();
+  const Tile acc = b.sbuf(DType::f32, 1, 0, "acc");
+  TilePool partial = b.pool("partial", DType::f32, 1, 3);
+  TilePool data = b.pool("x", in.dtype, kStreamFree, 3);
+  const float mean_scale = s.reduced_count > 0 ? 1.0f / static_cast<float>(s.reduced_count) : 0.0f;
+  auto finish = [&](const AccessPattern& value, const AccessPattern& dst) {
+    if (c.op == OpId::mean) b.tensor_scalar(AluOp::multiply, value, value, mean_scale);
+    b.dma(dst, value);
+  };
+  // Reduces one [p, f] block of the input into acc rows [0, p).
+  auto reduce_block = [&](int64_t offset, uint16_t p, int64_t pstride, uint32_t f, int64_t fstride) {
+    const AccessPattern x = data.next().region(0, p, 0, f);
+    b.load(x, hbm_pattern(c.input_io[0], in.dtype, offset, p, pstride, {{f, static_cast<int32_t>(fstride)}}));
+    const AccessPattern part = partial.next().column(p);
+    b.reduce(alu, part, x);
+    b.tensor_tensor(alu, acc.column(p), acc.column(p), part);
+  };
+  if (s.kept.sizes.empty()) {
+    // A full reduction: any block layout works, every partition holds a partial result; then one
+    // cross-partition reduction on GpSimd.
+    b.iota(acc.column(parts), identity_of(alu), 0.0f);
+    for_each_block(s.reduced, parts, kStreamFree, [&](const Block& blk) {
+      reduce_block(blk.offset[0], blk.partitions, blk.partition_stride[0], blk.free, blk.free_stride[0]);
+    });
+    const Tile total = b.sbuf(DType::f32, 1, 1, "total");
+    b.partition_all_reduce(alu, total.column(1), acc.column(parts));
+    finish(total.column(1), hbm_pattern(c.out_io, c.out.dtype, 0, 1, 0, {{1, 1}}));
+    return;
+  }
+  // Kept dims on partitions (the innermost kept dim), reduced dims along the free axis.
+  const size_t kept_rank = s.kept.sizes.size();
+  const int64_t rows = s.kept.sizes.back();
+  const std::vector<int64_t> outer_kept(s.kept.sizes.begin(), s.kept.sizes.end() - 1);
+  const int64_t in_row_stride = s.kept.strides[0].back(), out_row_stride = s.kept.strides[1].back();
+  const size_t reduced_rank = s.reduced.sizes.size();
+  const int64_t cols = reduced_rank ? s.reduced.sizes.back() : 1;
+  const int64_t col_stride = reduced_rank ? s.reduced.strides[0].back() : 0;
+  const std::vector<int64_t> outer_reduced =
+      reduced_rank ? std::vector<int64_t>(s.reduced.sizes.begin(), s.reduced.sizes.end() - 1) : std::vector<int64_t>{};
+  for_each_index(outer_kept, [&](const std::vector<int64_t>& ki) {
+    int64_t in_base = 0, out_base = 0;
+    for (size_t d = 0; d + 1 < kept_rank; ++d) {
+      in_base += ki[d] * s.kept.strides[0][d];
+      out_base += ki[d] * s.kept.strides[1][d];
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += parts) {
+      const uint16_t p = static_cast<uint16_t>(std::min<int64_t>(parts, rows - r0));
+      b.iota(acc.column(p), identity_of(alu), 0.0f);
+      for_each_index(outer_reduced, [&](const std::vector<int64_t>& ri) {
+        int64_t off = in_base + r0 * in_row_stride;
+        for (size_t d = 0; d + 1 < reduced_rank; ++d) off += ri[d] * s.reduced.strides[0][d];
+        for (int64_t c0 = 0; c0 < cols; c0 += kStreamFree) {
+          const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(kStreamFree, cols - c0));
+          reduce_block(off + c0 * col_stride, p, in_row_stride, f, col_stride);
+        }
+      });
+      const Tile result = partial.next();
+      b.copy(result.column(p), acc.column(p));
+      finish(result.column(p),
+             hbm_pattern(c.out_io, c.out.dtype, out_base + r0 * out_row_stride, p, out_row_stride, {{1, 1}}));
+    }
+  });
+}
+
+void build_softmax(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const TensorDesc& in = c.inputs[0];
+  const int dim = normalize_dim(static_cast<int>(c.attrs.dim), in.shape.size(), op_name(c.op));
+  const int64_t cols = in.shape.size() ? in.shape[dim] : 1;
+  const int64_t in_col_stride = in.shape.size() ? in.strides[dim] : 0;
+  const int64_t out_col_stride = in.shape.size() ? c.out.strides[dim] : 0;
+  LoopNest others;
+  others.strides.resize(2);
+  for (int d = 0; d < in.shape.size(); ++d) {
+    if (d == dim) continue;
+    others.sizes.push_back(in.shape[d]);
+    others.strides[0].push_back(in.strides[d]);
+    others.strides[1].push_back(c.out.strides[d]);
+  }
+  others = others.coalesced();
+  if (cols == 0) return;
+  const uint16_t parts = b.partitions();
+  // A whole row lives in SBUF: the input, an f32 work row and the output row, double buffered if room.
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * (dtype_size(in.dtype) + 4 + dtype_size(c.out.dtype));
+  const size_t buffers = row_bytes * 2 + 1024 <= b.sbuf_free_bytes() ? 2 : 1;
+  SIGHTLINE_CHECK(row_bytes + 1024 <= b.sbuf_free_bytes(),
+                  "{}: a row of {} elements needs {} bytes per partition, more than the {} of SBUF", op_name(c.op),
+                  cols, row_bytes, b.sbuf_free_bytes());
+  const uint32_t f = static_cast<uint32_t>(cols);
+  TilePool x_pool = b.pool("x", in.dtype, f, buffers), work_pool = b.pool("work", DType::f32, f, buffers);
+  TilePool y_pool = b.pool("y", c.out.dtype, f, buffers), stat_pool = b.pool("stats", DType::f32, 2, 3);
+  const bool log = c.op == OpId::log_softmax;
+  const size_t rank = others.sizes.size();
+  const int64_t rows = rank ? others.sizes.back() : 1;
+  const int64_t in_row_stride = rank ? others.strides[0].back() : 0, out_row_stride = rank ? others.strides[1].back() : 0;
+  const std::vector<int64_t> outer = rank ? std::vector<int64_t>(others.sizes.begin(), others.sizes.end() - 1)
+                                          : std::vector<int64_t>{};
+  for_each_index(outer, [&](const std::vector<int64_t>& idx) {
+    int64_t in_base = 0, out_base = 0;
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      in_base += idx[d] * others.strides[0][d];
+      out_base += idx[d] * others.strides[1][d];
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += parts) {
+      const uint16_t p = static_cast<uint16_t>(std::min<int64_t>(parts, rows - r0));
+      const AccessPattern x = x_pool.next().rows(p), work = work_pool.next().rows(p), y = y_pool.next().rows(p);
+      const Tile stats = stat_pool.next();
+      const AccessPattern row_max = stats.column(p, 0), row_sum = stats.column(p, 1);
+      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + r0 * in_row_stride, p, in_row_stride,
+                            {{f, static_cast<int32_t>(in_col_stride)}}));
+      b.reduce(AluOp::max, row_max, x);
+      b.tensor_scalar(AluOp::subtract, work, x, row_max);
+      if (log) {
+        b.activate(ActFunc::exp, y, work, 1.0f, 0.0f, row_sum);  // y is scratch here
+        b.activate(ActFunc::log, row_sum, row_sum);
+        b.tensor_scalar(AluOp::subtract, y, work, row_sum);
+      } else {
+        b.activate(ActFunc::exp, work, work, 1.0f, 0.0f, row_sum);
+        b.activate(ActFunc::reciprocal, row_sum, row_sum);
+        b.tensor_scalar(AluOp::multiply, y, work, row_sum);
+      }
+      b.store(hbm_pattern(c.out_io, c.out.dtype, out_base + r0 * out_row_stride, p, out_row_stride,
+                          {{f, static_cast<int32_t>(out_col_stride)}}),
+              y);
+    }
+  });
+}
+
+}  // namespace sightline::kernels

@@ -1,0 +1,68 @@
+// Dependency tracking for the kernel builder: which instruction of which stream last read and wrote
+// every byte range, and the semaphore waits a new instruction needs.
+//
+// Streams are the compute engines (0..3, by device::Engine) and the DMA queues (4 + queue). Stream s
+// owns semaphore s, which every instruction of s increments on completion, so "the i-th instruction
+// of s (1-based) is done" reads "semaphore s >= i". A stream runs in order, so it never waits on
+// itself. A wait also makes known everything the awaited instruction knew when it issued, so waits
+// implied transitively are left out.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "device/isa.h"
+
+namespace sightline::kernels {
+
+class HazardTracker {
+ public:
+  explicit HazardTracker(uint32_t stream_count);
+
+  static uint32_t engine_stream(device::Engine engine) { return static_cast<uint32_t>(engine); }
+  static uint32_t queue_stream(uint32_t queue) { return device::kComputeEngineCount + queue; }
+  uint32_t stream_count() const { return stream_count_; }
+
+  // Adds to `in` the waits its operands need and its own semaphore update, then records its accesses.
+  void track(device::Instruction& in, uint32_t stream);
+
+ private:
+  struct Region {
+    device::Memory memory = device::Memory::none;
+    uint32_t tensor = 0;
+    uint32_t partition_begin = 0, partition_end = 0;
+    int64_t byte_begin = 0, byte_end = 0;
+
+    bool overlaps(const Region& o) const {
+      return partition_begin < o.partition_end && o.partition_begin < partition_end &&
+             byte_begin < o.byte_end && o.byte_begin < byte_end;
+    }
+    bool contains(const Region& o) const {
+      return partition_begin <= o.partition_begin && o.partition_end <= partition_end &&
+             byte_begin <= o.byte_begin && o.byte_end <= byte_end;
+    }
+    bool operator==(const Region&) const = default;
+  };
+  struct Access {
+    Region region;
+    uint32_t stream = 0;
+    uint32_t count = 0;  // the semaphore value that says the access is done
+    bool write = false;
+  };
+
+  static Region region_of(const device::AccessPattern& ap);
+  static uint64_t bucket_key(const Region& r) {
+    return (uint64_t{static_cast<uint8_t>(r.memory)} << 32) | r.tensor;
+  }
+  void need(const Region& r, bool write, std::vector<uint32_t>& needed) const;
+  void record(const Region& r, uint32_t stream, uint32_t count, bool write);
+
+  uint32_t stream_count_;
+  std::vector<uint32_t> issued_;                            // instructions emitted per stream
+  std::vector<std::vector<uint32_t>> known_;                // known_[s][t]: count of t that s knows done
+  std::vector<std::vector<std::vector<uint32_t>>> history_;  // knowledge of each emitted instruction
+  std::map<uint64_t, std::vector<Access>> accesses_;         // by memory (and HBM tensor)
+};
+
+}  // namespace sightline::kernels

@@ -1,0 +1,174 @@
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/builtin_backends.h"
+#include "kernels/eager.h"
+#include "neuron/neuron.h"
+#include "neuron/profiling.h"
+#include "profiler/record.h"
+#include "sightline/backend.h"
+
+namespace sightline {
+namespace neuron {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  Options options;
+  std::unique_ptr<runtime::Runtime> rt;
+  // Eager executables by kernel key, per core (an executable is loaded on each core that runs it).
+  std::unordered_map<std::string, runtime::ExecutableId> cache;
+  size_t built = 0;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: tensors may be released during static destruction
+  return *s;
+}
+
+device::Spec load_spec(const std::string& name) {
+  if (name.find('/') != std::string::npos || name.find(".json") != std::string::npos) {
+    return device::Spec::load(name);
+  }
+  return device::Spec::builtin(name);
+}
+
+// A device allocation: the storage's backend context.
+struct Allocation {
+  int core;
+  uint64_t address;
+};
+
+Allocation& allocation_of(const Storage& s) { return *static_cast<Allocation*>(s.backend_context()); }
+
+uint64_t address_of(const Tensor& t) {
+  const Allocation& a = allocation_of(*t.storage());
+  return a.address + static_cast<uint64_t>(t.offset()) * t.element_size();
+}
+
+kernels::TensorDesc desc_of(const Tensor& t) { return {t.dtype(), t.shape(), t.strides()}; }
+
+// Elementwise kernels take operands of the output dtype (as the CPU reference computes); a promoted
+// operand is cast on the device first, as its own op.
+bool casts_inputs(OpId op) {
+  return op_is_binary_elementwise(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
+}
+
+void eager_kernel(const OpCall& call, Tensor& out) {
+  const int core = out.device().index;
+  std::vector<Tensor> inputs;
+  inputs.reserve(call.inputs.size() + 1);
+  for (const Tensor& t : call.inputs) {
+    if (!t.defined()) continue;
+    inputs.push_back(casts_inputs(call.op) && t.dtype() != out.dtype() ? t.to(out.dtype()) : t);
+  }
+  OpAttrs attrs = call.attrs;
+  if (op_is_binary_elementwise(call.op) && attrs.has_scalar) {
+    // The host scalar becomes a 0-dim device tensor: a host-to-device copy of its own.
+    inputs.push_back(full({}, attrs.scalar, TensorOptions(out.dtype(), Device::cpu())).to(out.device()));
+    attrs.has_scalar = false;
+  }
+  std::vector<kernels::TensorDesc> descs;
+  for (const Tensor& t : inputs) descs.push_back(desc_of(t));
+  const kernels::TensorDesc out_desc = desc_of(out);
+  runtime::Runtime& rt = runtime();
+  const std::string key = fmt::format("{}|core{}", kernels::eager_kernel_key(call.op, descs, attrs, out_desc), core);
+  runtime::ExecutableId id;
+  {
+    State& s = state();
+    std::lock_guard lock(s.mutex);
+    auto it = s.cache.find(key);
+    if (it == s.cache.end()) {
+      auto exe = std::make_shared<device::Executable>(
+          kernels::build_eager_kernel(call.op, descs, attrs, out_desc, rt.spec()));
+      it = s.cache.emplace(key, rt.load(core, std::move(exe))).first;
+      ++s.built;
+    }
+    id = it->second;
+  }
+  std::vector<uint64_t> io;
+  for (const Tensor& t : inputs) io.push_back(address_of(t));
+  io.push_back(address_of(out));
+  rt.execute_schedule(core, id, std::move(io), profiler::current_correlation_id());
+}
+
+class NeuronBackend final : public Backend {
+ public:
+  NeuronBackend() : Backend("neuron") {
+    register_profiling();
+    for (const OpInfo& info : kOpTable) {
+      if (!info.is_view && info.id != OpId::copy) kernels[static_cast<size_t>(info.id)] = &eager_kernel;
+    }
+  }
+
+  int device_count() const override {
+    State& s = state();
+    std::lock_guard lock(s.mutex);
+    if (s.rt) return s.rt->core_count();
+    return s.options.cores > 0 ? s.options.cores : static_cast<int>(load_spec(s.options.spec).cores_per_instance);
+  }
+
+  std::shared_ptr<Storage> allocate(Device device, size_t nbytes) override {
+    runtime::Runtime& rt = runtime();
+    const int core = device.index;
+    // Zero-byte tensors still get a distinct (one element) allocation so that bindings stay valid.
+    const uint64_t address = rt.allocate(core, std::max<uint64_t>(nbytes, 4), profiler::current_correlation_id());
+    auto* a = new Allocation{core, address};
+    return std::make_shared<Storage>(
+        device, nbytes, nullptr,
+        [](Storage& s) {
+          auto* alloc = static_cast<Allocation*>(s.backend_context());
+          runtime().free(alloc->core, alloc->address);
+          delete alloc;
+        },
+        a);
+  }
+
+  void copy_from_host(const Storage& dst, size_t dst_offset, const void* src, size_t nbytes) override {
+    const Allocation& a = allocation_of(dst);
+    runtime().write(a.core, a.address + dst_offset, src, nbytes, profiler::current_correlation_id());
+  }
+
+  void copy_to_host(void* dst, const Storage& src, size_t src_offset, size_t nbytes) override {
+    const Allocation& a = allocation_of(src);
+    runtime().read(a.core, dst, a.address + src_offset, nbytes, profiler::current_correlation_id());
+  }
+
+  void synchronize(Device device) override { runtime().synchronize(device.index); }
+};
+
+}  // namespace
+
+void configure(const Options& options) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  SIGHTLINE_CHECK(!s.rt, "neuron::configure must be called before the first use of a neuron device");
+  s.options = options;
+}
+
+runtime::Runtime& runtime() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.rt) {
+    runtime::RuntimeOptions o;
+    o.cores = s.options.cores;
+    o.queue_capacity = s.options.queue_capacity;
+    o.functional = s.options.functional;
+    s.rt = std::make_unique<runtime::Runtime>(load_spec(s.options.spec), o);
+  }
+  return *s.rt;
+}
+
+void synchronize() { runtime().synchronize_all(); }
+
+size_t eager_cache_size() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.built;
+}
+
+}  // namespace neuron
+
+std::unique_ptr<Backend> make_neuron_backend() { return std::make_unique<neuron::NeuronBackend>(); }
+
+}  // namespace sightline

@@ -1,0 +1,76 @@
+// Profiling the neuron device, shaped like TorchNeuron's API (reference/neuron.md §5.1):
+//
+//   auto cfg = std::make_shared<neuron::NeuronConfig>();
+//   cfg->profile_output_dir = "profiles/rmsnorm_naive";
+//   cfg->capture_enabled_for_nc = "0";
+//   neuron::NeuronProfiler exporter(cfg);
+//   profiler::profile prof({.activities = {ProfilerActivity::CPU, ProfilerActivity::PrivateUse1},
+//                           .schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1}),
+//                           .on_trace_ready = exporter.callback(),
+//                           .experimental_config = cfg});
+//
+// The neuron activity source (registered with the backend) arms the runtime's capture when a trace
+// starts and turns what the runtime recorded into profiler events: host-side runtime calls
+// (nrta_execute_schedule, nrt_tensor_write, ...) on the calling thread, and device activity
+// (nc_exec_running, dmem_buf_copyin, nc_model_switch, ...) on the core's lane, each attributed to the
+// framework op that caused it. NeuronProfiler::export_trace writes the profile output directory
+// (docs/formats.md).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "profiler/activity.h"
+#include "profiler/profile.h"
+#include "runtime/runtime.h"
+
+namespace sightline::neuron {
+
+enum class ProfileMode { DEVICE, RUNTIME };
+std::string_view profile_mode_name(ProfileMode mode);
+
+struct NeuronConfig : profiler::ExperimentalConfig {
+  // DEVICE: per-instruction traces (NTFF) and executables (NEFF); RUNTIME: runtime and hardware lanes.
+  std::vector<ProfileMode> modes = {ProfileMode::DEVICE, ProfileMode::RUNTIME};
+  std::string capture_enabled_for_nc = "0";  // cores whose instruction traces are kept: "0,1,2-5"
+  bool correlate_device_time = true;         // attribute device time to framework ops
+  std::string profile_output_dir = "profile_output";
+  size_t max_events_per_nc = 1'000'000;      // per core; the rest are counted as dropped
+
+  bool has(ProfileMode mode) const;
+};
+
+// Parses "0,1,2-5" into core indices (sorted, unique); throws on malformed input or cores that do
+// not exist, listing the valid range.
+std::vector<int> parse_core_list(std::string_view text, int core_count);
+
+// What the neuron source captured in the last trace: the runtime's events and instruction traces.
+struct NeuronCapture {
+  std::shared_ptr<const NeuronConfig> config;
+  runtime::Captured captured;
+  int64_t window_start_ns = 0;
+  int64_t window_end_ns = 0;
+};
+// The capture of the most recent trace that used the neuron source (nullptr before any).
+std::shared_ptr<const NeuronCapture> last_capture();
+
+class NeuronProfiler {
+ public:
+  explicit NeuronProfiler(std::shared_ptr<const NeuronConfig> config);
+  // Writes the profile output directory of the profile's last trace (see docs/formats.md).
+  // Returns the directory written.
+  std::string export_trace(profiler::profile& prof);
+  // A callback for ProfileOptions::on_trace_ready.
+  std::function<void(profiler::profile&)> callback();
+
+ private:
+  std::shared_ptr<const NeuronConfig> config_;
+  int exports_ = 0;
+};
+
+// Registers the neuron activity source and names the PrivateUse1 backend "neuron" (idempotent).
+void register_profiling();
+
+}  // namespace sightline::neuron

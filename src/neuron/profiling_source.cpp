@@ -1,0 +1,206 @@
+// The neuron activity source: arms the runtime's capture for a trace and turns what the runtime
+// recorded into profiler events (see profiling.h).
+#include <algorithm>
+#include <mutex>
+
+#include "formats/neff.h"
+#include "neuron/neuron.h"
+#include "neuron/profiling.h"
+#include "sightline/error.h"
+
+namespace sightline::neuron {
+namespace {
+
+std::mutex g_capture_mutex;
+std::shared_ptr<const NeuronCapture> g_last_capture;
+
+// Ids of runtime calls and the device work they launched: one per (core, sequence number), in a
+// range the profiler's own correlation ids (a counter from 1) never reach.
+uint64_t launch_id(int core, uint64_t seq) {
+  return (uint64_t{1} << 62) | (static_cast<uint64_t>(core) << 44) | seq;
+}
+
+uint64_t unique_host_id(uint64_t index) { return (uint64_t{3} << 62) | index; }
+
+profiler::EventKind device_kind(runtime::EventKind kind) {
+  switch (kind) {
+    case runtime::EventKind::exec_running: return profiler::EventKind::device_exec;
+    case runtime::EventKind::copy_in:
+    case runtime::EventKind::copy_out: return profiler::EventKind::device_memcpy;
+    default: return profiler::EventKind::device_other;
+  }
+}
+
+class NeuronSource final : public profiler::ActivitySource {
+ public:
+  explicit NeuronSource(std::shared_ptr<const NeuronConfig> config) : config_(std::move(config)) {}
+
+  std::string_view name() const override { return "neuron"; }
+
+  void prepare() override { runtime(); }
+
+  void start() override {
+    runtime::Runtime& rt = runtime();
+    runtime::CaptureOptions cap;
+    cap.enabled = true;
+    cap.max_events_per_core = config_->max_events_per_nc;
+    cap.instruction_trace_cores.assign(static_cast<size_t>(rt.core_count()), false);
+    if (config_->has(ProfileMode::DEVICE)) {
+      for (int core : parse_core_list(config_->capture_enabled_for_nc, rt.core_count())) {
+        cap.instruction_trace_cores[static_cast<size_t>(core)] = true;
+      }
+    }
+    rt.drain();  // nothing from before the trace
+    window_start_ns_ = runtime::now_ns();
+    rt.set_capture(cap);
+  }
+
+  bool synchronize() override {
+    runtime::Runtime& rt = runtime();
+    if (rt.in_flight() == 0) return false;
+    rt.synchronize_all();
+    return true;
+  }
+
+  void stop() override {
+    runtime().set_capture({});
+    window_end_ns_ = runtime::now_ns();
+  }
+
+  profiler::ActivityBatch collect() override {
+    auto capture = std::make_shared<NeuronCapture>();
+    capture->config = config_;
+    capture->captured = runtime().drain();
+    capture->window_start_ns = window_start_ns_;
+    capture->window_end_ns = window_end_ns_;
+    profiler::ActivityBatch batch = to_batch(*capture);
+    std::lock_guard lock(g_capture_mutex);
+    g_last_capture = std::move(capture);
+    return batch;
+  }
+
+ private:
+  profiler::ActivityBatch to_batch(const NeuronCapture& capture) const {
+    runtime::Runtime& rt = runtime();
+    profiler::ActivityBatch batch;
+    const bool runtime_mode = config_->has(ProfileMode::RUNTIME);
+    uint64_t host_index = 0;
+    std::vector<bool> core_seen(static_cast<size_t>(rt.core_count()), false);
+    for (const runtime::Event& e : capture.captured.events) {
+      const bool device = runtime::event_kind_is_device(e.kind);
+      if (!runtime_mode && !device) continue;
+      // Stream-ordered frees are bookkeeping of the core's queue, not calls anyone waited for: they
+      // stay in the runtime's system trace but are not profiler events.
+      if (e.kind == runtime::EventKind::free) continue;
+      profiler::FunctionEvent f;
+      f.name = std::string(runtime::event_kind_name(e.kind));
+      f.start_ns = e.start_ns;
+      f.end_ns = std::max(e.end_ns, e.start_ns);
+      f.device_index = e.core;
+      f.bytes = e.bytes;
+      const bool attributed =
+          config_->correlate_device_time &&
+          (e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
+           e.kind == runtime::EventKind::copy_out || !device);
+      f.external_id = attributed ? e.correlation : 0;
+      if (device) {
+        f.kind = device_kind(e.kind);
+        f.device_type = profiler::DeviceType::privateuse1;
+        f.resource = 0;
+        f.id = launch_id(e.core, e.seq);
+        core_seen[static_cast<size_t>(e.core)] = true;
+      } else {
+        f.kind = profiler::EventKind::runtime;
+        f.device_type = profiler::DeviceType::cpu;
+        f.thread = e.thread;
+        f.id = e.kind == runtime::EventKind::execute_schedule || e.kind == runtime::EventKind::tensor_write
+                   ? launch_id(e.core, e.seq)
+                   : unique_host_id(++host_index);
+      }
+      f.args.push_back({"neuron core", static_cast<int64_t>(e.core)});
+      if (e.seq != 0) f.args.push_back({"sequence", static_cast<int64_t>(e.seq)});
+      if (e.executable != runtime::kNoExecutable) {
+        const auto exe = rt.executable(e.executable);
+        f.args.push_back({"executable", exe->name});
+        f.args.push_back({"neff", formats::neff_file_name(*exe)});
+      }
+      batch.events.push_back(std::move(f));
+    }
+    for (size_t core = 0; core < core_seen.size(); ++core) {
+      if (!core_seen[core]) continue;
+      const int c = static_cast<int>(core);
+      batch.devices.push_back({c, fmt::format("neuron_hw/NC:{}", c), fmt::format("neuron:{}", c),
+                               5'000'000 + c});
+      batch.resources.push_back({c, 0, fmt::format("neuron_hw/NC:{}", c), 0});
+    }
+    for (uint64_t d : capture.captured.dropped_events_per_core) batch.dropped += d;
+    for (uint64_t d : capture.captured.dropped_traces_per_core) batch.dropped += d;
+    return batch;
+  }
+
+  std::shared_ptr<const NeuronConfig> config_;
+  int64_t window_start_ns_ = 0;
+  int64_t window_end_ns_ = 0;
+};
+
+}  // namespace
+
+std::string_view profile_mode_name(ProfileMode mode) { return mode == ProfileMode::DEVICE ? "DEVICE" : "RUNTIME"; }
+
+bool NeuronConfig::has(ProfileMode mode) const { return std::find(modes.begin(), modes.end(), mode) != modes.end(); }
+
+std::vector<int> parse_core_list(std::string_view text, int core_count) {
+  std::vector<int> cores;
+  auto bad = [&](std::string_view why) {
+    fail("capture_enabled_for_nc '{}' is invalid: {}; write core indices and ranges such as \"0,1,2-5\" (cores "
+         "0..{} exist)", text, why, core_count - 1);
+  };
+  auto number = [&](std::string_view s) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string_view::npos) {
+      bad(fmt::format("'{}' is not a core index", s));
+    }
+    const int v = std::stoi(std::string(s));
+    if (v >= core_count) bad(fmt::format("core {} does not exist", v));
+    return v;
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    std::string_view item = text.substr(pos, comma - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const size_t dash = item.find('-');
+    if (dash == std::string_view::npos) {
+      cores.push_back(number(item));
+    } else {
+      const int lo = number(item.substr(0, dash)), hi = number(item.substr(dash + 1));
+      if (lo > hi) bad(fmt::format("range {}-{} is backwards", lo, hi));
+      for (int c = lo; c <= hi; ++c) cores.push_back(c);
+    }
+    pos = comma + 1;
+  }
+  std::sort(cores.begin(), cores.end());
+  cores.erase(std::unique(cores.begin(), cores.end()), cores.end());
+  return cores;
+}
+
+std::shared_ptr<const NeuronCapture> last_capture() {
+  std::lock_guard lock(g_capture_mutex);
+  return g_last_capture;
+}
+
+void register_profiling() {
+  static const bool registered = [] {
+    profiler::rename_privateuse1_backend("neuron");
+    profiler::register_activity_source(
+        {"neuron", profiler::ProfilerActivity::PrivateUse1, [](const profiler::ActivitySourceConfig& config) {
+           auto neuron_config = std::dynamic_pointer_cast<const NeuronConfig>(config.experimental_config);
+           if (!neuron_config) neuron_config = std::make_shared<NeuronConfig>();
+           return std::make_unique<NeuronSource>(std::move(neuron_config));
+         }});
+    return true;
+  }();
+  (void)registered;
+}
+
+}  // namespace sightline::neuron

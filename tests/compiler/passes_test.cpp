@@ -1,0 +1,162 @@
+// Each pass on small graphs, with the verifier run after every pass.
+#include <gtest/gtest.h>
+
+#include "compiler/capture.h"
+#include "compiler/passes.h"
+#include "compiler/rewrite.h"
+#include "programs.h"
+
+namespace sightline::compiler {
+namespace {
+
+Graph capture_fn(const TensorListFn& fn, std::vector<TensorMeta> metas) {
+  return capture(fn, metas, Device::cpu());
+}
+
+// The optimized graph, with the verifier run after every pass (optimize does) and the pass names seen.
+Graph optimized(const Graph& g, std::vector<std::string>* passes = nullptr) {
+  return optimize(g, [&](std::string_view pass, const Graph& after) {
+    verify(after, pass);
+    if (passes) passes->emplace_back(pass);
+  });
+}
+
+int count_ops(const Graph& g, OpId op) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.kind == NodeKind::op && node.op == op;
+  return n;
+}
+
+TEST(Passes, PipelineRunsEveryPassInOrder) {
+  std::vector<std::string> seen;
+  optimized(capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0])}; },
+                       {{{4}, DType::f32}}),
+            &seen);
+  EXPECT_EQ(seen, (std::vector<std::string>{"dead_code", "fold_constants", "recognize_builtins",
+                                            "fuse_epilogues", "fuse_rows", "choose_layout"}));
+}
+
+TEST(Passes, DeadCodeIsRemoved) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        (void)exp(in[0]);  // computed, never returned
+        return std::vector<Tensor>{in[0] + in[0]};
+      },
+      {{{4}, DType::f32}});
+  EXPECT_EQ(count_ops(g, OpId::exp), 1);
+  const Graph clean = eliminate_dead_code(g);
+  verify(clean, "dead_code");
+  EXPECT_EQ(count_ops(clean, OpId::exp), 0);
+}
+
+TEST(Passes, ScalarIdentitiesAndChainsFold) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor& x = in[0];
+        return std::vector<Tensor>{((x * 1.0 + 0.0) * 2.0 * 3.0 + 1.0 - 0.5) / 1.0, pow(x, 2.0), -(-x)};
+      },
+      {{{4, 8}, DType::f32}});
+  const Graph folded = fold_constants(g);
+  verify(folded, "fold_constants");
+  EXPECT_EQ(dump(folded),
+            "graph(%0: f32[4, 8]) {\n"
+            "  %1: f32[4, 8] = aten::mul(%0, 6)\n"
+            "  %2: f32[4, 8] = aten::add(%1, 0.5)\n"
+            "  %3: f32[4, 8] = aten::mul(%0, %0)\n"
+            "  return %2, %3, %0\n"
+            "}\n");
+}
+
+TEST(Passes, FoldingNeverChangesADtype) {
+  // i32 * 1.5 is f32: the `* 1` after it must not fold x into an i32 result.
+  const Graph g =
+      capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{(in[0] + 0.5) * 1.0}; },
+                 {{{4}, DType::i32}});
+  const Graph folded = fold_constants(g);
+  verify(folded, "fold_constants");
+  EXPECT_EQ(folded.nodes[static_cast<size_t>(folded.outputs[0])].meta.dtype, DType::f32);
+  EXPECT_EQ(count_ops(folded, OpId::add), 1);
+}
+
+TEST(Passes, NaiveRmsNormBecomesTheBuiltin) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
+      },
+      {{{6, 130}, DType::f32}, {{130}, DType::f32}});
+  const Graph out = optimized(g);
+  EXPECT_EQ(dump(out),
+            "graph(%0: f32[6, 130], %1: f32[130]) {\n"
+            "  %2: f32[6, 130] = aten::rms_norm(%0, %1) {eps=1e-06} layout(p=[0], f=[1])\n"
+            "  return %2\n"
+            "}\n");
+}
+
+TEST(Passes, ManualSoftmaxBecomesOneRowGroup) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor e = exp(in[0] - amax(in[0], {-1}, true));
+        return std::vector<Tensor>{e / sum(e, {-1}, true)};
+      },
+      {{{3, 7, 20}, DType::f32}});
+  const Graph out = optimized(g);
+  ASSERT_EQ(out.nodes.size(), 2u) << dump(out);
+  const Node& group = out.nodes[1];
+  EXPECT_EQ(group.kind, NodeKind::fused);
+  EXPECT_EQ(group.fusion, FusionKind::rows);
+  EXPECT_EQ(group.body->nodes.size(), 6u);  // input, amax, sub, exp, sum, div
+  EXPECT_EQ(group.layout.partition_dims, Dims({0, 1}));
+  EXPECT_EQ(group.layout.free_dims, Dims({2}));
+}
+
+TEST(Passes, RowFusionKeepsValuesUsedOutsideTheGroup) {
+  // `e` is returned as well, so it must stay a value of the outer graph.
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor e = exp(in[0]);
+        return std::vector<Tensor>{e, e / sum(e, {-1}, true)};
+      },
+      {{{4, 8}, DType::f32}});
+  const Graph out = optimized(g);
+  EXPECT_EQ(out.nodes[static_cast<size_t>(out.outputs[0])].op, OpId::exp);
+  EXPECT_EQ(out.nodes[static_cast<size_t>(out.outputs[1])].kind, NodeKind::fused);
+}
+
+TEST(Passes, MatmulEpilogueTakesBiasActivationAndResidual) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{gelu(linear(in[0], in[1]) + in[2]) + in[0]};
+      },
+      {{{5, 16}, DType::f32}, {{16, 16}, DType::f32}, {{16}, DType::f32}});
+  const Graph out = optimized(g);
+  EXPECT_EQ(dump(out),
+            "graph(%0: f32[5, 16], %1: f32[16, 16], %2: f32[16]) {\n"
+            "  %3: f32[5, 16] = fused.matmul_epilogue(%0, %1, %2) layout(p=[0], f=[1]) {\n"
+            "    graph(%0: f32[5, 16], %1: f32[16, 16], %2: f32[16]) {\n"
+            "      %3: f32[5, 16] = aten::linear(%0, %1, _)\n"
+            "      %4: f32[5, 16] = aten::add(%3, %2)\n"
+            "      %5: f32[5, 16] = aten::gelu(%4)\n"
+            "      %6: f32[5, 16] = aten::add(%5, %0)\n"
+            "      return %6\n"
+            "    }\n"
+            "  }\n"
+            "  return %3\n"
+            "}\n");
+}
+
+TEST(Passes, ColumnReductionsPutTheKeptDimOnPartitions) {
+  const Graph g =
+      capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(in[0], {0})}; },
+                 {{{300, 20}, DType::f32}});
+  const Graph out = optimized(g);
+  EXPECT_EQ(out.nodes[1].layout.partition_dims, Dims({1}));
+  EXPECT_EQ(out.nodes[1].layout.free_dims, Dims({0}));
+}
+
+TEST(Passes, RuleTablesAreNamed) {
+  EXPECT_GE(constant_folding_rules().size(), 5u);
+  for (const RewriteRule& rule : builtin_recognition_rules()) EXPECT_FALSE(rule.name.empty());
+}
+
+}  // namespace
+}  // namespace sightline::compiler

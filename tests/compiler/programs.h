@@ -1,0 +1,69 @@
+// Tensor programs the compiler tests capture: the naive RMSNorm and a decoder block.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sightline/compile.h"
+#include "sightline/ops.h"
+
+namespace sightline::compiler::testing {
+
+inline Tensor naive_rms_norm(const Tensor& x, const Tensor& w) {
+  return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
+}
+
+// Decoder block dimensions: model width, heads, MLP width.
+struct DecoderDims {
+  int64_t batch = 2, seq = 5, model = 32, heads = 4, hidden = 48;
+};
+
+// Arguments: x [batch, seq, model], norm1 [model], wq, wk, wv, wo [model, model], norm2 [model],
+// w_gate, w_up [hidden, model], w_down [model, hidden].
+inline std::vector<Tensor> decoder_block(const std::vector<Tensor>& a) {
+  const Tensor& x = a[0];
+  const int64_t b = x.size(0), s = x.size(1), d = x.size(2), heads = 4, dh = d / heads;
+  const Tensor n1 = naive_rms_norm(x, a[1]);
+  auto split_heads = [&](const Tensor& t) { return t.reshape({b, s, heads, dh}).transpose(1, 2); };
+  const Tensor q = split_heads(linear(n1, a[2]));
+  const Tensor k = split_heads(linear(n1, a[3]));
+  const Tensor v = split_heads(linear(n1, a[4]));
+  const Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+  const Tensor attn = matmul(softmax(scores, -1), v).transpose(1, 2).reshape({b, s, d});
+  const Tensor h = x + linear(attn, a[5]);
+  const Tensor n2 = naive_rms_norm(h, a[6]);
+  const Tensor gated = silu(linear(n2, a[7])) * linear(n2, a[8]);
+  return {h + linear(gated, a[9])};
+}
+
+inline std::vector<Tensor> decoder_args(const DecoderDims& dims, Generator& g) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dims.model));
+  auto weight = [&](int64_t out, int64_t in) { return randn({out, in}, {}, &g) * scale; };
+  return {randn({dims.batch, dims.seq, dims.model}, {}, &g),
+          rand({dims.model}, {}, &g) + 0.5,
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          rand({dims.model}, {}, &g) + 0.5,
+          weight(dims.hidden, dims.model),
+          weight(dims.hidden, dims.model),
+          weight(dims.model, dims.hidden) * 0.5};
+}
+
+// Both tensors on the cpu with the same shape, elementwise within atol + rtol * |expected|.
+inline void expect_close(const Tensor& actual, const Tensor& expected, double atol = 1e-4,
+                         double rtol = 1e-4) {
+  ASSERT_EQ(actual.shape(), expected.shape());
+  const Tensor a = actual.to(Device::cpu()).to(DType::f32).contiguous();
+  const Tensor e = expected.to(Device::cpu()).to(DType::f32).contiguous();
+  const float* pa = a.data<float>();
+  const float* pe = e.data<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_NEAR(pa[i], pe[i], atol + rtol * std::fabs(pe[i])) << "element " << i << " of " << a.describe();
+  }
+}
+
+}  // namespace sightline::compiler::testing

@@ -1,0 +1,64 @@
+// Fused rms_norm / layer_norm: correctness against the CPU reference, and device time against the HBM
+// floor and against the naive six-op sequence (simulated time is deterministic, so it can be tested).
+#include "kernel_test_util.h"
+
+namespace sightline::kernel_tests {
+namespace {
+
+OpAttrs with_eps(double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  return a;
+}
+
+TEST(EagerNormalization, RmsNorm) {
+  check_op(OpId::rms_norm, {random({300, 1000}), random({1000})}, with_eps(1e-6), 1e-4);
+  check_op(OpId::rms_norm, {random({3, 50, 70})}, with_eps(1e-5), 1e-4);  // no weight, 3-D
+  check_op(OpId::rms_norm, {random({130, 256}, DType::bf16), random({256}, DType::bf16)}, with_eps(1e-6), 3e-2);
+  check_op(OpId::rms_norm, {random({64, 130}).transpose(0, 1), random({64})}, with_eps(1e-6), 1e-4);
+}
+
+TEST(EagerNormalization, LayerNorm) {
+  check_op(OpId::layer_norm, {random({300, 500}), random({500}), random({500})}, with_eps(1e-5), 1e-4);
+  check_op(OpId::layer_norm, {random({2, 65, 96}), random({96})}, with_eps(1e-5), 1e-4);
+  check_op(OpId::layer_norm, {random({129, 40})}, with_eps(1e-5), 1e-4);
+  check_op(OpId::layer_norm, {random({129, 64}, DType::f16), random({64}, DType::f16), random({64}, DType::f16)},
+           with_eps(1e-5), 1e-2);
+}
+
+// Device time of one op on [rows, cols]-shaped inputs, timing only.
+double device_ns(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+  return run_eager(op, inputs, attrs, {.functional = false, .record = false}).run.duration_ns;
+}
+
+// A tensor with the right metadata for a timing-only run: its values are never read.
+Tensor shaped(const Dims& shape) { return empty(shape); }
+
+TEST(EagerNormalization, FusedRmsNormIsWithinTwiceTheHbmFloorAndBeatsTheNaiveSequence) {
+  const int64_t n = 4096;
+  const Tensor x = shaped({n, n}), w = shaped({n});
+  const double fused = device_ns(OpId::rms_norm, {x, w}, with_eps(1e-6));
+  // Bytes the kernel must move: read x and the weight, write y.
+  const double bytes = 2.0 * n * n * 4 + n * 4;
+  const double floor_ns = bytes / trn2().hbm.bytes_per_ns;
+  RecordProperty("fused_ns", std::to_string(fused));
+  RecordProperty("hbm_floor_ns", std::to_string(floor_ns));
+  EXPECT_GE(fused, floor_ns);
+  EXPECT_LE(fused, 2.0 * floor_ns) << "fused " << fused << " ns, floor " << floor_ns << " ns";
+
+  // Naive: x * x, mean(-1, keepdim), + eps (a 0-dim tensor), rsqrt, x * r, * w: six executables.
+  OpAttrs mean_attrs;
+  mean_attrs.dims = {-1};
+  mean_attrs.keepdim = true;
+  const Tensor column = shaped({n, 1}), eps = shaped({});
+  const double naive = device_ns(OpId::mul, {x, x}, {}) + device_ns(OpId::mean, {x}, mean_attrs) +
+                       device_ns(OpId::add, {column, eps}, {}) + device_ns(OpId::rsqrt, {column}, {}) +
+                       device_ns(OpId::mul, {x, column}, {}) + device_ns(OpId::mul, {x, w}, {});
+  RecordProperty("naive_ns", std::to_string(naive));
+  std::printf("rms_norm [4096, 4096] f32: fused %.1f us, naive 6 ops %.1f us, HBM floor %.1f us\n", fused / 1e3,
+              naive / 1e3, floor_ns / 1e3);
+  EXPECT_GT(naive, 2.0 * fused);
+}
+
+}  // namespace
+}  // namespace sightline::kernel_tests

@@ -1,0 +1,165 @@
+// Every op on neuron:0 against the CPU reference: the same random inputs on both devices, results
+// compared within dtype tolerance. Shapes include sizes that are not multiples of 128, broadcast and
+// transposed inputs.
+#include <cmath>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "sightline/sightline.h"
+
+using namespace sightline;
+
+namespace {
+
+Device neuron0() { return Device::parse("neuron:0"); }
+
+double tolerance(DType t) {
+  switch (t) {
+    case DType::f32: return 2e-5;
+    case DType::bf16: return 2e-2;
+    case DType::f16: return 3e-3;
+    case DType::i32: return 0;
+  }
+  return 0;
+}
+
+std::vector<double> host_values(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<double> v(static_cast<size_t>(h.numel()));
+  dtype_visit(h.dtype(), [&]<typename T>() {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = to_double(h.data<T>()[i]);
+  });
+  return v;
+}
+
+// Compares a device result with the CPU result; `scale` widens the tolerance for long reductions.
+void expect_same(const Tensor& device_result, const Tensor& cpu_result, const std::string& what, double scale = 1) {
+  ASSERT_EQ(device_result.device(), neuron0()) << what;
+  ASSERT_EQ(device_result.shape(), cpu_result.shape()) << what;
+  ASSERT_EQ(device_result.dtype(), cpu_result.dtype()) << what;
+  const auto got = host_values(device_result), want = host_values(cpu_result);
+  const double tol = tolerance(cpu_result.dtype()) * scale;
+  int shown = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    if (!both_nan && !(std::fabs(got[i] - want[i]) <= tol * (1 + std::fabs(want[i])))) {
+      ADD_FAILURE() << what << " element " << i << ": neuron " << got[i] << " cpu " << want[i];
+      if (++shown > 4) return;
+    }
+  }
+}
+
+struct Pair {
+  Tensor cpu, dev;
+};
+
+Pair input(const Dims& shape, DType dtype, Generator& g, bool positive = false, bool transposed = false) {
+  Dims s = shape;
+  if (transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
+  Tensor t = randn(s, DType::f32, &g);
+  if (positive) t = abs(t) + 0.5;
+  if (dtype == DType::i32) t = t * 10.0;
+  t = t.to(dtype);
+  Tensor d = t.to(neuron0());
+  if (transposed) {
+    t = t.transpose(-1, -2);
+    d = d.transpose(-1, -2);
+  }
+  return {t, d};
+}
+
+class CrossBackend : public ::testing::TestWithParam<DType> {
+ protected:
+  DType dtype() const { return GetParam(); }
+  bool floating() const { return dtype_is_floating(dtype()); }
+  Generator g_{2024};
+};
+
+}  // namespace
+
+TEST_P(CrossBackend, Elementwise) {
+  const std::vector<std::pair<Dims, Dims>> shapes = {
+      {{130, 70}, {130, 70}}, {{130, 70}, {70}}, {{130, 70}, {130, 1}}, {{3, 1}, {1, 4}}, {{2, 3, 5}, {}}};
+  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum}) {
+    for (const auto& [sa, sb] : shapes) {
+      const Pair a = input(sa, dtype(), g_), b = input(sb, dtype(), g_, op == OpId::div);
+      const Tensor ci[] = {a.cpu, b.cpu}, di[] = {a.dev, b.dev};
+      expect_same(dispatch(op, di, {}), dispatch(op, ci, {}), fmt::format("{} {} {}", op_name(op), sa, sb));
+    }
+    // Tensor-scalar (the scalar is copied to the device) and a transposed operand.
+    const Pair a = input({129, 33}, dtype(), g_, false, true);
+    OpAttrs s;
+    s.scalar = 3.0;
+    s.has_scalar = true;
+    const Tensor ci[] = {a.cpu}, di[] = {a.dev};
+    expect_same(dispatch(op, di, s), dispatch(op, ci, s), fmt::format("{} scalar transposed", op_name(op)));
+  }
+  for (const OpInfo& info : kOpTable) {
+    if (!op_is_unary_elementwise(info.id) || info.id == OpId::fill) continue;
+    const bool positive = info.id == OpId::log || info.id == OpId::sqrt || info.id == OpId::rsqrt ||
+                          info.id == OpId::reciprocal || info.id == OpId::pow;
+    const Pair a = input({130, 77}, dtype(), g_, positive);
+    OpAttrs attrs;
+    attrs.scalar = 2.0;  // pow's exponent
+    const Tensor ci[] = {a.cpu}, di[] = {a.dev};
+    expect_same(dispatch(info.id, di, attrs), dispatch(info.id, ci, attrs), std::string(info.name), 2);
+  }
+  for (DType target : {DType::f32, DType::bf16, DType::i32}) {
+    const Pair a = input({50, 3}, dtype(), g_);
+    expect_same(a.dev.to(target), a.cpu.to(target), fmt::format("to {}", dtype_name(target)));
+  }
+  expect_same(full({129, 5}, 2.5, TensorOptions(dtype(), neuron0())), full({129, 5}, 2.5, dtype()), "fill");
+  const Pair t = input({40, 130}, dtype(), g_, false, true);
+  expect_same(t.dev.contiguous(), t.cpu.contiguous(), "contiguous of a transposed view");
+}
+
+TEST_P(CrossBackend, ReductionsAndSoftmax) {
+  const std::vector<std::pair<Dims, Dims>> cases = {{{130, 300}, {-1}}, {{130, 300}, {0}}, {{4, 5, 6}, {0, 2}},
+                                                    {{257}, {}}};
+  for (const auto& [shape, dims] : cases) {
+    for (bool keepdim : {false, true}) {
+      const Pair a = input(shape, dtype(), g_);
+      const double scale = std::sqrt(static_cast<double>(shape.product()));
+      expect_same(sum(a.dev, dims, keepdim), sum(a.cpu, dims, keepdim), fmt::format("sum {} {}", shape, dims), scale);
+      expect_same(amax(a.dev, dims, keepdim), amax(a.cpu, dims, keepdim), fmt::format("amax {} {}", shape, dims));
+      if (floating()) {
+        expect_same(mean(a.dev, dims, keepdim), mean(a.cpu, dims, keepdim), fmt::format("mean {} {}", shape, dims), 4);
+      }
+    }
+  }
+  if (!floating()) return;
+  for (int dim : {-1, 0}) {
+    const Pair a = input({130, 70}, dtype(), g_);
+    expect_same(softmax(a.dev, dim), softmax(a.cpu, dim), fmt::format("softmax {}", dim), 2);
+    expect_same(log_softmax(a.dev, dim), log_softmax(a.cpu, dim), fmt::format("log_softmax {}", dim), 2);
+  }
+}
+
+TEST_P(CrossBackend, MatmulLinearNormalization) {
+  if (dtype() == DType::i32) GTEST_SKIP() << "the Tensor engine multiplies floating-point operands";
+  const std::vector<std::pair<Dims, Dims>> cases = {{{130, 200}, {200, 140}}, {{7}, {7, 3}}, {{5, 7}, {7}},
+                                                    {{2, 33, 65}, {65, 17}}, {{2, 1, 5, 7}, {3, 7, 2}}};
+  for (const auto& [sa, sb] : cases) {
+    const Pair a = input(sa, dtype(), g_), b = input(sb, dtype(), g_);
+    expect_same(matmul(a.dev, b.dev), matmul(a.cpu, b.cpu), fmt::format("matmul {} {}", sa, sb),
+                std::sqrt(static_cast<double>(sa.back())) * 2);
+  }
+  const Pair x = input({3, 50, 96}, dtype(), g_), w = input({70, 96}, dtype(), g_), b = input({70}, dtype(), g_);
+  expect_same(linear(x.dev, w.dev, b.dev), linear(x.cpu, w.cpu, b.cpu), "linear", 20);
+  const Pair y = input({130, 300}, dtype(), g_), nw = input({300}, dtype(), g_), nb = input({300}, dtype(), g_);
+  expect_same(rms_norm(y.dev, nw.dev, 1e-6), rms_norm(y.cpu, nw.cpu, 1e-6), "rms_norm", 4);
+  expect_same(layer_norm(y.dev, nw.dev, nb.dev, 1e-5), layer_norm(y.cpu, nw.cpu, nb.cpu, 1e-5), "layer_norm", 8);
+}
+
+TEST_P(CrossBackend, Movement) {
+  const Pair a = input({130, 3}, dtype(), g_), b = input({130, 5}, dtype(), g_);
+  expect_same(cat({a.dev, b.dev}, 1), cat({a.cpu, b.cpu}, 1), "cat dim 1");
+  expect_same(cat({a.dev, a.dev}, 0), cat({a.cpu, a.cpu}, 0), "cat dim 0");
+  const Pair table = input({300, 20}, dtype(), g_);
+  const Tensor idx = from_vector(std::vector<int32_t>{3, 0, 299, 3, 7, 150}, {2, 3});
+  expect_same(embedding(table.dev, idx.to(neuron0())), embedding(table.cpu, idx), "embedding");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CrossBackend, ::testing::Values(DType::f32, DType::bf16, DType::f16, DType::i32),
+                         [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
