@@ -10,9 +10,14 @@ build_dir=${1:-build}
 # Debian packages: toolchain, C++ libraries, and what the tests use.
 packages=(
   g++ cmake ninja-build pkg-config
-  libfmt-dev nlohmann-json3-dev libcli11-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  chromium
 )
+# Node.js and npm for the Explorer; a machine that has them already (any recent version) keeps its own.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,3 +36,6 @@ fi
 jobs=$(nproc)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIGHTLINE_WERROR=ON >/dev/null
 cmake --build "$build_dir" -j "$jobs"
+
+# The Explorer UI (npm packages from package-lock.json, built with Vite into explorer/dist).
+scripts/explorer.sh

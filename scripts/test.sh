@@ -9,6 +9,10 @@ scripts/setup.sh build
 echo "== tests (Release, -Werror)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+echo "== Explorer: unit tests (Vitest) and end-to-end tests (headless chromium against sightline-serve)"
+(cd explorer && npx vitest run)
+explorer/run-e2e.sh build
+
 echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
   -DSIGHTLINE_WERROR=ON -DSIGHTLINE_SANITIZE='address;undefined' \

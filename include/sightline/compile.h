@@ -15,8 +15,13 @@
 // with that signature run the cached program, a new signature compiles again. Arguments are made
 // contiguous before they are bound, so any strides share one program.
 //
-// Running: the optimized graph is replayed with eager ops on the arguments' backend, so a compiled
-// function gives the eager result on every backend (fused groups run their ops one after the other).
+// Running on a neuron device: the optimized graph is lowered to ONE device executable
+// (src/compiler/lower.h), loaded once per core, and every call is one runtime execution, shown in
+// key_averages as one "CompiledFunction" row that carries the execution's device time. Executables are
+// cached in memory per signature and, with CompileOptions::cache_dir, on disk across processes. On other
+// backends the optimized graph is replayed with eager ops (fused groups run their ops one after the
+// other); so is a neuron graph that holds an op without a device kernel, after a warning on stderr
+// naming it.
 //
 // What cannot be captured is an error (sightline::Error), never a silent wrong result:
 //   * reading a tensor's value on the host inside the function (item(), to_string(), .to(cpu), a branch
@@ -42,12 +47,18 @@ namespace sightline {
 
 struct CompileOptions {
   bool optimize = true;  // false: run the captured graph as recorded (to compare against the passes)
+  // Directory of the disk cache of device executables (created when missing); empty: memory only.
+  // Several processes may share it; an unreadable entry is rebuilt with a warning.
+  std::string cache_dir = {};
 };
 
 struct CompileStats {
   int64_t compilations = 0;  // signatures captured and compiled (guard misses)
   int64_t calls = 0;
   int64_t cache_hits = 0;  // calls that found a compiled program for their signature
+  int64_t lowerings = 0;        // device executables built by lowering (not found in the disk cache)
+  int64_t disk_cache_hits = 0;  // device executables read from CompileOptions::cache_dir
+  int64_t device_calls = 0;     // calls that ran as one device execution
 };
 
 struct CompiledFunctionState;

@@ -4,16 +4,27 @@
 #include <map>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "compiler/capture.h"
+#include "compiler/device_program.h"
 #include "compiler/execute.h"
 #include "compiler/passes.h"
+#include "neuron/neuron.h"
+#include "profiler/record.h"
 
 namespace sightline {
 namespace {
 
-// A compiled program: the optimized graph for one input signature.
+// Bumped whenever the lowering changes what it emits for a graph, so that disk cache entries written by
+// an older lowering are rebuilt instead of run.
+constexpr int kLoweringVersion = 1;
+
+// A compiled program: the optimized graph for one input signature and, for arguments on a neuron
+// device, its device executable (null when the graph could not be lowered: it is replayed eagerly).
 struct Program {
   compiler::Graph graph;
+  std::shared_ptr<const compiler::DeviceProgram> device;
 };
 
 // The guard key: every argument's dtype, shape and device ("f32[4, 8]@cpu|bf16[8]@neuron:0").
@@ -39,6 +50,33 @@ Device common_device(const std::vector<Tensor>& inputs) {
   }
   return device;
 }
+
+bool is_neuron(const Device& device) { return device.to_string().starts_with("neuron"); }
+
+// The disk cache key: what decides the executable, and not the core it runs on (any core loads it).
+std::string device_cache_key(const compiler::Graph& graph, const std::vector<Tensor>& inputs,
+                             const device::Spec& spec) {
+  std::string key = fmt::format("lowering {}\nspec {}:{}\nguards", kLoweringVersion, spec.name, spec.path);
+  for (const Tensor& t : inputs) key += fmt::format(" {}{}", dtype_name(t.dtype()), t.shape());
+  return key + "\n" + compiler::dump(graph);
+}
+
+// The profiler row of a compiled call: device work queued inside carries its correlation id.
+class CompiledRegionScope {
+ public:
+  CompiledRegionScope()
+      : handle_(profiler::record_scope_begin(profiler::EventKind::user_annotation, name())) {}
+  ~CompiledRegionScope() { profiler::record_scope_end(handle_); }
+  CompiledRegionScope(const CompiledRegionScope&) = delete;
+  CompiledRegionScope& operator=(const CompiledRegionScope&) = delete;
+
+ private:
+  static profiler::NameId name() {
+    static const profiler::NameId id = profiler::intern("CompiledFunction");
+    return id;
+  }
+  profiler::ScopeHandle handle_;
+};
 
 }  // namespace
 
@@ -68,20 +106,49 @@ struct CompiledFunctionState {
     for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
     compiler::Graph graph = compiler::capture(fn, metas, device);
     graph = options.optimize ? compiler::optimize(std::move(graph)) : compiler::eliminate_dead_code(graph);
-    auto program = std::make_shared<const Program>(Program{std::move(graph)});
+    std::shared_ptr<const compiler::DeviceProgram> device_program;
+    compiler::CacheOutcome outcome = compiler::CacheOutcome::lowered;
+    if (is_neuron(device)) device_program = lower_for_device(graph, inputs, device, outcome);
+    auto program = std::make_shared<const Program>(Program{std::move(graph), std::move(device_program)});
     std::lock_guard lock(mutex);
     auto [it, inserted] = programs.emplace(key, program);
-    if (inserted) ++stats.compilations;  // a racing thread may have compiled the same signature first
+    if (inserted) {  // a racing thread may have compiled the same signature first
+      ++stats.compilations;
+      if (program->device && outcome == compiler::CacheOutcome::disk_hit) ++stats.disk_cache_hits;
+      if (program->device && outcome == compiler::CacheOutcome::lowered) ++stats.lowerings;
+    }
     return it->second;
+  }
+
+  // The device program of `graph`, or null (after a warning) when the graph holds an op the device
+  // cannot run: the documented fallback is the eager replay, which gives the same results.
+  std::shared_ptr<const compiler::DeviceProgram> lower_for_device(const compiler::Graph& graph,
+                                                                  const std::vector<Tensor>& inputs,
+                                                                  const Device& device,
+                                                                  compiler::CacheOutcome& outcome) const {
+    const device::Spec& spec = neuron::runtime().spec();
+    try {
+      return std::make_shared<const compiler::DeviceProgram>(compiler::obtain_executable(
+          graph, device_cache_key(graph, inputs, spec), options.cache_dir, spec, outcome));
+    } catch (const Error& e) {
+      fmt::print(stderr, "sightline: warning: a compiled function runs op by op on {}: its graph cannot be "
+                 "lowered to one executable ({})\n", device, e.what());
+      return nullptr;
+    }
   }
 };
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) const {
+  const CompiledRegionScope scope;
   const std::shared_ptr<const Program> program = state_->program_for(inputs, true);
   std::vector<Tensor> bound;
   bound.reserve(inputs.size());
   for (const Tensor& t : inputs) bound.push_back(t.contiguous());
-  return compiler::run_eager(program->graph, bound);
+  if (!program->device) return compiler::run_eager(program->graph, bound);
+  std::vector<Tensor> results = program->device->run(bound, profiler::current_correlation_id());
+  std::lock_guard lock(state_->mutex);
+  ++state_->stats.device_calls;
+  return results;
 }
 
 namespace {

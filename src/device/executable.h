@@ -24,7 +24,10 @@
 
 namespace sightline::device {
 
-enum class IoKind : uint8_t { input, output };
+// scratch: device memory the program uses between its steps (a compiled program's intermediates); the
+// caller binds an HBM buffer of the declared size and neither fills nor reads it.
+enum class IoKind : uint8_t { input, output, scratch };
+inline constexpr int kIoKindCount = 3;
 
 struct IoTensor {
   std::string name;

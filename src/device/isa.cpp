@@ -255,7 +255,8 @@ Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src) {
   return make(Opcode::dma_copy, 0, dst, src);
 }
 
-Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table, const AccessPattern& row_indices) {
+Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table,
+                       const AccessPattern& row_indices) {
   Instruction in = make(Opcode::dma_gather, 0, dst, table);
   in.src1 = row_indices;
   return in;

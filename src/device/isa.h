@@ -179,6 +179,7 @@ Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern
 Instruction iota(const AccessPattern& dst, float base, float partition_step);
 Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
 Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src);
-Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table, const AccessPattern& row_indices);
+Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table,
+                       const AccessPattern& row_indices);
 
 }  // namespace sightline::device

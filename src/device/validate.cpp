@@ -240,7 +240,8 @@ class Checker {
         if (in.src1.memory != Memory::sbuf || in.src1.dtype != DType::i32)
           error("the row indices src1 must be an i32 SBUF tile");
         if (in.dst.free_elements() != in.src0.free_elements()) {
-          error("dst rows have {} elements but table rows {}", in.dst.free_elements(), in.src0.free_elements());
+          error("dst rows have {} elements but table rows {}", in.dst.free_elements(),
+                in.src0.free_elements());
         }
         per_partition(in.src1, "row indices src1", in.dst, 1);
         break;

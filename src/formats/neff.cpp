@@ -292,7 +292,7 @@ Executable neff_parse_payload(std::span<const uint8_t> payload, const std::strin
   for (auto& t : exe.io) {
     t.name = r.get_string("I/O tensor name");
     t.dtype = r.get_enum<DType>(kDTypeCount, "I/O tensor dtype");
-    t.kind = r.get_enum<device::IoKind>(2, "I/O tensor kind");
+    t.kind = r.get_enum<device::IoKind>(device::kIoKindCount, "I/O tensor kind");
     const size_t at = r.pos();
     const uint32_t rank = r.get<uint32_t>("I/O tensor rank");
     if (rank > kMaxRank) r.error_at(at, "I/O tensor rank {} exceeds {}", rank, kMaxRank);

@@ -8,6 +8,18 @@ namespace {
 using device::AccessPattern;
 using device::Instruction;
 
+std::string_view io_kind_name(device::IoKind kind) {
+  switch (kind) {
+    case device::IoKind::input:
+      return "input";
+    case device::IoKind::output:
+      return "output";
+    case device::IoKind::scratch:
+      return "scratch";
+  }
+  return "?";
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -69,7 +81,7 @@ std::string neff_dump(const device::Executable& exe) {
   for (size_t i = 0; i < exe.io.size(); ++i) {
     const auto& t = exe.io[i];
     out += fmt::format("  [{}] {:6} {} {} {} ({} bytes)\n", i,
-                       t.kind == device::IoKind::input ? "input" : "output", t.name, dtype_name(t.dtype),
+                       io_kind_name(t.kind), t.name, dtype_name(t.dtype),
                        shape_text(t.shape), t.bytes());
   }
   if (!exe.source_ops.empty()) {

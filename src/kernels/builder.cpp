@@ -10,14 +10,17 @@ namespace sightline::kernels {
 using device::Engine;
 using device::Instruction;
 
-AccessPattern Tile::rows(uint16_t p) const { return region(0, p, 0, free_elements); }
+AccessPattern Tile::rows(uint16_t p) const {
+  return region(0, p, 0, free_elements);
+}
 
 AccessPattern Tile::region(uint16_t p0, uint16_t p, uint32_t f0, uint32_t f) const {
   SIGHTLINE_CHECK(uint32_t{p0} + p <= partitions && p > 0,
-                  "tile region: partitions [{}, {}) do not fit the tile's {} partitions", p0, p0 + p, partitions);
+                  "tile region: partitions [{}, {}) do not fit the tile's {} partitions", p0, p0 + p,
+                  partitions);
   SIGHTLINE_CHECK(uint64_t{f0} + f <= free_elements && f > 0,
-                  "tile region: elements [{}, {}) do not fit the tile's {} elements per partition", f0, f0 + f,
-                  free_elements);
+                  "tile region: elements [{}, {}) do not fit the tile's {} elements per partition", f0,
+                  f0 + f, free_elements);
   AccessPattern ap;
   ap.memory = memory;
   ap.dtype = dtype;
@@ -30,7 +33,8 @@ AccessPattern Tile::region(uint16_t p0, uint16_t p, uint32_t f0, uint32_t f) con
 }
 
 AccessPattern Tile::shaped(uint16_t p, std::initializer_list<uint32_t> sizes) const {
-  SIGHTLINE_CHECK(sizes.size() >= 1 && sizes.size() <= 4, "tile shape: 1 to 4 free dims, got {}", sizes.size());
+  SIGHTLINE_CHECK(sizes.size() >= 1 && sizes.size() <= 4, "tile shape: 1 to 4 free dims, got {}",
+                  sizes.size());
   AccessPattern ap = rows(p);
   uint64_t total = 1;
   for (uint32_t s : sizes) total *= s;
@@ -82,7 +86,8 @@ KernelBuilder::KernelBuilder(const device::Spec& spec, std::string name)
   exe_.metadata.emplace_back("builder", "sightline::kernels::KernelBuilder");
 }
 
-uint32_t KernelBuilder::add_io(std::string name, DType dtype, std::vector<int64_t> shape, device::IoKind kind) {
+uint32_t KernelBuilder::add_io(std::string name, DType dtype, std::vector<int64_t> shape,
+                               device::IoKind kind) {
   for (int64_t d : shape) SIGHTLINE_CHECK(d >= 0, "I/O tensor '{}': negative dim {}", name, d);
   exe_.io.push_back({std::move(name), dtype, std::move(shape), kind});
   return static_cast<uint32_t>(exe_.io.size() - 1);
@@ -107,8 +112,8 @@ void KernelBuilder::set_source_op(std::string_view name) {
 }
 
 KernelBuilder::Allocator& KernelBuilder::allocator(Memory memory) {
-  SIGHTLINE_CHECK(memory == Memory::sbuf || memory == Memory::psum,
-                  "tiles live in SBUF or PSUM, not {}", device::memory_name(memory));
+  SIGHTLINE_CHECK(memory == Memory::sbuf || memory == Memory::psum, "tiles live in SBUF or PSUM, not {}",
+                  device::memory_name(memory));
   return memory == Memory::sbuf ? sbuf_ : psum_;
 }
 
@@ -145,7 +150,8 @@ Tile KernelBuilder::allocate(Memory memory, DType dtype, uint32_t free_elements,
       a.free_ranges.erase(a.free_ranges.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (after.end > after.begin) {
-      a.free_ranges.insert(a.free_ranges.begin() + static_cast<std::ptrdiff_t>(keep_before ? i + 1 : i), after);
+      a.free_ranges.insert(a.free_ranges.begin() + static_cast<std::ptrdiff_t>(keep_before ? i + 1 : i),
+                           after);
     }
     Tile t{memory, dtype, partitions, taken.begin, free_elements, next_tile_id_++};
     a.live.push_back({t.id, taken});
@@ -153,10 +159,11 @@ Tile KernelBuilder::allocate(Memory memory, DType dtype, uint32_t free_elements,
   }
   uint32_t largest = 0;
   for (const Range& r : a.free_ranges) largest = std::max(largest, r.end - r.begin);
-  fail("{} overflow: tile '{}' needs {} bytes per partition ({} x {}), but only {} of the {} bytes per "
-       "partition are free (largest free range {}, {} tiles live); free tiles or use smaller ones",
-       device::memory_name(memory), name, bytes, free_elements, dtype_name(dtype), free_bytes(memory),
-       a.capacity, largest, a.live.size());
+  fail(
+      "{} overflow: tile '{}' needs {} bytes per partition ({} x {}), but only {} of the {} bytes per "
+      "partition are free (largest free range {}, {} tiles live); free tiles or use smaller ones",
+      device::memory_name(memory), name, bytes, free_elements, dtype_name(dtype), free_bytes(memory),
+      a.capacity, largest, a.live.size());
 }
 
 TilePool KernelBuilder::pool(std::string_view name, DType dtype, uint32_t free_elements, size_t count,
@@ -169,7 +176,8 @@ TilePool KernelBuilder::pool(std::string_view name, DType dtype, uint32_t free_e
 
 void KernelBuilder::free(const Tile& tile) {
   Allocator& a = allocator(tile.memory);
-  const auto it = std::find_if(a.live.begin(), a.live.end(), [&](const auto& l) { return l.first == tile.id; });
+  const auto it =
+      std::find_if(a.live.begin(), a.live.end(), [&](const auto& l) { return l.first == tile.id; });
   SIGHTLINE_CHECK(it != a.live.end(), "free: tile {} is not allocated (freed twice?)", tile.id);
   const Range r = it->second;
   a.live.erase(it);
@@ -214,12 +222,14 @@ void KernelBuilder::emit(Instruction in, int dma_queue) {
   exe_.stream(in.engine()).push_back(std::move(in));
 }
 
-void KernelBuilder::dma(const AccessPattern& dst, const AccessPattern& src) { emit(device::dma_copy(dst, src)); }
+void KernelBuilder::dma(const AccessPattern& dst, const AccessPattern& src) {
+  emit(device::dma_copy(dst, src));
+}
 
 void KernelBuilder::dma_split(const AccessPattern& dst, const AccessPattern& src) {
   SIGHTLINE_CHECK(dst.partition_count == src.partition_count && dst.free_elements() == src.free_elements(),
-                  "dma: dst [{}, {}] and src [{}, {}] differ in shape", dst.partition_count, dst.free_elements(),
-                  src.partition_count, src.free_elements());
+                  "dma: dst [{}, {}] and src [{}, {}] differ in shape", dst.partition_count,
+                  dst.free_elements(), src.partition_count, src.free_elements());
   const uint32_t queues = spec_.dma.queues;
   // Below a few KiB a transfer is dominated by its fixed cost: do not split it further.
   constexpr uint64_t kMinPieceBytes = 4096;

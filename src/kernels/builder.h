@@ -53,7 +53,7 @@ struct Tile {
   Memory memory = Memory::sbuf;
   DType dtype = DType::f32;
   uint16_t partitions = 0;
-  uint32_t offset = 0;        // bytes into each partition
+  uint32_t offset = 0;         // bytes into each partition
   uint32_t free_elements = 0;  // per partition
   uint32_t id = 0;             // allocation id (for free())
 
@@ -176,7 +176,7 @@ class KernelBuilder {
     uint32_t begin, end;
   };
   struct Allocator {
-    std::vector<Range> free_ranges;  // sorted, coalesced
+    std::vector<Range> free_ranges;                // sorted, coalesced
     std::vector<std::pair<uint32_t, Range>> live;  // id -> range
     uint32_t capacity = 0;
   };

@@ -48,12 +48,14 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
                   "{} takes at most {} tensor inputs, got {}", info.name, info.arity, inputs.size());
   SIGHTLINE_CHECK(!(op_is_binary_elementwise(op) && attrs.has_scalar),
                   "{} with a host scalar reaches the device as two tensors: turn the scalar into a 0-dim "
-                  "device tensor first", info.name);
+                  "device tensor first",
+                  info.name);
   KernelBuilder b(spec, kernel_name(op, inputs, out));
   b.set_source_op(info.name);
   b.add_metadata("op", std::string(info.name));
   EagerContext c{b, op, inputs, attrs, out, {}, 0};
-  for (size_t i = 0; i < inputs.size(); ++i) c.input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    c.input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
   c.out_io = declare_output(b, "out", out);
   switch (info.kind) {
     case OpKind::elementwise:

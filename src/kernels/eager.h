@@ -32,7 +32,9 @@ struct TensorDesc {
   Dims shape;
   Dims strides;
 
-  static TensorDesc contiguous(DType dtype, const Dims& shape) { return {dtype, shape, contiguous_strides(shape)}; }
+  static TensorDesc contiguous(DType dtype, const Dims& shape) {
+    return {dtype, shape, contiguous_strides(shape)};
+  }
   static TensorDesc of(const Tensor& t) { return {t.dtype(), t.shape(), t.strides()}; }
 };
 

@@ -59,7 +59,8 @@ void build_binary(EagerContext& c) {
       if (!load_full[i]) {
         const Tile t = column_pool.next();
         tile_of[i] = t.column(p);
-        b.load(tile_of[i], hbm_pattern(io, in_dtype[i], blk.offset[op], p, blk.partition_stride[op], {{1, 1}}));
+        b.load(tile_of[i],
+               hbm_pattern(io, in_dtype[i], blk.offset[op], p, blk.partition_stride[op], {{1, 1}}));
         continue;
       }
       const AccessPattern src = block_pattern(blk, op, io, in_dtype[i]);

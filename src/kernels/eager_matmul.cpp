@@ -56,18 +56,20 @@ class GemmEmitter {
         for (int64_t k0 = 0; k0 < g.k; k0 += parts_) {
           const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts_, g.k - k0));
           const AccessPattern st = stationary_.next().region(0, kp, 0, mp);
-          b_.dma_split(st, hbm_pattern(g.a.io, g.a.dtype, g.a.offset + m0 * g.a.outer_stride + k0 * g.a.inner_stride,
-                                       kp, g.a.inner_stride, {{mp, static_cast<int32_t>(g.a.outer_stride)}}));
+          b_.dma_split(
+              st, hbm_pattern(g.a.io, g.a.dtype, g.a.offset + m0 * g.a.outer_stride + k0 * g.a.inner_stride,
+                              kp, g.a.inner_stride, {{mp, static_cast<int32_t>(g.a.outer_stride)}}));
           const AccessPattern mv = moving_.next().region(0, kp, 0, np);
-          b_.dma_split(mv, hbm_pattern(g.b.io, g.b.dtype, g.b.offset + k0 * g.b.inner_stride + n0 * g.b.outer_stride,
-                                       kp, g.b.inner_stride, {{np, static_cast<int32_t>(g.b.outer_stride)}}));
+          b_.dma_split(
+              mv, hbm_pattern(g.b.io, g.b.dtype, g.b.offset + k0 * g.b.inner_stride + n0 * g.b.outer_stride,
+                              kp, g.b.inner_stride, {{np, static_cast<int32_t>(g.b.outer_stride)}}));
           b_.matmul(psum, st, mv, accumulate);
           accumulate = true;
         }
         if (g.bias) {
           const AccessPattern bias = bias_.next().region(0, 1, 0, np);
-          b_.dma(bias, hbm_pattern(g.bias->io, g.bias->dtype, g.bias->offset + n0 * g.bias->inner_stride, 1, 0,
-                                   {{np, static_cast<int32_t>(g.bias->inner_stride)}}));
+          b_.dma(bias, hbm_pattern(g.bias->io, g.bias->dtype, g.bias->offset + n0 * g.bias->inner_stride, 1,
+                                   0, {{np, static_cast<int32_t>(g.bias->inner_stride)}}));
           b_.matmul(psum, ones_->region(0, 1, 0, mp), bias, accumulate);
           accumulate = true;
         }
@@ -81,8 +83,9 @@ class GemmEmitter {
         } else {
           b_.activate(ActFunc::identity, y, psum);
         }
-        b_.store(hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride,
-                             mp, g.out.outer_stride, {{np, static_cast<int32_t>(g.out.inner_stride)}}),
+        b_.store(hbm_pattern(g.out.io, g.out.dtype,
+                             g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride, mp,
+                             g.out.outer_stride, {{np, static_cast<int32_t>(g.out.inner_stride)}}),
                  y);
       }
     }
@@ -103,8 +106,8 @@ void build_matmul(EagerContext& c) {
   const TensorDesc& a = c.inputs[0];
   const TensorDesc& bt = c.inputs[1];
   const int ra = a.shape.size(), rb = bt.shape.size();
-  SIGHTLINE_CHECK(ra >= 1 && rb >= 1, "aten::matmul: both operands need at least 1 dim, got {} and {}", a.shape,
-                  bt.shape);
+  SIGHTLINE_CHECK(ra >= 1 && rb >= 1, "aten::matmul: both operands need at least 1 dim, got {} and {}",
+                  a.shape, bt.shape);
   Gemm g;
   g.k = a.shape[ra - 1];
   g.m = ra >= 2 ? a.shape[ra - 2] : 1;
@@ -148,7 +151,8 @@ void build_linear(EagerContext& c) {
   const TensorDesc& x = c.inputs[0];
   const TensorDesc& w = c.inputs[1];
   const int rx = x.shape.size(), ro = c.out.shape.size();
-  SIGHTLINE_CHECK(w.shape.size() == 2, "aten::linear: weight must be [out_features, in_features], got {}", w.shape);
+  SIGHTLINE_CHECK(w.shape.size() == 2, "aten::linear: weight must be [out_features, in_features], got {}",
+                  w.shape);
   Gemm g;
   g.k = x.shape[rx - 1];
   g.n = w.shape[0];
@@ -167,8 +171,8 @@ void build_linear(EagerContext& c) {
   g.m = rank ? rows.sizes.back() : 1;
   g.a = {c.input_io[0], x.dtype, 0, rank ? rows.strides[0].back() : 0, x.strides[rx - 1]};
   g.out = {c.out_io, c.out.dtype, 0, rank ? rows.strides[1].back() : 0, c.out.strides[ro - 1]};
-  const std::vector<int64_t> outer = rank ? std::vector<int64_t>(rows.sizes.begin(), rows.sizes.end() - 1)
-                                          : std::vector<int64_t>{};
+  const std::vector<int64_t> outer =
+      rank ? std::vector<int64_t>(rows.sizes.begin(), rows.sizes.end() - 1) : std::vector<int64_t>{};
   GemmEmitter emitter(c.b, x.dtype, w.dtype, c.out.dtype, g.bias.has_value());
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;

@@ -20,8 +20,8 @@ constexpr uint32_t kCopyFree = 16384;
 void truncate_to_i32(KernelBuilder& b, const AccessPattern& out_i32, const AccessPattern& x, const Tile& t0,
                      const Tile& t1, uint16_t p, uint32_t f) {
   const AccessPattern y = t0.region(0, p, 0, f), gap = t1.region(0, p, 0, f);
-  b.copy(out_i32, x);      // round to nearest
-  b.copy(y, out_i32);      // back to f32
+  b.copy(out_i32, x);  // round to nearest
+  b.copy(y, out_i32);  // back to f32
   b.activate(ActFunc::abs, gap, x);
   b.activate(ActFunc::abs, out_i32, y);  // |y| (exact in i32 range)
   b.tensor_tensor(AluOp::subtract, gap, out_i32, gap);
@@ -53,7 +53,8 @@ void copy_tensor(EagerContext& c, uint32_t dst_io, DType dst_dtype, int64_t dst_
     return;
   }
   TilePool in = b.pool("x", src_dtype, kStreamFree, 2), out = b.pool("y", DType::i32, kStreamFree, 2);
-  const Tile t0 = b.sbuf(DType::f32, kStreamFree, 0, "rounded"), t1 = b.sbuf(DType::f32, kStreamFree, 0, "gap");
+  const Tile t0 = b.sbuf(DType::f32, kStreamFree, 0, "rounded"),
+             t1 = b.sbuf(DType::f32, kStreamFree, 0, "gap");
   for_each_block(nest, b.partitions(), kStreamFree, [&](const Block& blk) {
     const AccessPattern x = in.next().region(0, blk.partitions, 0, blk.free);
     const AccessPattern y = out.next().region(0, blk.partitions, 0, blk.free);
@@ -67,8 +68,8 @@ void copy_tensor(EagerContext& c, uint32_t dst_io, DType dst_dtype, int64_t dst_
 
 void build_copy(EagerContext& c) {
   const TensorDesc& in = c.inputs[0];
-  SIGHTLINE_CHECK(in.shape == c.out.shape, "{}: input {} and output {} shapes differ", op_name(c.op), in.shape,
-                  c.out.shape);
+  SIGHTLINE_CHECK(in.shape == c.out.shape, "{}: input {} and output {} shapes differ", op_name(c.op),
+                  in.shape, c.out.shape);
   copy_tensor(c, c.out_io, c.out.dtype, 0, std::vector<int64_t>(c.out.strides.begin(), c.out.strides.end()),
               c.input_io[0], in.dtype, std::vector<int64_t>(in.strides.begin(), in.strides.end()), in.shape);
 }
@@ -101,8 +102,10 @@ void build_embedding_onehot(EagerContext& c) {
   if (vocab == 0 || width == 0) return;
   // Row v0 + p of the vocabulary chunk starting at v0, one column per chunk.
   const int64_t chunks = (vocab + parts - 1) / parts;
-  SIGHTLINE_CHECK(chunks <= 4096, "aten::embedding: a vocabulary of {} rows is too large for the one-hot "
-                  "gather (at most {})", vocab, 4096 * int64_t{parts});
+  SIGHTLINE_CHECK(chunks <= 4096,
+                  "aten::embedding: a vocabulary of {} rows is too large for the one-hot "
+                  "gather (at most {})",
+                  vocab, 4096 * int64_t{parts});
   const Tile row_ids = b.sbuf(DType::f32, static_cast<uint32_t>(chunks), 0, "row_ids");
   for (int64_t v = 0; v < chunks; ++v) {
     b.iota(row_ids.column(parts, static_cast<uint32_t>(v)), static_cast<float>(v * parts), 1.0f);
@@ -110,7 +113,8 @@ void build_embedding_onehot(EagerContext& c) {
   const DType onehot_dtype = weight.dtype == DType::i32 ? DType::f32 : weight.dtype;
   TilePool ids = b.pool("ids", DType::f32, parts, 2), diff = b.pool("diff", DType::f32, parts, 2);
   TilePool onehot = b.pool("onehot", onehot_dtype, parts, 2);
-  TilePool rows = b.pool("weight", weight.dtype, moving_max, 3), out = b.pool("out", c.out.dtype, moving_max, 2);
+  TilePool rows = b.pool("weight", weight.dtype, moving_max, 3),
+           out = b.pool("out", c.out.dtype, moving_max, 2);
   TilePool acc = b.pool("acc", DType::f32, moving_max, 2, Memory::psum);
   // Token blocks: up to `parts` tokens along one strided dim of the indices.
   LoopNest tokens;
@@ -128,7 +132,7 @@ void build_embedding_onehot(EagerContext& c) {
     const Tile id_tile = ids.next();
     // Every partition sees all token ids of the block (partition stride 0); the DMA casts to f32.
     b.load(id_tile.region(0, parts, 0, t), hbm_pattern(c.input_io[1], DType::i32, blk.offset[1], parts, 0,
-                                {{t, static_cast<int32_t>(blk.free_stride[1])}}));
+                                                       {{t, static_cast<int32_t>(blk.free_stride[1])}}));
     for (int64_t d0 = 0; d0 < width; d0 += moving_max) {
       const uint32_t n = static_cast<uint32_t>(std::min<int64_t>(moving_max, width - d0));
       const AccessPattern psum = acc.next().region(0, static_cast<uint16_t>(t), 0, n);
@@ -141,15 +145,17 @@ void build_embedding_onehot(EagerContext& c) {
         b.activate(ActFunc::abs, dt, dt);
         b.activate(ActFunc::relu, oh, dt, -1.0f, 1.0f);
         const AccessPattern w = rows.next().region(0, vp, 0, n);
-        b.load(w, hbm_pattern(c.input_io[0], weight.dtype, v * parts * weight.strides[0] + d0 * weight.strides[1],
-                              vp, weight.strides[0], {{n, static_cast<int32_t>(weight.strides[1])}}));
+        b.load(w, hbm_pattern(c.input_io[0], weight.dtype,
+                              v * parts * weight.strides[0] + d0 * weight.strides[1], vp, weight.strides[0],
+                              {{n, static_cast<int32_t>(weight.strides[1])}}));
         b.matmul(psum, oh, w, v > 0);
       }
       const AccessPattern y = out.next().region(0, static_cast<uint16_t>(t), 0, n);
       b.copy(y, psum);
-      b.store(hbm_pattern(c.out_io, c.out.dtype, blk.offset[0] + d0 * out_width_stride, static_cast<uint16_t>(t),
-                          blk.free_stride[0], {{n, static_cast<int32_t>(out_width_stride)}}),
-              y);
+      b.store(
+          hbm_pattern(c.out_io, c.out.dtype, blk.offset[0] + d0 * out_width_stride, static_cast<uint16_t>(t),
+                      blk.free_stride[0], {{n, static_cast<int32_t>(out_width_stride)}}),
+          y);
     }
   });
 }
@@ -181,11 +187,12 @@ void build_embedding(EagerContext& c) {
     // Rows go straight from the table to the output (HBM to HBM), in chunks that keep transfers moderate.
     for (int64_t d0 = 0; d0 < width; d0 += kStreamFree) {
       const uint32_t n = static_cast<uint32_t>(std::min<int64_t>(kStreamFree, width - d0));
-      const AccessPattern table = hbm_pattern(c.input_io[0], weight.dtype, d0 * weight.strides[1],
-                                              static_cast<uint16_t>(vocab), weight.strides[0],
-                                              {{n, static_cast<int32_t>(weight.strides[1])}});
-      const AccessPattern dst = hbm_pattern(c.out_io, c.out.dtype, blk.offset[0] + d0 * out_width_stride, t,
-                                            blk.free_stride[0], {{n, static_cast<int32_t>(out_width_stride)}});
+      const AccessPattern table =
+          hbm_pattern(c.input_io[0], weight.dtype, d0 * weight.strides[1], static_cast<uint16_t>(vocab),
+                      weight.strides[0], {{n, static_cast<int32_t>(weight.strides[1])}});
+      const AccessPattern dst =
+          hbm_pattern(c.out_io, c.out.dtype, blk.offset[0] + d0 * out_width_stride, t, blk.free_stride[0],
+                      {{n, static_cast<int32_t>(out_width_stride)}});
       b.gather(dst, table, id_tile);
     }
   });

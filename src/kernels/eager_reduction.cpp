@@ -16,8 +16,8 @@ struct ReductionSplit {
   int64_t reduced_count = 1;
 };
 
-ReductionSplit split_dims(const TensorDesc& in, const TensorDesc& out, const std::array<bool, kMaxDims>& reduce,
-                          bool keepdim) {
+ReductionSplit split_dims(const TensorDesc& in, const TensorDesc& out,
+                          const std::array<bool, kMaxDims>& reduce, bool keepdim) {
   ReductionSplit s;
   s.kept.strides.resize(2);
   s.reduced.strides.resize(1);
@@ -50,8 +50,8 @@ void build_reduction(EagerContext& c) {
   const TensorDesc& in = c.inputs[0];
   std::array<bool, kMaxDims> reduce{};
   if (c.attrs.dims.empty()) reduce.fill(true);
-  for (int64_t d : c.attrs.dims) reduce[static_cast<size_t>(normalize_dim(static_cast<int>(d), in.shape.size(),
-                                                                          op_name(c.op)))] = true;
+  for (int64_t d : c.attrs.dims)
+    reduce[static_cast<size_t>(normalize_dim(static_cast<int>(d), in.shape.size(), op_name(c.op)))] = true;
   const ReductionSplit s = split_dims(in, c.out, reduce, c.attrs.keepdim);
   const AluOp alu = c.op == OpId::amax ? AluOp::max : AluOp::add;
   const uint16_t parts = b.partitions();
@@ -92,7 +92,8 @@ void build_reduction(EagerContext& c) {
   const int64_t cols = reduced_rank ? s.reduced.sizes.back() : 1;
   const int64_t col_stride = reduced_rank ? s.reduced.strides[0].back() : 0;
   const std::vector<int64_t> outer_reduced =
-      reduced_rank ? std::vector<int64_t>(s.reduced.sizes.begin(), s.reduced.sizes.end() - 1) : std::vector<int64_t>{};
+      reduced_rank ? std::vector<int64_t>(s.reduced.sizes.begin(), s.reduced.sizes.end() - 1)
+                   : std::vector<int64_t>{};
   for_each_index(outer_kept, [&](const std::vector<int64_t>& ki) {
     int64_t in_base = 0, out_base = 0;
     for (size_t d = 0; d + 1 < kept_rank; ++d) {
@@ -137,20 +138,22 @@ void build_softmax(EagerContext& c) {
   if (cols == 0) return;
   const uint16_t parts = b.partitions();
   // A whole row lives in SBUF: the input, an f32 work row and the output row, double buffered if room.
-  const uint64_t row_bytes = static_cast<uint64_t>(cols) * (dtype_size(in.dtype) + 4 + dtype_size(c.out.dtype));
+  const uint64_t row_bytes =
+      static_cast<uint64_t>(cols) * (dtype_size(in.dtype) + 4 + dtype_size(c.out.dtype));
   const size_t buffers = row_bytes * 2 + 1024 <= b.sbuf_free_bytes() ? 2 : 1;
   SIGHTLINE_CHECK(row_bytes + 1024 <= b.sbuf_free_bytes(),
-                  "{}: a row of {} elements needs {} bytes per partition, more than the {} of SBUF", op_name(c.op),
-                  cols, row_bytes, b.sbuf_free_bytes());
+                  "{}: a row of {} elements needs {} bytes per partition, more than the {} of SBUF",
+                  op_name(c.op), cols, row_bytes, b.sbuf_free_bytes());
   const uint32_t f = static_cast<uint32_t>(cols);
   TilePool x_pool = b.pool("x", in.dtype, f, buffers), work_pool = b.pool("work", DType::f32, f, buffers);
   TilePool y_pool = b.pool("y", c.out.dtype, f, buffers), stat_pool = b.pool("stats", DType::f32, 2, 3);
   const bool log = c.op == OpId::log_softmax;
   const size_t rank = others.sizes.size();
   const int64_t rows = rank ? others.sizes.back() : 1;
-  const int64_t in_row_stride = rank ? others.strides[0].back() : 0, out_row_stride = rank ? others.strides[1].back() : 0;
-  const std::vector<int64_t> outer = rank ? std::vector<int64_t>(others.sizes.begin(), others.sizes.end() - 1)
-                                          : std::vector<int64_t>{};
+  const int64_t in_row_stride = rank ? others.strides[0].back() : 0,
+                out_row_stride = rank ? others.strides[1].back() : 0;
+  const std::vector<int64_t> outer =
+      rank ? std::vector<int64_t>(others.sizes.begin(), others.sizes.end() - 1) : std::vector<int64_t>{};
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     int64_t in_base = 0, out_base = 0;
     for (size_t d = 0; d + 1 < rank; ++d) {
@@ -159,7 +162,8 @@ void build_softmax(EagerContext& c) {
     }
     for (int64_t r0 = 0; r0 < rows; r0 += parts) {
       const uint16_t p = static_cast<uint16_t>(std::min<int64_t>(parts, rows - r0));
-      const AccessPattern x = x_pool.next().rows(p), work = work_pool.next().rows(p), y = y_pool.next().rows(p);
+      const AccessPattern x = x_pool.next().rows(p), work = work_pool.next().rows(p),
+                          y = y_pool.next().rows(p);
       const Tile stats = stat_pool.next();
       const AccessPattern row_max = stats.column(p, 0), row_sum = stats.column(p, 1);
       b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + r0 * in_row_stride, p, in_row_stride,

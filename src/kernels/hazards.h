@@ -59,8 +59,8 @@ class HazardTracker {
   void record(const Region& r, uint32_t stream, uint32_t count, bool write);
 
   uint32_t stream_count_;
-  std::vector<uint32_t> issued_;                            // instructions emitted per stream
-  std::vector<std::vector<uint32_t>> known_;                // known_[s][t]: count of t that s knows done
+  std::vector<uint32_t> issued_;                             // instructions emitted per stream
+  std::vector<std::vector<uint32_t>> known_;                 // known_[s][t]: count of t that s knows done
   std::vector<std::vector<std::vector<uint32_t>>> history_;  // knowledge of each emitted instruction
   std::map<uint64_t, std::vector<Access>> accesses_;         // by memory (and HBM tensor)
 };

@@ -10,8 +10,8 @@ int64_t tensor_extent(const TensorDesc& t) {
   int64_t extent = 1;
   for (int d = 0; d < t.shape.size(); ++d) {
     if (t.shape[d] == 0) return 0;
-    SIGHTLINE_CHECK(t.strides[d] >= 0, "eager kernels take non-negative strides, got {} for shape {}", t.strides,
-                    t.shape);
+    SIGHTLINE_CHECK(t.strides[d] >= 0, "eager kernels take non-negative strides, got {} for shape {}",
+                    t.strides, t.shape);
     extent += (t.shape[d] - 1) * t.strides[d];
   }
   return extent;
@@ -54,8 +54,8 @@ std::vector<int64_t> broadcast_strides(const TensorDesc& t, const Dims& shape) {
   SIGHTLINE_CHECK(shift >= 0, "tensor of shape {} cannot broadcast to {}", t.shape, shape);
   for (int d = 0; d < t.shape.size(); ++d) {
     const int64_t size = t.shape[d];
-    SIGHTLINE_CHECK(size == shape[d + shift] || size == 1, "tensor of shape {} cannot broadcast to {}", t.shape,
-                    shape);
+    SIGHTLINE_CHECK(size == shape[d + shift] || size == 1, "tensor of shape {} cannot broadcast to {}",
+                    t.shape, shape);
     strides[static_cast<size_t>(d + shift)] = size == 1 ? 0 : t.strides[d];
   }
   return strides;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "runtime/runtime.h"
+#include "sightline/tensor.h"
 
 namespace sightline::neuron {
 
@@ -34,5 +35,8 @@ runtime::Runtime& runtime();
 void synchronize();
 // Number of distinct executables built for eager ops so far (the kernel cache size).
 size_t eager_cache_size();
+// The HBM address of a neuron tensor's first element: what an executable's I/O tensor binds to (the
+// compiler runs whole programs on tensors the backend allocated). Throws for a tensor not on neuron.
+uint64_t device_address(const Tensor& t);
 
 }  // namespace sightline::neuron

@@ -58,8 +58,16 @@ void eager_kernel(const OpCall& call, Tensor& out) {
   const int core = out.device().index;
   std::vector<Tensor> inputs;
   inputs.reserve(call.inputs.size() + 1);
-  for (const Tensor& t : call.inputs) {
-    if (!t.defined()) continue;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (!t.defined()) {
+      // Kernels see only defined inputs, in order; layer_norm's weight is the one optional input
+      // followed by another (the bias), so a missing weight becomes ones to keep positions unambiguous.
+      if (call.op == OpId::layer_norm && i == 1 && call.inputs.size() > 2 && call.inputs[2].defined()) {
+        inputs.push_back(ones({call.inputs[0].shape().back()}, TensorOptions(call.inputs[0].dtype(), out.device())));
+      }
+      continue;
+    }
     inputs.push_back(casts_inputs(call.op) && t.dtype() != out.dtype() ? t.to(out.dtype()) : t);
   }
   OpAttrs attrs = call.attrs;
@@ -165,6 +173,13 @@ size_t eager_cache_size() {
   State& s = state();
   std::lock_guard lock(s.mutex);
   return s.built;
+}
+
+uint64_t device_address(const Tensor& t) {
+  SIGHTLINE_CHECK(t.defined() && t.device().to_string().starts_with("neuron"),
+                  "neuron::device_address: the tensor is {}, not on a neuron device; move it with .to()",
+                  t.defined() ? "on " + t.device().to_string() : std::string("undefined"));
+  return address_of(t);
 }
 
 }  // namespace neuron

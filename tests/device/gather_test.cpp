@@ -33,7 +33,8 @@ Executable gather_program() {
   return exe;
 }
 
-std::vector<float> run_gather(const Executable& exe, const std::vector<int32_t>& ids, RunResult* result = nullptr) {
+std::vector<float> run_gather(const Executable& exe, const std::vector<int32_t>& ids,
+                              RunResult* result = nullptr) {
   Core core(Spec::builtin("trn2"));
   std::vector<float> table(kRows * kWidth);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.5f;

@@ -66,6 +66,19 @@ TEST(KernelBuilder, FreedTilesAreReusedAndPoolsRotate) {
   EXPECT_EQ(a.offset, e.offset);
 }
 
+TEST(KernelBuilder, TileViews) {
+  KernelBuilder b(trn2(), "views");
+  const Tile t = b.sbuf(DType::bf16, 64, 32);
+  const AccessPattern shaped = t.shaped(16, {4, 8});
+  EXPECT_EQ(shaped.partition_count, 16u);
+  EXPECT_EQ(shaped.dims[0], (device::FreeDim{4, 8}));
+  EXPECT_EQ(shaped.dims[1], (device::FreeDim{8, 1}));
+  const AccessPattern column = t.column(32, 5);
+  EXPECT_EQ(column.offset, t.offset + 5 * 2);
+  EXPECT_EQ(column.free_elements(), 1u);
+  EXPECT_THAT(error_of([&] { (void)t.shaped(4, {9, 8}); }), HasSubstr("72 elements per partition"));
+}
+
 TEST(KernelBuilder, BigTransfersSpreadOverAllQueues) {
   KernelBuilder b(trn2(), "split");
   const uint32_t x = b.input("x", DType::f32, {128, 4096});
@@ -118,7 +131,8 @@ TEST(KernelBuilder, InsertedSemaphoresOrderRacingEngines) {
   const device::RunResult second = run_program(exe, x, y2);
   EXPECT_EQ(first.cycles, second.cycles);
   ASSERT_EQ(first.records.size(), second.records.size());
-  for (size_t i = 0; i < first.records.size(); ++i) EXPECT_EQ(first.records[i].end_ns, second.records[i].end_ns);
+  for (size_t i = 0; i < first.records.size(); ++i)
+    EXPECT_EQ(first.records[i].end_ns, second.records[i].end_ns);
 
   // Without the waits the engines race: ScalarE reads the tile before the load wrote it.
   device::Executable racing = exe;
@@ -129,7 +143,8 @@ TEST(KernelBuilder, InsertedSemaphoresOrderRacingEngines) {
     for (auto& in : queue) in.waits.clear();
   }
   Tensor y3 = empty({tiles * 128, cols});
-  EXPECT_THAT(error_of([&] { run_program(racing, x, y3); }), HasSubstr("which no instruction of this execution wrote"));
+  EXPECT_THAT(error_of([&] { run_program(racing, x, y3); }),
+              HasSubstr("which no instruction of this execution wrote"));
 }
 
 TEST(KernelBuilder, WaitsCoverWriteAfterReadAndSkipImpliedOnes) {

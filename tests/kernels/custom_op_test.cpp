@@ -40,7 +40,8 @@ TEST(CustomOp, FusedSiluMatchesTheCpuReference) {
   core.hbm_read(ya, y.raw_data(), bytes);
   expect_close(y, mul(x, sigmoid(x)), 1e-5);
   // One device execution instead of two eager ones: less device time than sigmoid then mul.
-  const double eager = run_eager(OpId::sigmoid, {x}, {}).run.duration_ns + run_eager(OpId::mul, {x, x}, {}).run.duration_ns;
+  const double eager =
+      run_eager(OpId::sigmoid, {x}, {}).run.duration_ns + run_eager(OpId::mul, {x, x}, {}).run.duration_ns;
   EXPECT_LT(r.duration_ns, eager);
   for (const auto& rec : r.records) EXPECT_EQ(rec.source_op, 0u);
 }

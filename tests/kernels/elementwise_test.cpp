@@ -31,10 +31,10 @@ TEST(EagerElementwise, BinaryBroadcastLayouts) {
 
 TEST(EagerElementwise, BinaryViews) {
   const Tensor x = random({300, 200});
-  check_op(OpId::add, {x.transpose(0, 1), random({200, 300})});   // transposed 2-D
+  check_op(OpId::add, {x.transpose(0, 1), random({200, 300})});         // transposed 2-D
   check_op(OpId::mul, {x.slice(1, 3, 190, 2), x.slice(1, 4, 191, 2)});  // strided columns
-  check_op(OpId::sub, {random({1, 200}).expand({300, 200}), x});  // stride-0 expand
-  check_op(OpId::add, {random({70000}), random({70000})});        // long 1-D: folded onto partitions
+  check_op(OpId::sub, {random({1, 200}).expand({300, 200}), x});        // stride-0 expand
+  check_op(OpId::add, {random({70000}), random({70000})});              // long 1-D: folded onto partitions
   check_op(OpId::mul, {random({2, 3, 4, 5, 6}).permute({4, 2, 0, 3, 1}), random({6, 4, 2, 5, 3})});
 }
 
@@ -46,12 +46,12 @@ TEST(EagerElementwise, BinaryDtypes) {
   check_op(OpId::mul, {random_ints({129, 33}), random_ints({33})}, {}, 0);
   check_op(OpId::maximum, {random_ints({129, 33}), random_ints({129, 1})}, {}, 0);
   check_op(OpId::div, {random_ints({40, 33}), add(random_ints({40, 33}, 5), 7)});  // i32 / i32 -> f32
-  check_op(OpId::mul, {random_ints({40, 33}), random({})});  // i32 * 0-dim f32 -> f32
+  check_op(OpId::mul, {random_ints({40, 33}), random({})});                        // i32 * 0-dim f32 -> f32
 }
 
 TEST(EagerElementwise, Unary) {
-  const OpId ops[] = {OpId::neg, OpId::abs, OpId::exp, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::silu,
-                      OpId::gelu};
+  const OpId ops[] = {OpId::neg,     OpId::abs,  OpId::exp,  OpId::tanh,
+                      OpId::sigmoid, OpId::relu, OpId::silu, OpId::gelu};
   for (OpId op : ops) {
     SCOPED_TRACE(std::string(op_name(op)));
     check_op(op, {random({131, 200})});
@@ -88,8 +88,8 @@ TEST(EagerElementwise, ToCopyCasts) {
   // Float to i32 truncates toward zero, as the CPU reference does, including negatives and halves.
   attrs.dtype = DType::i32;
   check_op(OpId::to_copy, {mul(random({130, 300}), 40.0)}, attrs, 0);
-  const std::vector<float> edges = {2.5f, -2.5f, 0.5f, -0.5f, 0.99999994f, -0.99999994f, 3.0f, -3.0f,
-                                    1e-30f, 7.5e9f, -7.5e9f, 16777215.0f};
+  const std::vector<float> edges = {2.5f, -2.5f, 0.5f,   -0.5f,  0.99999994f, -0.99999994f,
+                                    3.0f, -3.0f, 1e-30f, 7.5e9f, -7.5e9f,     16777215.0f};
   check_op(OpId::to_copy, {from_vector(edges, {static_cast<int64_t>(edges.size())})}, attrs, 0);
 }
 

@@ -52,7 +52,8 @@ inline DeviceResult run_eager(OpId op, const std::vector<Tensor>& inputs, const 
   const uint64_t out_bytes = std::max<uint64_t>(r.out.nbytes(), 1);
   addresses.push_back(core.hbm_allocate(out_bytes));
   r.run = core.run(r.exe, addresses, options);
-  if (options.functional && r.out.nbytes() > 0) core.hbm_read(addresses.back(), r.out.raw_data(), r.out.nbytes());
+  if (options.functional && r.out.nbytes() > 0)
+    core.hbm_read(addresses.back(), r.out.raw_data(), r.out.nbytes());
   return r;
 }
 
@@ -83,8 +84,8 @@ inline void expect_close(const Tensor& device_out, const Tensor& reference, doub
     }
   }
   if (worst_at < 0) return;
-  EXPECT_LE(worst, tol) << "worst at flat index " << worst_at << ": device " << pa[worst_at] << " vs reference "
-                        << pb[worst_at];
+  EXPECT_LE(worst, tol) << "worst at flat index " << worst_at << ": device " << pa[worst_at]
+                        << " vs reference " << pb[worst_at];
 }
 
 // Runs `op` on the device and on the cpu and compares.
@@ -96,7 +97,9 @@ inline DeviceResult check_op(OpId op, const std::vector<Tensor>& inputs, const O
   return r;
 }
 
-inline Tensor random(const Dims& shape, DType dtype = DType::f32) { return randn(shape).to(dtype); }
+inline Tensor random(const Dims& shape, DType dtype = DType::f32) {
+  return randn(shape).to(dtype);
+}
 inline Tensor random_positive(const Dims& shape, DType dtype = DType::f32) {
   return add(rand(shape), 0.1).to(dtype);
 }

@@ -22,7 +22,8 @@ TEST(EagerMovement, EmbeddingGathersRows) {
   ids[4] = 299;
   check_op(OpId::embedding, {weight, from_vector(ids, {5, 7})}, {}, 0);
   for (int32_t& id : ids) id %= 50;
-  check_op(OpId::embedding, {random({50, 600}, DType::bf16), from_vector(ids, {35}).slice(0, 0, 35, 2)}, {}, 0);
+  check_op(OpId::embedding, {random({50, 600}, DType::bf16), from_vector(ids, {35}).slice(0, 0, 35, 2)}, {},
+           0);
   std::vector<int32_t> many;
   for (int i = 0; i < 200; ++i) many.push_back((i * 7) % 20);
   check_op(OpId::embedding, {random({20, 16}), from_vector(many, {200})}, {}, 0);
@@ -54,12 +55,16 @@ TEST(EagerKernels, KeysTellLayoutsApart) {
   const kernels::TensorDesc t{DType::f32, {4, 8}, {1, 4}};
   const kernels::TensorDesc one[] = {a}, other[] = {t};
   OpAttrs attrs;
-  EXPECT_EQ(kernels::eager_kernel_key(OpId::exp, one, attrs, a), kernels::eager_kernel_key(OpId::exp, one, attrs, a));
-  EXPECT_NE(kernels::eager_kernel_key(OpId::exp, one, attrs, a), kernels::eager_kernel_key(OpId::exp, other, attrs, a));
-  EXPECT_NE(kernels::eager_kernel_key(OpId::exp, one, attrs, a), kernels::eager_kernel_key(OpId::log, one, attrs, a));
+  EXPECT_EQ(kernels::eager_kernel_key(OpId::exp, one, attrs, a),
+            kernels::eager_kernel_key(OpId::exp, one, attrs, a));
+  EXPECT_NE(kernels::eager_kernel_key(OpId::exp, one, attrs, a),
+            kernels::eager_kernel_key(OpId::exp, other, attrs, a));
+  EXPECT_NE(kernels::eager_kernel_key(OpId::exp, one, attrs, a),
+            kernels::eager_kernel_key(OpId::log, one, attrs, a));
   OpAttrs pow3;
   pow3.scalar = 3;
-  EXPECT_NE(kernels::eager_kernel_key(OpId::pow, one, attrs, a), kernels::eager_kernel_key(OpId::pow, one, pow3, a));
+  EXPECT_NE(kernels::eager_kernel_key(OpId::pow, one, attrs, a),
+            kernels::eager_kernel_key(OpId::pow, one, pow3, a));
   // Views declare the extent their strides reach, not the logical numel.
   const kernels::TensorDesc expanded{DType::f32, {128, 64}, {0, 1}};
   const kernels::TensorDesc ins[] = {expanded};

@@ -14,7 +14,8 @@ OpAttrs with_eps(double eps) {
 TEST(EagerNormalization, RmsNorm) {
   check_op(OpId::rms_norm, {random({300, 1000}), random({1000})}, with_eps(1e-6), 1e-4);
   check_op(OpId::rms_norm, {random({3, 50, 70})}, with_eps(1e-5), 1e-4);  // no weight, 3-D
-  check_op(OpId::rms_norm, {random({130, 256}, DType::bf16), random({256}, DType::bf16)}, with_eps(1e-6), 3e-2);
+  check_op(OpId::rms_norm, {random({130, 256}, DType::bf16), random({256}, DType::bf16)}, with_eps(1e-6),
+           3e-2);
   check_op(OpId::rms_norm, {random({64, 130}).transpose(0, 1), random({64})}, with_eps(1e-6), 1e-4);
 }
 
@@ -22,7 +23,8 @@ TEST(EagerNormalization, LayerNorm) {
   check_op(OpId::layer_norm, {random({300, 500}), random({500}), random({500})}, with_eps(1e-5), 1e-4);
   check_op(OpId::layer_norm, {random({2, 65, 96}), random({96})}, with_eps(1e-5), 1e-4);
   check_op(OpId::layer_norm, {random({129, 40})}, with_eps(1e-5), 1e-4);
-  check_op(OpId::layer_norm, {random({129, 64}, DType::f16), random({64}, DType::f16), random({64}, DType::f16)},
+  check_op(OpId::layer_norm,
+           {random({129, 64}, DType::f16), random({64}, DType::f16), random({64}, DType::f16)},
            with_eps(1e-5), 1e-2);
 }
 
@@ -32,7 +34,9 @@ double device_ns(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attr
 }
 
 // A tensor with the right metadata for a timing-only run: its values are never read.
-Tensor shaped(const Dims& shape) { return empty(shape); }
+Tensor shaped(const Dims& shape) {
+  return empty(shape);
+}
 
 TEST(EagerNormalization, FusedRmsNormIsWithinTwiceTheHbmFloorAndBeatsTheNaiveSequence) {
   const int64_t n = 4096;
@@ -55,8 +59,8 @@ TEST(EagerNormalization, FusedRmsNormIsWithinTwiceTheHbmFloorAndBeatsTheNaiveSeq
                        device_ns(OpId::add, {column, eps}, {}) + device_ns(OpId::rsqrt, {column}, {}) +
                        device_ns(OpId::mul, {x, column}, {}) + device_ns(OpId::mul, {x, w}, {});
   RecordProperty("naive_ns", std::to_string(naive));
-  std::printf("rms_norm [4096, 4096] f32: fused %.1f us, naive 6 ops %.1f us, HBM floor %.1f us\n", fused / 1e3,
-              naive / 1e3, floor_ns / 1e3);
+  std::printf("rms_norm [4096, 4096] f32: fused %.1f us, naive 6 ops %.1f us, HBM floor %.1f us\n",
+              fused / 1e3, naive / 1e3, floor_ns / 1e3);
   EXPECT_GT(naive, 2.0 * fused);
 }
 

@@ -150,6 +150,12 @@ TEST_P(CrossBackend, MatmulLinearNormalization) {
   const Pair y = input({130, 300}, dtype(), g_), nw = input({300}, dtype(), g_), nb = input({300}, dtype(), g_);
   expect_same(rms_norm(y.dev, nw.dev, 1e-6), rms_norm(y.cpu, nw.cpu, 1e-6), "rms_norm", 4);
   expect_same(layer_norm(y.dev, nw.dev, nb.dev, 1e-5), layer_norm(y.cpu, nw.cpu, nb.cpu, 1e-5), "layer_norm", 8);
+  expect_same(layer_norm(y.dev, Tensor(), nb.dev, 1e-5), layer_norm(y.cpu, Tensor(), nb.cpu, 1e-5),
+              "layer_norm with a bias only", 8);
+  expect_same(layer_norm(y.dev, nw.dev, Tensor(), 1e-5), layer_norm(y.cpu, nw.cpu, Tensor(), 1e-5),
+              "layer_norm with a weight only", 8);
+  expect_same(rms_norm(y.dev, Tensor(), 1e-6), rms_norm(y.cpu, Tensor(), 1e-6), "rms_norm without weight", 4);
+  expect_same(linear(x.dev, w.dev), linear(x.cpu, w.cpu), "linear without bias", 20);
 }
 
 TEST_P(CrossBackend, Movement) {

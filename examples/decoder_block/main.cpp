@@ -1,0 +1,201 @@
+// A transformer decoder block on a simulated NeuronCore, eager vs compile(), profiled side by side.
+//
+//   RMSNorm -> q/k/v linear -> softmax attention -> output projection -> residual
+//           -> RMSNorm -> SiLU-gated MLP -> residual
+//
+//   eager     every op is its own executable and its own launch
+//   compiled  compile(decoder_block): the optimized graph lowered to ONE executable, one launch a call
+//
+// Each variant runs four steps under profiler::profile (schedule wait=2, warmup=1, active=1: the first
+// steps build and load executables), prints its key_averages table and writes a profile directory.
+// A comparison of the active steps, from the runtime's events, closes the run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "neuron/neuron.h"
+#include "neuron/profiling.h"
+#include "profiler/profile.h"
+#include "sightline/compile.h"
+#include "sightline/sightline.h"
+
+using namespace sightline;
+
+namespace {
+
+struct Dimensions {
+  int64_t batch = 2, seq = 64, model = 128, heads = 4, hidden = 256;
+};
+
+Tensor rms_norm_naive(const Tensor& x, const Tensor& w) {
+  return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
+}
+
+// Arguments: x [batch, seq, model], norm1 [model], wq, wk, wv, wo [model, model], norm2 [model],
+// w_gate, w_up [hidden, model], w_down [model, hidden].
+std::vector<Tensor> decoder_block(const std::vector<Tensor>& a, int64_t heads) {
+  const Tensor& x = a[0];
+  const int64_t b = x.size(0), s = x.size(1), d = x.size(2), dh = d / heads;
+  const Tensor n1 = rms_norm_naive(x, a[1]);
+  auto split_heads = [&](const Tensor& t) { return t.reshape({b, s, heads, dh}).transpose(1, 2); };
+  const Tensor q = split_heads(linear(n1, a[2])), k = split_heads(linear(n1, a[3])),
+               v = split_heads(linear(n1, a[4]));
+  const Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+  const Tensor attn = matmul(softmax(scores, -1), v).transpose(1, 2).reshape({b, s, d});
+  const Tensor h = x + linear(attn, a[5]);
+  const Tensor n2 = rms_norm_naive(h, a[6]);
+  return {h + linear(silu(linear(n2, a[7])) * linear(n2, a[8]), a[9])};
+}
+
+std::vector<Tensor> decoder_args(const Dimensions& dims, Device device) {
+  Generator g(0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dims.model));
+  auto weight = [&](int64_t out, int64_t in) { return (randn({out, in}, {}, &g) * scale).to(device); };
+  return {randn({dims.batch, dims.seq, dims.model}, {}, &g).to(device),
+          (rand({dims.model}, {}, &g) + 0.5).to(device),
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          weight(dims.model, dims.model),
+          (rand({dims.model}, {}, &g) + 0.5).to(device),
+          weight(dims.hidden, dims.model),
+          weight(dims.hidden, dims.model),
+          weight(dims.model, dims.hidden)};
+}
+
+using BlockFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// What the device did in the active step, from the runtime's events.
+struct DeviceCost {
+  int executions = 0;
+  double busy_us = 0;        // sum of nc_exec_running
+  double span_us = 0;        // first to last device activity
+  double host_ms = 0;        // the step on the host, synchronize included, minus simulation overhead
+  double simulation_ms = 0;  // host time spent waiting for the simulator itself (not modeled time)
+  std::string output_dir;
+};
+
+DeviceCost device_cost(const runtime::Captured& c) {
+  DeviceCost d;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const runtime::Event& e : c.events) {
+    if (e.kind == runtime::EventKind::simulation_overhead) {
+      d.simulation_ms += static_cast<double>(e.end_ns - e.start_ns) / 1e6;
+    }
+    if (!runtime::event_kind_is_device(e.kind)) continue;
+    first = std::min(first, e.start_ns);
+    last = std::max(last, e.end_ns);
+    if (e.kind == runtime::EventKind::exec_running) {
+      ++d.executions;
+      d.busy_us += static_cast<double>(e.end_ns - e.start_ns) / 1e3;
+    }
+  }
+  if (first <= last) d.span_us = static_cast<double>(last - first) / 1e3;
+  return d;
+}
+
+DeviceCost profile_variant(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& args,
+                           const std::string& out_dir, int row_limit, Tensor& result) {
+  auto cfg = std::make_shared<neuron::NeuronConfig>();
+  cfg->profile_output_dir = out_dir + "/" + name;
+  cfg->capture_enabled_for_nc = "0";
+  neuron::NeuronProfiler exporter(cfg);
+  std::string written;
+  profiler::ProfileOptions options;
+  options.activities = {profiler::ProfilerActivity::CPU, profiler::ProfilerActivity::PrivateUse1};
+  options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
+  options.on_trace_ready = [&](profiler::profile& p) { written = exporter.export_trace(p); };
+  options.experimental_config = cfg;
+  profiler::profile prof(options);
+  double active_host_ms = 0;
+  prof.start();
+  for (int step = 0; step < 4; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    result = fn(args)[0];
+    neuron::synchronize();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (step == 3) active_host_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    prof.step();
+  }
+  prof.stop();
+  fmt::print("\n== {} ==\n", name);
+  profiler::TableOptions table;
+  table.sort_by = "self_privateuse1_time_total";
+  table.row_limit = row_limit;
+  fmt::print("{}", prof.key_averages().table(table));
+  DeviceCost cost = device_cost(neuron::last_capture()->captured);
+  cost.host_ms = active_host_ms - cost.simulation_ms;
+  cost.output_dir = written;
+  return cost;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"A decoder block on a simulated NeuronCore: eager ops vs one compiled executable, profiled"};
+  Dimensions dims;
+  std::string spec = "trn2", out_dir = "profiles", cache_dir;
+  int row_limit = 10;
+  app.add_option("--batch", dims.batch, "batch size")->check(CLI::PositiveNumber);
+  app.add_option("--seq", dims.seq, "sequence length")->check(CLI::PositiveNumber);
+  app.add_option("--model", dims.model, "model width (a multiple of --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--heads", dims.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", dims.hidden, "MLP width")->check(CLI::PositiveNumber);
+  app.add_option("--spec", spec, "device spec: trn2, trn1 or a spec JSON file");
+  app.add_option("--out", out_dir, "directory that receives one profile directory per variant");
+  app.add_option("--cache-dir", cache_dir, "disk cache of compiled executables (default: memory only)");
+  app.add_option("--row-limit", row_limit, "rows of each key_averages table");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    SIGHTLINE_CHECK(dims.model % dims.heads == 0, "--model {} is not a multiple of --heads {}", dims.model,
+                    dims.heads);
+    neuron::Options options;
+    options.spec = spec;
+    neuron::configure(options);
+    const Device device = Device::parse("neuron:0");
+    const std::vector<Tensor> args = decoder_args(dims, device);
+    fmt::print(
+        "decoder block: batch {}, seq {}, model {}, heads {}, MLP {} (f32) on {} ({}); profiles go to {}/\n",
+        dims.batch, dims.seq, dims.model, dims.heads, dims.hidden, device, neuron::runtime().spec().name,
+        out_dir);
+
+    const int64_t heads = dims.heads;
+    const BlockFn eager = [heads](const std::vector<Tensor>& a) { return decoder_block(a, heads); };
+    CompileOptions compile_options;
+    compile_options.cache_dir = cache_dir;
+    const CompiledFunction compiled = compile(eager, compile_options);
+    const BlockFn compiled_fn = [&compiled](const std::vector<Tensor>& a) { return compiled(a); };
+
+    Tensor eager_result, compiled_result;
+    const DeviceCost e = profile_variant("eager", eager, args, out_dir, row_limit, eager_result);
+    const DeviceCost c = profile_variant("compiled", compiled_fn, args, out_dir, row_limit, compiled_result);
+    const double max_diff = amax(abs(eager_result - compiled_result)).item();
+
+    fmt::print("\n== eager vs compiled (the active step of each profile) ==\n");
+    fmt::print("  {:<9} {:>10} {:>15} {:>15} {:>10}\n", "variant", "executions", "device busy us",
+               "device span us", "host ms*");
+    for (const auto& [name, cost] : {std::pair{"eager", e}, std::pair{"compiled", c}}) {
+      fmt::print("  {:<9} {:>10} {:>15.1f} {:>15.1f} {:>10.2f}\n", name, cost.executions, cost.busy_us,
+                 cost.span_us, cost.host_ms);
+    }
+    fmt::print(
+        "  * modeled host time of the step: wall time minus the simulation overhead ({:.0f} ms eager, "
+        "{:.0f} ms compiled)\n",
+        e.simulation_ms, c.simulation_ms);
+    fmt::print("  eager / compiled device span: {:.2f}x; max |eager - compiled| = {:.3g}\n",
+               e.span_us / c.span_us, max_diff);
+    const CompileStats stats = compiled.stats();
+    fmt::print("  compile(): {} compilation(s), {} lowered, {} from the disk cache, {} device call(s)\n",
+               stats.compilations, stats.lowerings, stats.disk_cache_hits, stats.device_calls);
+    fmt::print("\nProfiles written:\n  {}\n  {}\n", e.output_dir, c.output_dir);
+    return 0;
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

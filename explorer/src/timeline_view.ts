@@ -1,0 +1,389 @@
+// The system timeline: canvas lanes grouped instance/PID/subsystem, a time axis, hover details,
+// click to select, and the flows of the selected event drawn as arrows. Data comes from the server's
+// windowed query, re-fetched only when the view leaves the padded window it already holds.
+
+import { api, type EventSummary, type LanesAnswer, type WindowAnswer } from './api';
+import { MERGED_COLOR, colorFor } from './colors';
+import {
+  GROUP_HEADER_HEIGHT, ROW_HEIGHT, groupLanes, layoutLanes, type GroupingMode, type LaneGroup, type Layout,
+} from './lanes';
+import { hitTest } from './merge';
+import {
+  clampView, fit, focusOn, formatDuration, keyAction, pan, paddedWindow, span, ticks, timeToX, windowCovers,
+  xToTime, zoom, type FetchWindow, type Viewport,
+} from './timeline_math';
+
+export const LABEL_WIDTH = 280;
+const AXIS_HEIGHT = 24;
+
+interface DrawnBox {
+  start: number; // x pixels within the plot
+  end: number;
+  y: number;
+  height: number;
+  id?: number;
+  label: string;
+  count: number;
+  ts: number;
+  dur: number;
+}
+
+export interface FlowArrow {
+  from: EventSummary;
+  to: EventSummary;
+  category: string;
+}
+
+export interface TimelineCallbacks {
+  onSelect(id: number | undefined): void;
+  onViewChange(view: Viewport): void;
+}
+
+export class TimelineView {
+  readonly canvas: HTMLCanvasElement;
+  private readonly tooltip: HTMLDivElement;
+  private readonly bounds: Viewport;
+  view: Viewport;
+  private groups: LaneGroup[] = [];
+  private layout: Layout = { lanes: [], groups: [], height: 0 };
+  private readonly collapsed = new Set<string>();
+  private cached?: { window: FetchWindow; data: WindowAnswer };
+  private generation = 0;
+  private drawn: DrawnBox[] = [];
+  private selected?: EventSummary;
+  private flows: FlowArrow[] = [];
+  private highlighted = new Set<string>();
+  private drag?: { x: number; view: Viewport };
+  private frameRequested = false;
+  lastFetch: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly container: HTMLElement,
+    private readonly profile: string,
+    private readonly lanes: LanesAnswer,
+    private readonly callbacks: TimelineCallbacks,
+    initial?: Viewport,
+  ) {
+    this.bounds = { start: lanes.start, end: Math.max(lanes.end, lanes.start + 1) };
+    this.view = initial ? clampView(initial, this.bounds) : fit(this.bounds);
+    this.canvas = document.createElement('canvas');
+    this.canvas.className = 'timeline-canvas';
+    this.canvas.dataset.testid = 'system-timeline';
+    this.tooltip = document.createElement('div');
+    this.tooltip.className = 'tooltip';
+    container.append(this.canvas, this.tooltip);
+    this.setGrouping('default');
+    this.attachInput();
+    new ResizeObserver(() => this.requestDraw()).observe(container);
+  }
+
+  setGrouping(mode: GroupingMode): void {
+    this.groups = groupLanes(this.lanes.lanes, mode);
+    this.relayout();
+  }
+
+  private relayout(): void {
+    this.layout = layoutLanes(this.groups, this.collapsed);
+    this.requestDraw();
+  }
+
+  private plotWidth(): number {
+    return Math.max(100, this.container.clientWidth - LABEL_WIDTH);
+  }
+
+  setView(view: Viewport): void {
+    this.view = clampView(view, this.bounds);
+    this.callbacks.onViewChange(this.view);
+    this.requestDraw();
+  }
+
+  fitAll(): void {
+    this.setView(fit(this.bounds));
+  }
+
+  select(event: EventSummary | undefined, flows: FlowArrow[] = [], reveal = true): void {
+    this.selected = event;
+    this.flows = flows;
+    if (event && reveal && (event.ts + event.dur < this.view.start || event.ts > this.view.end)) {
+      this.setView(focusOn(event.ts, event.dur, this.bounds));
+    }
+    this.requestDraw();
+  }
+
+  zoomToSelection(): void {
+    if (this.selected) this.setView(focusOn(this.selected.ts, this.selected.dur, this.bounds));
+  }
+
+  highlightNames(names: string[]): void {
+    this.highlighted = new Set(names);
+    this.requestDraw();
+  }
+
+  handleKey(event: KeyboardEvent): boolean {
+    const action = keyAction(event.key, event.shiftKey);
+    if (action.kind === 'zoom') {
+      const centre = (this.view.start + this.view.end) / 2;
+      const anchor = this.selected && this.selected.ts >= this.view.start && this.selected.ts <= this.view.end
+        ? this.selected.ts + this.selected.dur / 2 : centre;
+      this.setView(zoom(this.view, action.factor, anchor, this.bounds));
+      return true;
+    }
+    if (action.kind === 'pan') {
+      this.setView(pan(this.view, action.fraction, this.bounds));
+      return true;
+    }
+    return false;
+  }
+
+  // Screen rectangle of a drawn event (for tests and for scrolling it into view).
+  boxOf(id: number): DOMRect | undefined {
+    const box = this.drawn.find((b) => b.id === id);
+    if (!box) return undefined;
+    const rect = this.canvas.getBoundingClientRect();
+    return new DOMRect(rect.left + LABEL_WIDTH + box.start, rect.top + box.y, Math.max(1, box.end - box.start), box.height);
+  }
+
+  private attachInput(): void {
+    this.canvas.addEventListener('mousemove', (e) => this.onMouseMove(e));
+    this.canvas.addEventListener('mouseleave', () => (this.tooltip.style.display = 'none'));
+    this.canvas.addEventListener('mousedown', (e) => {
+      this.drag = { x: e.offsetX, view: this.view };
+    });
+    window.addEventListener('mouseup', (e) => {
+      if (!this.drag) return;
+      const moved = Math.abs(e.clientX - (this.canvas.getBoundingClientRect().left + this.drag.x));
+      this.drag = undefined;
+      if (moved < 3 && e.target === this.canvas) this.onClick(e);
+    });
+    this.canvas.addEventListener('wheel', (e) => {
+      e.preventDefault();
+      const x = e.offsetX - LABEL_WIDTH;
+      if (e.ctrlKey || e.metaKey || Math.abs(e.deltaY) > Math.abs(e.deltaX)) {
+        const anchor = x >= 0 ? xToTime(this.view, this.plotWidth(), x) : (this.view.start + this.view.end) / 2;
+        this.setView(zoom(this.view, Math.exp(e.deltaY * 0.002), anchor, this.bounds));
+      } else {
+        this.setView(pan(this.view, e.deltaX / this.plotWidth(), this.bounds));
+      }
+    }, { passive: false });
+  }
+
+  private onMouseMove(e: MouseEvent): void {
+    if (this.drag) {
+      const dx = e.offsetX - this.drag.x;
+      this.setView(pan(this.drag.view, -dx / this.plotWidth(), this.bounds));
+      return;
+    }
+    const box = this.boxAt(e.offsetX, e.offsetY);
+    if (!box) {
+      this.tooltip.style.display = 'none';
+      return;
+    }
+    const count = box.count > 1 ? `<div>${box.count} events merged (zoom in to see them)</div>` : '';
+    this.tooltip.innerHTML = `<b>${escapeHtml(box.label)}</b><div>start ${formatDuration(box.ts)}</div>` +
+      `<div>duration ${formatDuration(box.dur)}</div>${count}`;
+    this.tooltip.style.display = 'block';
+    this.tooltip.style.left = `${e.offsetX + 14}px`;
+    this.tooltip.style.top = `${e.offsetY + 10}px`;
+  }
+
+  private onClick(e: MouseEvent): void {
+    const rect = this.canvas.getBoundingClientRect();
+    const x = e.clientX - rect.left;
+    const y = e.clientY - rect.top;
+    if (x < LABEL_WIDTH) {
+      const group = this.layout.groups.find((g) => y >= AXIS_HEIGHT + g.y && y < AXIS_HEIGHT + g.y + GROUP_HEADER_HEIGHT);
+      if (group) {
+        if (this.collapsed.has(group.group.key)) this.collapsed.delete(group.group.key);
+        else this.collapsed.add(group.group.key);
+        this.relayout();
+      }
+      return;
+    }
+    const box = this.boxAt(x, y);
+    if (box && box.id !== undefined) this.callbacks.onSelect(box.id);
+    else if (box) this.setView(focusOn(box.ts, box.dur, this.bounds));
+    else this.callbacks.onSelect(undefined);
+  }
+
+  private boxAt(x: number, y: number): DrawnBox | undefined {
+    const px = x - LABEL_WIDTH;
+    const row = this.drawn.filter((b) => y >= b.y && y < b.y + b.height);
+    return hitTest(row, px, 2);
+  }
+
+  private ensureData(): void {
+    const width = this.plotWidth();
+    if (this.cached && windowCovers(this.cached.window, this.view, width)) return;
+    const window = paddedWindow(this.view, width);
+    const generation = ++this.generation;
+    this.lastFetch = api.events(this.profile, window.start, window.end, window.widthPx).then((data) => {
+      if (generation !== this.generation) return;
+      this.cached = { window, data };
+      this.requestDraw();
+    });
+  }
+
+  requestDraw(): void {
+    if (this.frameRequested) return;
+    this.frameRequested = true;
+    requestAnimationFrame(() => {
+      this.frameRequested = false;
+      this.draw();
+    });
+  }
+
+  private laneY(laneId: number): number | undefined {
+    return this.layout.lanes.find((l) => l.lane.id === laneId)?.y;
+  }
+
+  draw(): void {
+    this.ensureData();
+    const dpr = window.devicePixelRatio || 1;
+    const width = this.container.clientWidth;
+    const height = this.layout.height + AXIS_HEIGHT + 8;
+    if (this.canvas.width !== Math.round(width * dpr) || this.canvas.height !== Math.round(height * dpr)) {
+      this.canvas.width = Math.round(width * dpr);
+      this.canvas.height = Math.round(height * dpr);
+      this.canvas.style.width = `${width}px`;
+      this.canvas.style.height = `${height}px`;
+    }
+    const ctx = this.canvas.getContext('2d');
+    if (!ctx) return;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = '11px system-ui, sans-serif';
+    ctx.textBaseline = 'middle';
+    const plot = this.plotWidth();
+    const x = (t: number) => LABEL_WIDTH + timeToX(this.view, plot, t);
+
+    // Axis and grid.
+    ctx.fillStyle = '#f4f5f7';
+    ctx.fillRect(0, 0, width, AXIS_HEIGHT);
+    ctx.strokeStyle = '#e3e5e8';
+    ctx.fillStyle = '#444';
+    for (const t of ticks(this.view, Math.max(2, Math.floor(plot / 110)))) {
+      const tx = x(t);
+      ctx.beginPath();
+      ctx.moveTo(tx, AXIS_HEIGHT - 6);
+      ctx.lineTo(tx, height);
+      ctx.stroke();
+      ctx.fillText(formatDuration(t - this.bounds.start), tx + 3, AXIS_HEIGHT / 2);
+    }
+    ctx.fillText(`${formatDuration(span(this.view))} visible`, 8, AXIS_HEIGHT / 2);
+
+    // Group headers and lane labels.
+    for (const g of this.layout.groups) {
+      const y = AXIS_HEIGHT + g.y;
+      ctx.fillStyle = '#dde3ec';
+      ctx.fillRect(0, y, width, GROUP_HEADER_HEIGHT);
+      ctx.fillStyle = '#1d2733';
+      ctx.font = 'bold 11px system-ui, sans-serif';
+      ctx.fillText(`${g.collapsed ? '▸' : '▾'} ${g.group.label}`, 6, y + GROUP_HEADER_HEIGHT / 2);
+      ctx.font = '11px system-ui, sans-serif';
+    }
+    for (const l of this.layout.lanes) {
+      const y = AXIS_HEIGHT + l.y;
+      ctx.fillStyle = '#555';
+      const label = l.lane.name.split('/').at(-1) ?? l.lane.name;
+      ctx.fillText(`${label}  (${l.lane.events})`, 18, y + ROW_HEIGHT / 2 + 2);
+      ctx.strokeStyle = '#eceef1';
+      ctx.beginPath();
+      ctx.moveTo(0, y + l.height);
+      ctx.lineTo(width, y + l.height);
+      ctx.stroke();
+    }
+
+    // Events.
+    this.drawn = [];
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL_WIDTH, AXIS_HEIGHT, plot, height);
+    ctx.clip();
+    const data = this.cached?.data;
+    if (data) {
+      for (const laneData of data.lanes) {
+        const laneTop = this.laneY(laneData.lane);
+        if (laneTop === undefined) continue;
+        for (const m of laneData.merged) {
+          const box = this.box(x(m.ts), x(m.ts + m.dur), AXIS_HEIGHT + laneTop + 2 + m.depth * ROW_HEIGHT, m.name, m.count,
+            m.ts, m.dur);
+          ctx.fillStyle = MERGED_COLOR;
+          ctx.fillRect(box.start + LABEL_WIDTH, box.y, box.end - box.start, box.height);
+        }
+        for (const e of laneData.events) {
+          const box = this.box(x(e.ts), x(e.ts + e.dur), AXIS_HEIGHT + laneTop + 2 + e.depth * ROW_HEIGHT, e.name, 1,
+            e.ts, e.dur, e.id);
+          const dim = this.highlighted.size > 0 && !this.highlighted.has(e.name);
+          ctx.globalAlpha = dim ? 0.25 : 1;
+          ctx.fillStyle = colorFor(e.name);
+          ctx.fillRect(box.start + LABEL_WIDTH, box.y, box.end - box.start, box.height);
+          ctx.globalAlpha = 1;
+          if (box.end - box.start > 30) {
+            ctx.fillStyle = '#fff';
+            const textX = Math.max(box.start, 0) + LABEL_WIDTH + 3;
+            ctx.fillText(fitText(ctx, e.name, box.end - Math.max(box.start, 0) - 6), textX, box.y + box.height / 2);
+          }
+          if (this.selected?.id === e.id) {
+            ctx.strokeStyle = '#111';
+            ctx.lineWidth = 2;
+            ctx.strokeRect(box.start + LABEL_WIDTH - 1, box.y - 1, box.end - box.start + 2, box.height + 2);
+            ctx.lineWidth = 1;
+          }
+        }
+      }
+    }
+    this.drawFlows(ctx, x);
+    ctx.restore();
+  }
+
+  private box(x0: number, x1: number, y: number, label: string, count: number, ts: number, dur: number, id?: number) {
+    const start = x0 - LABEL_WIDTH;
+    const end = Math.max(x1 - LABEL_WIDTH, start + 1);
+    const box: DrawnBox = { start, end, y, height: ROW_HEIGHT - 2, id, label, count, ts, dur };
+    this.drawn.push(box);
+    return box;
+  }
+
+  private drawFlows(ctx: CanvasRenderingContext2D, x: (t: number) => number): void {
+    for (const flow of this.flows) {
+      const fromLane = this.laneY(flow.from.lane);
+      const toLane = this.laneY(flow.to.lane);
+      if (fromLane === undefined || toLane === undefined) continue;
+      const x0 = x(flow.from.ts);
+      const y0 = AXIS_HEIGHT + fromLane + 2 + flow.from.depth * ROW_HEIGHT + ROW_HEIGHT / 2;
+      const x1 = x(flow.to.ts);
+      const y1 = AXIS_HEIGHT + toLane + 2 + flow.to.depth * ROW_HEIGHT + ROW_HEIGHT / 2;
+      ctx.strokeStyle = flow.category === 'ac2g' ? '#c2410c' : '#1d4ed8';
+      ctx.fillStyle = ctx.strokeStyle;
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      ctx.moveTo(x0, y0);
+      const bend = Math.max(20, Math.abs(y1 - y0) / 2);
+      ctx.bezierCurveTo(x0 + bend, y0, x1 - bend, y1, x1, y1);
+      ctx.stroke();
+      const angle = Math.atan2(y1 - y0, Math.max(1, x1 - (x1 - bend)));
+      ctx.beginPath();
+      ctx.moveTo(x1, y1);
+      ctx.lineTo(x1 - 8 * Math.cos(angle - 0.4), y1 - 8 * Math.sin(angle - 0.4));
+      ctx.lineTo(x1 - 8 * Math.cos(angle + 0.4), y1 - 8 * Math.sin(angle + 0.4));
+      ctx.fill();
+      ctx.lineWidth = 1;
+    }
+  }
+}
+
+export function fitText(ctx: CanvasRenderingContext2D, text: string, width: number): string {
+  if (ctx.measureText(text).width <= width) return text;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo > 0 ? `${text.slice(0, lo)}…` : '';
+}
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] ?? c);
+}

@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest';
+import type { EventDetails, EventSummary } from '../src/api';
+import { buildChain, deviceQueryOf, executionInChain, hasChain } from '../src/chain';
+
+const summary = (id: number, name: string, lane: string, ts: number): EventSummary => ({
+  id, name, cat: 'x', lane: 0, lane_name: lane, ts, dur: 1, depth: 0,
+});
+const mul = summary(1, 'aten::mul', 'h/1/framework/TID:0', 10);
+const schedule = summary(2, 'nrta_execute_schedule', 'h/1/neuron_rt/NC:0', 11);
+const copyIn = summary(3, 'dmem_buf_copyin', 'h/1/neuron_hw/NC:0', 12);
+const exec = summary(4, 'nc_exec_running', 'h/1/neuron_hw/NC:0', 13);
+
+const details: Record<number, EventDetails> = {
+  1: { ...mul, args: {}, flows_in: [], flows_out: [{ category: 'fwd', event: schedule }], same_launch: [] },
+  2: { ...schedule, args: {}, flows_in: [{ category: 'fwd', event: mul }], flows_out: [{ category: 'ac2g', event: copyIn }], same_launch: [] },
+  3: { ...copyIn, args: { correlation: 9 }, flows_in: [{ category: 'ac2g', event: schedule }], flows_out: [], same_launch: [exec] },
+  4: { ...exec, args: { neff: 'neff_0123456789abcdef.neff', 'neuron core': 0, sequence: 7 }, flows_in: [], flows_out: [],
+    same_launch: [copyIn] },
+};
+const fetchEvent = async (id: number) => details[id];
+
+describe('dependency chain', () => {
+  it('follows a framework op down to the hardware execution of its launch', async () => {
+    const chain = await buildChain(details[1], fetchEvent);
+    expect(chain.upstream).toEqual([]);
+    expect(chain.downstream.map((l) => [l.event.name, l.layer, l.via])).toEqual([
+      ['nrta_execute_schedule', 'runtime', 'fwd'],
+      ['dmem_buf_copyin', 'hardware', 'ac2g'],
+      ['nc_exec_running', 'hardware', 'launch'],
+    ]);
+    expect(executionInChain(chain)?.id).toBe(4);
+  });
+
+  it('walks upstream from an execution that is not the launch flow target', async () => {
+    const chain = await buildChain(details[4], fetchEvent);
+    expect(chain.upstream.map((l) => l.event.name)).toEqual(['aten::mul', 'nrta_execute_schedule']);
+    expect(hasChain(details[4])).toBe(true);
+  });
+
+  it('stops on cycles', async () => {
+    const loop: Record<number, EventDetails> = {
+      1: { ...mul, args: {}, flows_in: [{ category: 'fwd', event: schedule }], flows_out: [{ category: 'fwd', event: schedule }], same_launch: [] },
+      2: { ...schedule, args: {}, flows_in: [{ category: 'fwd', event: mul }], flows_out: [{ category: 'fwd', event: mul }], same_launch: [] },
+    };
+    const chain = await buildChain(loop[1], async (id) => loop[id]);
+    expect(chain.upstream.length + chain.downstream.length).toBe(1);
+  });
+
+  it('reads the device query from nc_exec_running args', () => {
+    expect(deviceQueryOf(details[4])).toEqual({ neff: 'neff_0123456789abcdef.neff', core: 0, seq: 7 });
+    expect(deviceQueryOf(details[1])).toBeUndefined();
+  });
+});

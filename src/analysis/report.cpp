@@ -1,0 +1,169 @@
+#include "analysis/report.h"
+
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "analysis/insights.h"
+#include "analysis/roofline.h"
+#include "analysis/summary.h"
+#include "profiler/key_averages.h"
+
+namespace sightline::analysis {
+namespace {
+
+using Value = std::variant<uint64_t, double, std::string>;
+struct Field {
+  std::string key;
+  Value value;
+};
+
+// One ordered list feeds both the text and the JSON, so they never disagree.
+std::vector<Field> summary_fields(const ProfileDir& profile, const Summary& s) {
+  std::vector<Field> f;
+  f.push_back({"device", profile.manifest.device.name});
+  f.push_back({"executables", uint64_t{profile.executables.size()}});
+  f.push_back({"executions", s.executions});
+  f.push_back({"total_time_us", s.total_time_ns / 1000});
+  f.push_back({"neuroncore_cycle_count", s.cycles});
+  for (int e = 0; e < device::kEngineCount; ++e) {
+    const std::string name(device::engine_name(static_cast<device::Engine>(e)));
+    const EngineSummary& engine = s.engines[e];
+    f.push_back({name + "_engine_active_time_us", engine.active_ns / 1000});
+    f.push_back({name + "_engine_active_time_percent",
+                 s.total_time_ns > 0 ? 100 * engine.active_ns / s.total_time_ns : 0.0});
+    f.push_back({name + "_engine_instruction_time_us", engine.instruction_ns / 1000});
+    f.push_back({name + "_engine_instruction_count", engine.instruction_count});
+    f.push_back({name + "_engine_semaphore_wait_time_us", engine.semaphore_wait_ns / 1000});
+  }
+  f.push_back({"matmul_instruction_count", s.matmul_count});
+  f.push_back({"hbm_read_bytes", s.hbm_read_bytes});
+  f.push_back({"hbm_write_bytes", s.hbm_write_bytes});
+  f.push_back({"hbm_min_bytes", s.min_hbm_bytes});
+  f.push_back({"sbuf_read_bytes", s.sbuf_read_bytes});
+  f.push_back({"sbuf_write_bytes", s.sbuf_write_bytes});
+  f.push_back({"psum_read_bytes", s.psum_read_bytes});
+  f.push_back({"psum_write_bytes", s.psum_write_bytes});
+  f.push_back({"dma_active_time_us", s.dma_active_ns() / 1000});
+  f.push_back({"dma_active_time_percent", s.total_time_ns > 0 ? 100 * s.dma_active_ns() / s.total_time_ns : 0.0});
+  f.push_back({"dma_transfer_count", s.dma_transfer_count});
+  f.push_back({"dma_transfer_total_bytes", s.dma_transfer_bytes});
+  f.push_back({"dma_transfer_average_bytes", s.dma_average_bytes});
+  f.push_back({"model_flops", s.model_flops});
+  f.push_back({"model_flops_source", std::string(s.model_flops_from_op_table ? "op_table" : "instructions")});
+  f.push_back({"hardware_flops", s.hardware_flops});
+  f.push_back({"adjusted_hardware_flops", s.adjusted_hardware_flops});
+  f.push_back({"instruction_flops", s.instruction_flops});
+  f.push_back({"tensor_engine_peak_tflops", s.peak_flops_per_s / 1e12});
+  f.push_back({"hbm_bandwidth_gbps", s.hbm_bytes_per_s / 1e9});
+  f.push_back({"mfu_estimated_percent", 100 * s.mfu});
+  f.push_back({"hfu_estimated_percent", 100 * s.hfu});
+  f.push_back({"mbu_estimated_percent", 100 * s.mbu});
+  f.push_back({"mm_arithmetic_intensity", s.mm_arithmetic_intensity});
+  f.push_back({"model_arithmetic_intensity", s.model_arithmetic_intensity});
+  f.push_back({"peak_flops_bandwidth_ratio", s.ridge_point});
+  f.push_back({"bound", std::string(bound_name(s.bound))});
+  return f;
+}
+
+std::string text_value(const Value& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v)) return fmt::format("{}", *u);
+  if (const auto* d = std::get_if<double>(&v)) return fmt::format("{:.3f}", *d);
+  return std::get<std::string>(v);
+}
+
+nlohmann::json json_value(const Value& v) {
+  return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
+}
+
+nlohmann::json fields_json(const std::vector<Field>& fields) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Field& f : fields) out[f.key] = json_value(f.value);
+  return out;
+}
+
+nlohmann::json insights_json(const std::vector<Insight>& list) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Insight& i : list) {
+    out.push_back({{"id", i.id}, {"title", i.title}, {"evidence", i.evidence}, {"fix", i.fix},
+                   {"potential_saving_us", i.potential_saving_ns / 1000}});
+  }
+  return out;
+}
+
+nlohmann::json point_json(const RooflinePoint& p) {
+  return {{"name", p.name},           {"executions", p.executions},
+          {"flops", p.flops},         {"hbm_bytes", p.hbm_bytes},
+          {"time_us", p.time_ns / 1000}, {"intensity", p.intensity},
+          {"achieved_flops_per_s", p.achieved_flops_per_s}, {"attainable_flops_per_s", p.attainable_flops_per_s},
+          {"efficiency", p.efficiency}, {"bound", bound_name(p.bound)}};
+}
+
+}  // namespace
+
+std::string report_summary_text(const ProfileDir& profile) {
+  const std::vector<Field> fields = summary_fields(profile, summarize_profile(profile));
+  size_t width = 0;
+  for (const Field& f : fields) width = std::max(width, f.key.size());
+  std::string out = "== summary (all captured executions) ==\n";
+  for (const Field& f : fields) out += fmt::format("{:<{}}  {}\n", f.key, width, text_value(f.value));
+  out += "\n== roofline (HBM level) ==\n";
+  const Roofline roof = roofline(profile);
+  for (const RooflinePoint& p : roof.ops) {
+    out += fmt::format("op {}: {:.3f} FLOP/B, achieved {:.3f} GFLOP/s, attainable {:.3f} GFLOP/s, {:.1f}% "
+                       "efficiency, {}\n", p.name, p.intensity, p.achieved_flops_per_s / 1e9,
+                       p.attainable_flops_per_s / 1e9, 100 * p.efficiency, bound_name(p.bound));
+  }
+  out += "\n== insights (ranked by potential saving) ==\n";
+  const std::vector<Insight> list = insights(profile);
+  if (list.empty()) out += "none: no rule fired\n";
+  int rank = 0;
+  for (const Insight& i : list) {
+    out += fmt::format("{}. [{}] {}\n   evidence: {}\n   fix: {}\n", ++rank, i.id, i.title, i.evidence, i.fix);
+  }
+  return out;
+}
+
+std::string report_summary_json(const ProfileDir& profile) {
+  nlohmann::json out = fields_json(summary_fields(profile, summarize_profile(profile)));
+  out["insights"] = insights_json(insights(profile));
+  return out.dump(2) + "\n";
+}
+
+std::string report_json(const ProfileDir& profile) {
+  nlohmann::json out;
+  out["path"] = profile.path;
+  out["summary"] = fields_json(summary_fields(profile, summarize_profile(profile)));
+  out["executables"] = nlohmann::json::array();
+  for (const TracedExecutable& traced : profile.traced) {
+    nlohmann::json entry = fields_json(summary_fields(profile, summarize_traced(profile, traced)));
+    entry["name"] = traced.executable->name;
+    entry["ntff"] = traced.ntff_file;
+    entry["core"] = traced.trace.core;
+    out["executables"].push_back(std::move(entry));
+  }
+  const Roofline roof = roofline(profile);
+  out["roofline"] = {{"device", roof.device}, {"peak_flops_per_s", roof.peak_flops_per_s},
+                     {"hbm_bytes_per_s", roof.hbm_bytes_per_s}, {"ridge_point", roof.ridge_point}};
+  out["roofline"]["executables"] = nlohmann::json::array();
+  for (const RooflinePoint& p : roof.executables) out["roofline"]["executables"].push_back(point_json(p));
+  out["roofline"]["ops"] = nlohmann::json::array();
+  for (const RooflinePoint& p : roof.ops) out["roofline"]["ops"].push_back(point_json(p));
+  out["insights"] = insights_json(insights(profile));
+  if (profile.trace) {
+    out["key_averages"] = nlohmann::json::array();
+    const profiler::KeyAverages averages = profiler::key_averages(*profile.trace, {.device_name = "neuron"});
+    for (const auto& row : averages.rows()) {
+      out["key_averages"].push_back({{"name", row.key}, {"count", row.count},
+                                     {"self_cpu_time_total_us", row.self_cpu_time_total_ns / 1000.0},
+                                     {"cpu_time_total_us", row.cpu_time_total_ns / 1000.0},
+                                     {"self_device_time_total_us", row.self_device_time_total_ns / 1000.0},
+                                     {"device_time_total_us", row.device_time_total_ns / 1000.0}});
+    }
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace sightline::analysis

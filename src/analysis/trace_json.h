@@ -1,0 +1,33 @@
+// Reads a trace.json written by profiler::export_chrome_trace (either lane layout) back into the
+// CollectedTrace it came from, so that key_averages of a saved profile is the live one, byte for byte.
+//
+//   profiler::CollectedTrace trace = analysis::trace_json_load("profiles/fused/trace.json");
+//   auto averages = profiler::key_averages(trace, {.device_name = "neuron"});
+//   std::cout << averages.table("self_neuron_time_total", 10);
+//
+// What it recovers: every 'X' event with its kind (from "cat"), host thread or device lane, start and
+// end in exact nanoseconds (ts/dur are read from their decimal text, never through a double, which
+// would lose the last nanosecond at three months from the base time), "External id", "correlation",
+// "Input Dims", flops and bytes. In the system-lane layout a runtime call sits on its core's lane; its
+// host thread comes back from the "fwd" flow that links it to its framework op. The CPU tree, the
+// attribution of device events and the self/total times are then rebuilt by profiler::build_trace.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "analysis/profile_dir.h"
+#include "profiler/events.h"
+
+namespace sightline::analysis {
+
+// Throws sightline::Error naming `path` for unreadable files, malformed JSON and events that lack
+// the fields above.
+profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress = {});
+profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
+                                          const ProgressCallback& progress = {});
+
+// The backend name the trace's device lanes use ("neuron" for ".../neuron_hw/NC:0"), or "privateuseone".
+std::string trace_json_device_name(std::string_view text);
+
+}  // namespace sightline::analysis

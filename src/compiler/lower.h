@@ -1,0 +1,54 @@
+// Lowering: the optimized graph of one signature -> ONE device::Executable for a NeuronCore.
+//
+//   device::Executable exe = lower(graph, runtime.spec(), "compiled_0123456789abcdef");
+//
+// Every kernel-producing node is built with the kernel builder's eager kernels (kernels/eager.h): the
+// built-in fused ops the passes recognized (rms_norm, layer_norm, silu, softmax) are the real fused
+// kernels, and a fused group (fused.rows, fused.matmul_epilogue) lowers its member ops in order. The
+// per-node programs are then merged into one: every instruction is re-emitted through one
+// KernelBuilder in an order its sub-program allows, so the builder's hazard tracking recomputes the
+// semaphores for the whole program. A node therefore waits only for what it really reads or
+// overwrites (its producers' HBM results, the SBUF/PSUM bytes an earlier node still uses), not for a
+// full barrier, and independent nodes overlap on the engines.
+//
+// View ops (reshape, permute, transpose, slice, ...) emit nothing: like eager views they change the
+// offset and strides through which later kernels read their source (a reshape that cannot be a view
+// copies first, as eager reshape does). Host scalars of tensor-scalar ops become elements of one
+// constant I/O tensor per dtype. Each instruction keeps the name of the op it comes from
+// (Executable::source_ops), so a device timeline can be coloured by the original op.
+//
+// I/O tensors of a lowered program, by name (the runner binds them by these roles):
+//   arg<i>       input    the i-th argument, contiguous
+//   out<i>       output   the i-th result, contiguous, allocated by the caller on every call
+//   const_<dt>   input    the program's scalar operands in dtype <dt>; their values are the metadata
+//                         entry "constants.const_<dt>"; written to the device once per core
+//   scratch<i>   scratch  an intermediate value in HBM; the caller binds a buffer it keeps per core
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+#include "device/executable.h"
+#include "device/spec.h"
+
+namespace sightline::compiler {
+
+// Throws sightline::Error naming the node when the graph holds an op without a device kernel.
+device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name);
+
+enum class IoRole : uint8_t { argument, result, constants, scratch };
+
+struct IoBinding {
+  IoRole role = IoRole::argument;
+  int index = 0;  // argument or result position
+};
+
+// The role of each I/O tensor of a lowered program. Throws sightline::Error for an I/O tensor that is
+// not one a lowering declares (an executable from elsewhere in the compile cache directory).
+std::vector<IoBinding> io_bindings(const device::Executable& exe);
+
+// The values of a constants I/O tensor, from the executable's metadata.
+std::vector<double> constant_values(const device::Executable& exe, const device::IoTensor& io);
+
+}  // namespace sightline::compiler

@@ -1,0 +1,109 @@
+// The Explorer server's in-memory index of one profile output directory (docs/formats.md).
+//
+// Loading parses trace.json once into per-lane arrays sorted by start time, binds the flow events
+// ("s"/"f") to the slices they belong to, and keeps the manifest. Queries answer the JSON API:
+//
+//   auto profile = ProfileIndex::load("/profiles/naive");
+//   nlohmann::json visible = profile->window({.start_us = 0, .end_us = 500, .width_px = 1200});
+//
+// Windowed queries return only the events overlapping the range; events shorter than one pixel are
+// merged per lane and nesting depth into aggregate boxes that carry how many events they stand for.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/manifest.h"
+
+namespace sightline::server {
+
+// A request the server refuses: carries the HTTP status (4xx) and a message the UI shows.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+struct TraceEvent {
+  double ts_us = 0;  // relative to the profile's earliest event
+  double dur_us = 0;
+  uint32_t name = 0;      // index into ProfileIndex names
+  uint32_t category = 0;  // index into ProfileIndex names
+  uint32_t lane = 0;
+  uint32_t depth = 0;       // nesting level on its lane, 0 = outermost
+  int64_t external_id = 0;  // args "External id": the framework op that caused it (0: none)
+  int64_t correlation = 0;  // args "correlation": the launch it belongs to (0: none)
+  std::string args_json;    // the event's "args" object as JSON text
+};
+
+struct Lane {
+  std::string name;  // instance/PID/subsystem/identifier, from the thread_name metadata
+  int64_t pid = 0;
+  int64_t tid = 0;
+  int64_t process_sort = 0;
+  int64_t thread_sort = 0;
+  std::vector<uint32_t> events;  // event ids sorted by start, then by longer first
+  double max_dur_us = 0;
+  uint32_t max_depth = 0;
+};
+
+struct Flow {
+  std::string category;  // "fwd" (framework op -> runtime call) or "ac2g" (runtime call -> hardware)
+  uint32_t from = 0;     // event id of the "s" end
+  uint32_t to = 0;       // event id of the "f" end
+};
+
+struct WindowQuery {
+  double start_us = 0;
+  double end_us = 0;
+  std::vector<uint32_t> lanes;  // empty: every lane
+  uint32_t width_px = 1000;
+};
+
+class ProfileIndex {
+ public:
+  // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.
+  static std::shared_ptr<const ProfileIndex> load(const std::filesystem::path& dir);
+
+  const formats::Manifest& manifest() const { return manifest_; }
+  const std::vector<TraceEvent>& events() const { return events_; }
+  const std::vector<Lane>& lanes() const { return lanes_; }
+  const std::vector<Flow>& flows() const { return flows_; }
+  const std::string& name_of(uint32_t index) const { return names_[index]; }
+
+  nlohmann::json lanes_json() const;
+  nlohmann::json window(const WindowQuery& query) const;
+  nlohmann::json event_details(uint32_t id) const;
+  nlohmann::json search(std::string_view text, size_t limit) const;
+  nlohmann::json key_averages() const;
+  // One execution of one executable on one core: the NTFF records, one row per engine and DMA queue.
+  nlohmann::json device_execution(std::string_view neff, uint32_t core,
+                                  std::optional<uint64_t> sequence) const;
+
+ private:
+  void parse_trace(const std::filesystem::path& trace_path);
+  std::optional<uint32_t> enclosing_event(uint32_t lane, double ts_us) const;
+  nlohmann::json event_summary(uint32_t id) const;
+
+  std::filesystem::path dir_;
+  formats::Manifest manifest_;
+  std::vector<std::string> names_;
+  std::vector<TraceEvent> events_;
+  std::vector<Lane> lanes_;
+  std::vector<Flow> flows_;
+  double origin_us_ = 0;  // trace.json time of the earliest event; every ts here is relative to it
+  double start_us_ = 0;
+  double end_us_ = 0;
+};
+
+}  // namespace sightline::server

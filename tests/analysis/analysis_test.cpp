@@ -1,0 +1,136 @@
+// The analysis layer on profiles generated in the test (tests/analysis/profiles.h): summary metrics,
+// roofline verdicts, compare ranking, saved key_averages == live, and the summary-text golden file.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "analysis/compare.h"
+#include "analysis/insights.h"
+#include "analysis/profile_dir.h"
+#include "analysis/report.h"
+#include "analysis/roofline.h"
+#include "analysis/summary.h"
+#include "analysis/trace_json.h"
+#include "profiles.h"
+#include "profiler/key_averages.h"
+
+using namespace sightline;
+
+namespace {
+
+// The device-side sections of summary-text (summary and roofline); the insights section is left out
+// of the golden file because idle gaps are measured on the host clock.
+std::string device_sections(const std::string& text) {
+  return text.substr(0, text.find("\n== insights"));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST(AnalysisSummary, FusedRmsNormIsMemoryBoundWithHighMbu) {
+  const analysis::ProfileDir fused = analysis::profile_dir_load(test_profiles::generate().fused.dir);
+  const analysis::Summary s = analysis::summarize_profile(fused);
+  EXPECT_EQ(s.executions, 1u);
+  EXPECT_EQ(s.bound, analysis::Bound::memory);
+  // Measured: 36% MBU at this small size, with DMA active the whole execution (the per-transfer
+  // fixed cost, not HBM bandwidth, limits it); the test pins "DMA-limited", not a number.
+  EXPECT_GT(s.mbu, 0.3) << "MBU " << s.mbu;
+  EXPECT_GT(s.dma_active_ns(), 0.9 * s.total_time_ns);
+  EXPECT_LT(s.model_arithmetic_intensity, s.ridge_point);
+  // The fused kernel reads x twice (statistics pass, then normalize pass): 1.25x the minimum.
+  EXPECT_LE(s.hbm_bytes(), s.min_hbm_bytes * 3 / 2);
+  // Active time is a union, so it never exceeds the instruction time or the total time.
+  for (const analysis::EngineSummary& e : s.engines) {
+    EXPECT_LE(e.active_ns, e.instruction_ns + 1e-6);
+    EXPECT_LE(e.active_ns, s.total_time_ns + 1e-6);
+  }
+  const analysis::Roofline roof = analysis::roofline(fused);
+  ASSERT_FALSE(roof.ops.empty());
+  EXPECT_EQ(roof.ops[0].bound, analysis::Bound::memory);
+}
+
+// The issue asks for "compute-bound with high MFU". Measured on the eager bf16 matmul kernel at
+// [1024,1024]x[1024,1024]: it re-reads its operand tiles from HBM (~23 MB against a 6 MB minimum), so
+// its intensity (93 FLOP/B) is below trn2's ridge (217) and MFU is ~8%. The analysis reports that
+// honestly: the test pins that the verdict follows intensity vs ridge and that the insights name why.
+TEST(AnalysisSummary, LargeBf16MatmulVerdictFollowsItsMeasuredIntensity) {
+  const analysis::ProfileDir mm = analysis::profile_dir_load(test_profiles::generate().matmul.dir);
+  const analysis::Summary s = analysis::summarize_profile(mm);
+  EXPECT_DOUBLE_EQ(s.model_flops, 2.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(s.hardware_flops, s.model_flops);
+  EXPECT_NEAR(s.mm_arithmetic_intensity, s.hardware_flops / double(s.hbm_bytes()), 1e-9);
+  EXPECT_EQ(s.bound, s.mm_arithmetic_intensity >= s.ridge_point ? analysis::Bound::compute : analysis::Bound::memory);
+  EXPECT_NEAR(s.mfu, s.model_flops / (s.peak_flops_per_s * s.total_time_ns * 1e-9), 1e-12);
+  const analysis::Roofline roof = analysis::roofline(mm);
+  ASSERT_FALSE(roof.executables.empty());
+  EXPECT_EQ(roof.executables[0].bound, s.bound);
+  EXPECT_NE(analysis::roofline_svg(roof).find("ridge"), std::string::npos);
+  if (s.bound == analysis::Bound::memory) {
+    bool explained = false;
+    for (const analysis::Insight& i : analysis::insights(mm)) explained = explained || i.id == "excess_hbm";
+    EXPECT_TRUE(explained) << analysis::report_summary_text(mm);
+  }
+}
+
+TEST(AnalysisCompare, NaiveVsFusedRanksTheRemovedExecutionsFirst) {
+  const auto& g = test_profiles::generate();
+  const analysis::ProfileDir naive = analysis::profile_dir_load(g.naive.dir);
+  const analysis::ProfileDir fused = analysis::profile_dir_load(g.fused.dir);
+  const analysis::Comparison diff = analysis::compare(naive, fused);
+  const size_t removed = naive.traced.size();  // every naive executable is gone in the fused profile
+  ASSERT_GT(diff.ranked.size(), removed);
+  for (size_t i = 0; i < removed; ++i) {
+    EXPECT_EQ(diff.ranked[i].kind, "executable") << analysis::compare_text(diff);
+    EXPECT_EQ(diff.ranked[i].status, analysis::DeltaStatus::removed) << analysis::compare_text(diff);
+  }
+  EXPECT_EQ(diff.ranked[removed].status, analysis::DeltaStatus::added);
+  EXPECT_GT(diff.total_a_ns, diff.total_b_ns);
+}
+
+TEST(AnalysisInsights, NaiveRmsNormSuggestsFusing) {
+  const analysis::ProfileDir naive = analysis::profile_dir_load(test_profiles::generate().naive.dir);
+  const std::vector<analysis::Insight> list = analysis::insights(naive);
+  ASSERT_FALSE(list.empty());
+  bool fuse = false;
+  for (const analysis::Insight& i : list) fuse = fuse || i.id == "tiny_executions" || i.id == "idle_gaps";
+  EXPECT_TRUE(fuse) << analysis::report_summary_text(naive);
+  for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i - 1].potential_saving_ns, list[i].potential_saving_ns);
+}
+
+TEST(AnalysisTraceJson, SavedKeyAveragesTableIsTheLiveOneByteForByte) {
+  const auto& g = test_profiles::generate();
+  for (const test_profiles::Profiled* p : {&g.naive, &g.fused, &g.matmul}) {
+    const profiler::CollectedTrace trace = analysis::trace_json_load(p->dir + "/trace.json");
+    profiler::TableOptions table;
+    table.sort_by = test_profiles::kSortBy;
+    table.row_limit = -1;
+    EXPECT_EQ(profiler::key_averages(trace, {.device_name = "neuron"}).table(table), p->live_table) << p->dir;
+  }
+}
+
+TEST(AnalysisTraceJson, MalformedJsonIsAClearError) {
+  try {
+    (void)analysis::trace_json_parse("{\"traceEvents\": [", "broken.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.json is not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AnalysisReport, FusedRmsNormSummaryTextMatchesTheGoldenFile) {
+  const analysis::ProfileDir fused = analysis::profile_dir_load(test_profiles::generate().fused.dir);
+  const std::string actual = device_sections(analysis::report_summary_text(fused));
+  const std::string golden_path = std::string(SIGHTLINE_TEST_DATA_DIR) + "/fused_rmsnorm_summary.txt";
+  if (std::getenv("SIGHTLINE_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(golden_path) << actual;
+  }
+  EXPECT_EQ(actual, read_file(golden_path)) << "regenerate with SIGHTLINE_UPDATE_GOLDEN=1 after a deliberate change";
+}

@@ -1,0 +1,142 @@
+// Compiled functions on a neuron core: eager results, one device execution per call, the fused
+// kernel's device time, one compiled-region row in the profiler.
+#include <gtest/gtest.h>
+
+#include "neuron/neuron.h"
+#include "neuron/profiling.h"
+#include "profiler/profile.h"
+#include "programs.h"
+
+namespace sightline {
+namespace {
+
+using compiler::testing::expect_close;
+
+const Device kCore0 = Device::parse("neuron:0");
+
+std::vector<Tensor> to_device(const std::vector<Tensor>& host) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : host) out.push_back(t.to(kCore0));
+  return out;
+}
+
+// What the runtime did while `fn` ran: its executions on core 0, with their device durations.
+template <typename Fn>
+std::vector<int64_t> executions_of(Fn&& fn) {
+  runtime::Runtime& rt = neuron::runtime();
+  neuron::synchronize();
+  runtime::CaptureOptions capture;
+  capture.enabled = true;
+  rt.set_capture(capture);
+  fn();
+  neuron::synchronize();
+  const runtime::Captured captured = rt.drain();
+  rt.set_capture({});
+  std::vector<int64_t> durations;
+  for (const runtime::Event& e : captured.events) {
+    if (e.kind == runtime::EventKind::exec_running) durations.push_back(e.end_ns - e.start_ns);
+  }
+  return durations;
+}
+
+TEST(CompiledOnNeuron, RmsNormMatchesEagerInOneExecutionPerCall) {
+  auto compiled = compile(&compiler::testing::naive_rms_norm);
+  Generator g(21);
+  for (const Dims& shape : {Dims{4, 64}, Dims{130, 200}, Dims{256, 512}}) {
+    const Tensor x = randn(shape, {}, &g).to(kCore0), w = rand({shape.back()}, {}, &g).to(kCore0);
+    const Tensor expected = compiler::testing::naive_rms_norm(x, w);
+    Tensor actual;
+    EXPECT_EQ(executions_of([&] { actual = compiled(x, w); }).size(), 1u) << shape.to_string();
+    EXPECT_EQ(actual.device(), kCore0);
+    expect_close(actual, expected);
+  }
+  const CompileStats stats = compiled.stats();
+  EXPECT_EQ(stats.device_calls, 3);
+  EXPECT_EQ(stats.lowerings, 3);
+}
+
+TEST(CompiledOnNeuron, DecoderBlockMatchesEagerInOneExecutionPerCall) {
+  auto compiled = compile(&compiler::testing::decoder_block);
+  Generator g(22);
+  for (const int64_t seq : {5, 20}) {
+    compiler::testing::DecoderDims dims;
+    dims.seq = seq;
+    const std::vector<Tensor> args = to_device(compiler::testing::decoder_args(dims, g));
+    const Tensor expected = compiler::testing::decoder_block(args)[0];
+    std::vector<Tensor> actual;
+    for (int call = 0; call < 2; ++call) {
+      EXPECT_EQ(executions_of([&] { actual = compiled(args); }).size(), 1u) << "seq " << seq;
+      expect_close(actual[0], expected, 1e-4, 1e-3);
+    }
+  }
+  EXPECT_EQ(compiled.stats().device_calls, 4);
+}
+
+TEST(CompiledOnNeuron, ViewsScalarsAndReturnedViews) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{
+        matmul(x.transpose(0, 1), x),
+        exp(x.reshape({x.size(0), 2, x.size(1) / 2}).transpose(0, 1)),
+        x.slice(1, 1, x.size(1), 3) * in[1].slice(0, 1, x.size(1), 3),
+        x.slice(0, 2, 3).expand({3, x.size(0), x.size(1)}) + x,
+        x.transpose(0, 1),                              // a view of an argument: copied into its own result
+        (x * 2.0 - 0.5).transpose(0, 1).reshape({-1}),  // a reshape that needs a copy
+    };
+  };
+  auto compiled = compile(fn);
+  Generator g(23);
+  const std::vector<Tensor> args = to_device({randn({130, 10}, {}, &g), randn({10}, {}, &g)});
+  const std::vector<Tensor> expected = fn(args);
+  std::vector<Tensor> actual;
+  EXPECT_EQ(executions_of([&] { actual = compiled(args); }).size(), 1u);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i]);
+}
+
+TEST(CompiledOnNeuron, RmsNormDeviceTimeIsTheBuiltinKernels) {
+  auto compiled = compile(&compiler::testing::naive_rms_norm);
+  Generator g(24);
+  const Tensor x = randn({1024, 1024}, {}, &g).to(kCore0), w = rand({1024}, {}, &g).to(kCore0);
+  const std::vector<int64_t> builtin = executions_of([&] { (void)rms_norm(x, w, 1e-6); });
+  const std::vector<int64_t> fused = executions_of([&] { (void)compiled(x, w); });
+  ASSERT_EQ(builtin.size(), 1u);
+  ASSERT_EQ(fused.size(), 1u);
+  RecordProperty("builtin_rms_norm_ns", std::to_string(builtin[0]));
+  RecordProperty("compiled_rms_norm_ns", std::to_string(fused[0]));
+  EXPECT_NEAR(static_cast<double>(fused[0]), static_cast<double>(builtin[0]),
+              0.15 * static_cast<double>(builtin[0]))
+      << "compiled " << fused[0] << " ns, built-in rms_norm " << builtin[0] << " ns";
+}
+
+TEST(CompiledOnNeuron, OneCompiledRegionRowWithDeviceTime) {
+  auto compiled = compile(&compiler::testing::naive_rms_norm);
+  Generator g(25);
+  const Tensor x = randn({128, 256}, {}, &g).to(kCore0), w = rand({256}, {}, &g).to(kCore0);
+  (void)compiled(x, w);  // compiles outside the profiled window
+  neuron::synchronize();
+  auto config = std::make_shared<neuron::NeuronConfig>();
+  config->modes = {neuron::ProfileMode::RUNTIME};
+  profiler::ProfileOptions options;
+  options.experimental_config = config;
+  profiler::profile prof(options);
+  prof.start();
+  for (int call = 0; call < 3; ++call) (void)compiled(x, w);
+  neuron::synchronize();
+  prof.stop();
+  int compiled_rows = 0, aten_rows_with_device_time = 0;
+  const auto averages = prof.key_averages();
+  for (const auto& row : averages.rows()) {
+    if (row.key == "CompiledFunction") {
+      ++compiled_rows;
+      EXPECT_EQ(row.count, 3);
+      EXPECT_GT(row.device_time_total_ns, 0);
+    }
+    if (row.key.starts_with("aten::") && row.self_device_time_total_ns > 0) ++aten_rows_with_device_time;
+  }
+  EXPECT_EQ(compiled_rows, 1);
+  EXPECT_EQ(aten_rows_with_device_time, 0);
+}
+
+}  // namespace
+}  // namespace sightline

@@ -1,0 +1,106 @@
+// Lowering: one executable per graph, its I/O roles, source ops kept per instruction, NEFF round trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "compiler/capture.h"
+#include "compiler/lower.h"
+#include "compiler/passes.h"
+#include "formats/neff.h"
+#include "programs.h"
+
+namespace sightline::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+
+Graph optimized(const TensorListFn& fn, const std::vector<TensorMeta>& metas) {
+  return optimize(capture(fn, metas, Device::cpu()));
+}
+
+Graph rms_norm_graph(int64_t rows, int64_t cols) {
+  return optimized(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
+      },
+      {{{rows, cols}, DType::f32}, {{cols}, DType::f32}});
+}
+
+Graph decoder_graph() {
+  const testing::DecoderDims d;
+  std::vector<TensorMeta> metas = {{{d.batch, d.seq, d.model}, DType::f32}, {{d.model}, DType::f32}};
+  for (int i = 0; i < 4; ++i) metas.push_back({{d.model, d.model}, DType::f32});
+  metas.push_back({{d.model}, DType::f32});
+  metas.push_back({{d.hidden, d.model}, DType::f32});
+  metas.push_back({{d.hidden, d.model}, DType::f32});
+  metas.push_back({{d.model, d.hidden}, DType::f32});
+  return optimized(&testing::decoder_block, metas);
+}
+
+std::vector<IoRole> roles_of(const device::Executable& exe) {
+  std::vector<IoRole> roles;
+  for (const IoBinding& b : io_bindings(exe)) roles.push_back(b.role);
+  return roles;
+}
+
+template <typename F>
+void for_each_instruction(const device::Executable& exe, F&& f) {
+  for (const auto& stream : exe.engines) {
+    for (const auto& in : stream) f(in);
+  }
+  for (const auto& queue : exe.dma_queues) {
+    for (const auto& in : queue) f(in);
+  }
+}
+
+TEST(Lowering, RmsNormIsTheFusedKernelAlone) {
+  const device::Executable exe = lower(rms_norm_graph(130, 200), device::Spec::builtin("trn2"), "rms");
+  EXPECT_EQ(roles_of(exe), (std::vector<IoRole>{IoRole::argument, IoRole::argument, IoRole::result}));
+  EXPECT_EQ(exe.source_ops, std::vector<std::string>{"aten::rms_norm"});
+  EXPECT_GT(exe.instruction_count(), 0u);
+}
+
+TEST(Lowering, DecoderBlockIsOneProgramWithScratchAndSourceOps) {
+  const device::Executable exe = lower(decoder_graph(), device::Spec::builtin("trn2"), "decoder");
+  const std::vector<IoRole> roles = roles_of(exe);
+  EXPECT_EQ(std::count(roles.begin(), roles.end(), IoRole::argument), 10);
+  EXPECT_EQ(std::count(roles.begin(), roles.end(), IoRole::result), 1);
+  EXPECT_GT(std::count(roles.begin(), roles.end(), IoRole::scratch), 5);
+  // The attention scale is a host scalar: one constants tensor holds it.
+  ASSERT_EQ(std::count(roles.begin(), roles.end(), IoRole::constants), 1);
+  for (size_t i = 0; i < exe.io.size(); ++i) {
+    if (roles[i] == IoRole::constants) {
+      EXPECT_EQ(constant_values(exe, exe.io[i]).size(), 1u);
+    }
+  }
+  const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
+  for (const char* op : {"aten::rms_norm", "aten::linear", "aten::matmul", "aten::mul", "aten::softmax",
+                         "aten::contiguous", "aten::add", "aten::silu"}) {
+    EXPECT_TRUE(ops.contains(op)) << op;
+  }
+  for_each_instruction(
+      exe, [&](const device::Instruction& in) { EXPECT_LT(in.source_op, exe.source_ops.size()); });
+}
+
+TEST(Lowering, ScratchTensorsSurviveANeffRoundTrip) {
+  const device::Executable exe = lower(decoder_graph(), device::Spec::builtin("trn2"), "decoder");
+  const device::Executable back = formats::neff_parse(formats::neff_serialize(exe));
+  EXPECT_EQ(back, exe);
+  EXPECT_EQ(roles_of(back), roles_of(exe));
+  EXPECT_THAT(formats::neff_dump(back), HasSubstr("scratch scratch0"));
+}
+
+TEST(Lowering, ForeignExecutablesAreRejectedByName) {
+  device::Executable exe = lower(rms_norm_graph(4, 64), device::Spec::builtin("trn2"), "rms");
+  exe.io[0].name = "x";
+  try {
+    io_bindings(exe);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("I/O tensor 'x' is not one a compiled program declares"));
+  }
+}
+
+}  // namespace
+}  // namespace sightline::compiler

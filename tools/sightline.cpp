@@ -1,0 +1,183 @@
+// sightline: read a profile output directory from the command line.
+//
+//   sightline view profiles/fused --output-format summary-text
+//   sightline table profiles/fused --sort-by self_neuron_time_total --row-limit 10
+//   sightline compare profiles/naive profiles/fused
+//   sightline roofline profiles/fused -o roofline.svg
+//   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
+//   sightline ntff dump profiles/fused/0123456789abcdef_instid_0_vnc_0.ntff
+//
+// Exit codes (docs/analysis.md): 0 success, 1 usage error (unknown command or option, missing
+// argument), 2 bad input (missing or incomplete profile directory, corrupt NEFF/NTFF, malformed
+// JSON, unwritable output), 3 internal error.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/compare.h"
+#include "analysis/profile_dir.h"
+#include "analysis/report.h"
+#include "analysis/roofline.h"
+#include "analysis/trace_json.h"
+#include "formats/neff.h"
+#include "formats/ntff.h"
+#include "profiler/key_averages.h"
+#include "progress.h"
+#include "sightline/error.h"
+
+namespace {
+
+using namespace sightline;
+namespace fs = std::filesystem;
+
+constexpr int kExitUsage = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 3;
+
+analysis::ProfileDir load(const std::string& dir, bool with_trace = true) {
+  tools::ProgressBar bar(fmt::format("reading {}", dir));
+  return analysis::profile_dir_load(dir, {.load_trace_json = with_trace, .progress = bar.callback()});
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SIGHTLINE_CHECK(in.good(), "cannot read '{}'; check the path", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int view(const std::string& dir, const std::string& format) {
+  const analysis::ProfileDir profile = load(dir);
+  if (format == "summary-text") std::cout << analysis::report_summary_text(profile);
+  if (format == "summary-json") std::cout << analysis::report_summary_json(profile);
+  if (format == "json") std::cout << analysis::report_json(profile);
+  return 0;
+}
+
+int table(const std::string& dir, const std::string& sort_by, int64_t row_limit, bool by_shape) {
+  SIGHTLINE_CHECK(fs::is_directory(dir), "profile directory '{}' does not exist; pass a profile output directory",
+                  dir);
+  const std::string trace_path = (fs::path(dir) / "trace.json").string();
+  SIGHTLINE_CHECK(fs::exists(trace_path), "'{}' has no trace.json; profile with the CPU activity to get the "
+                  "framework trace", dir);
+  tools::ProgressBar bar(fmt::format("reading {}", trace_path));
+  const std::string text = read_text(trace_path);
+  const profiler::CollectedTrace trace = analysis::trace_json_parse(text, trace_path, bar.callback());
+  bar.finish();
+  // A trace carries FLOPs only when it was recorded with with_flops, which is also what adds the column.
+  bool with_flops = false;
+  for (const profiler::FunctionEvent& e : trace.events) with_flops = with_flops || e.flops != 0;
+  const auto averages = profiler::key_averages(
+      trace, {.group_by_input_shape = by_shape, .device_name = analysis::trace_json_device_name(text),
+              .with_flops = with_flops});
+  profiler::TableOptions options;
+  options.sort_by = sort_by;
+  options.row_limit = row_limit;
+  std::cout << averages.table(options);
+  return 0;
+}
+
+int compare(const std::string& a, const std::string& b, const std::string& format) {
+  const analysis::Comparison diff = analysis::compare(load(a), load(b));
+  std::cout << (format == "json" ? analysis::compare_json(diff) : analysis::compare_text(diff));
+  return 0;
+}
+
+int roofline(const std::string& dir, const std::string& output) {
+  const analysis::Roofline roof = analysis::roofline(load(dir, false));
+  analysis::roofline_svg_save(roof, output);
+  for (const analysis::RooflinePoint& p : roof.ops) {
+    fmt::print("{}: {:.3f} FLOP/B ({} ridge {:.1f}), {:.3f} GFLOP/s of {:.3f} attainable ({:.1f}%), {}\n", p.name,
+               p.intensity, p.intensity < roof.ridge_point ? "below" : "above", roof.ridge_point,
+               p.achieved_flops_per_s / 1e9, p.attainable_flops_per_s / 1e9, 100 * p.efficiency,
+               analysis::bound_name(p.bound));
+  }
+  fmt::print("wrote {}\n", output);
+  return 0;
+}
+
+int ntff_dump(const std::string& path, const std::string& neff_path) {
+  const formats::NtffTrace trace = formats::ntff_load(path);
+  std::string paired = neff_path;
+  if (paired.empty()) {
+    const fs::path next_to = fs::path(path).parent_path() / formats::ntff_paired_neff_file_name(trace.neff_hash);
+    if (fs::exists(next_to)) paired = next_to.string();
+  }
+  if (paired.empty()) {
+    std::cout << formats::ntff_dump(trace);
+  } else {
+    const device::Executable exe = formats::neff_load(paired);
+    std::cout << formats::ntff_dump(trace, &exe);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sightline: summaries, tables, rooflines and comparisons of profile output directories.\n"
+               "Exit codes: 0 ok, 1 usage error, 2 bad input file or directory, 3 internal error."};
+  app.require_subcommand(1);
+  int status = 0;
+
+  std::string dir, format = "summary-text";
+  auto* view_cmd = app.add_subcommand("view", "Summary metrics, roofline and insights of a profile directory");
+  view_cmd->add_option("dir", dir, "profile output directory (holds manifest.json)")->required();
+  view_cmd->add_option("--output-format", format, "summary-text, summary-json or json")
+      ->check(CLI::IsMember({"summary-text", "summary-json", "json"}));
+  view_cmd->callback([&] { status = view(dir, format); });
+
+  std::string sort_by;
+  int64_t row_limit = 100;
+  bool by_shape = false;
+  auto* table_cmd = app.add_subcommand("table", "The key_averages table of a saved profile, as the live one");
+  table_cmd->add_option("dir", dir, "profile output directory")->required();
+  table_cmd->add_option("--sort-by", sort_by, "sort key, e.g. self_neuron_time_total, cpu_time_total, count");
+  table_cmd->add_option("--row-limit", row_limit, "rows to print; negative for all")->capture_default_str();
+  table_cmd->add_flag("--group-by-input-shape", by_shape, "one row per (op, input shapes)");
+  table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape); });
+
+  std::string dir_a, dir_b, compare_format = "text";
+  auto* compare_cmd = app.add_subcommand("compare", "Ranked per-executable, per-op and per-engine deltas, A -> B");
+  compare_cmd->add_option("a", dir_a, "baseline profile directory")->required();
+  compare_cmd->add_option("b", dir_b, "profile directory to compare with the baseline")->required();
+  compare_cmd->add_option("--output-format", compare_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  compare_cmd->callback([&] { status = compare(dir_a, dir_b, compare_format); });
+
+  std::string output = "roofline.svg";
+  auto* roofline_cmd = app.add_subcommand("roofline", "Draw the roofline of a profile as SVG");
+  roofline_cmd->add_option("dir", dir, "profile output directory")->required();
+  roofline_cmd->add_option("-o,--output", output, "SVG file to write")->capture_default_str();
+  roofline_cmd->callback([&] { status = roofline(dir, output); });
+
+  std::string file, neff_for_ntff;
+  auto* neff_cmd = app.add_subcommand("neff", "Executable (NEFF) files");
+  neff_cmd->require_subcommand(1);
+  auto* neff_dump_cmd = neff_cmd->add_subcommand("dump", "List an executable's tensors, source ops and instructions");
+  neff_dump_cmd->add_option("file", file, "neff_<hash>.neff")->required();
+  neff_dump_cmd->callback([&] { std::cout << formats::neff_dump(formats::neff_load(file)); });
+  auto* ntff_cmd = app.add_subcommand("ntff", "Instruction-trace (NTFF) files");
+  ntff_cmd->require_subcommand(1);
+  auto* ntff_dump_cmd = ntff_cmd->add_subcommand("dump", "List every execution and instruction record of a trace");
+  ntff_dump_cmd->add_option("file", file, "<hash>_instid_0_vnc_<core>.ntff")->required();
+  ntff_dump_cmd->add_option("--neff", neff_for_ntff, "the paired executable (default: found next to the trace)");
+  ntff_dump_cmd->callback([&] { status = ntff_dump(file, neff_for_ntff); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  } catch (const sightline::Error& e) {
+    fmt::print(stderr, "sightline: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sightline: internal error: {}\n", e.what());
+    return kExitInternal;
+  }
+  return status;
+}
