@@ -107,7 +107,11 @@ class NeuronSource final : public profiler::ActivitySource {
         f.kind = device_kind(e.kind);
         f.device_type = profiler::DeviceType::privateuse1;
         f.resource = 0;
-        f.id = launch_id(e.core, e.seq);
+        // The launch's flow ends on the work it launched (the execution or the copy); the switch and
+        // load that precede an execution get ids of their own so the arrow skips them.
+        const bool launched = e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
+                              e.kind == runtime::EventKind::copy_out;
+        f.id = launched ? launch_id(e.core, e.seq) : launch_id(e.core, e.seq) ^ (uint64_t{1} << 60);
         core_seen[static_cast<size_t>(e.core)] = true;
       } else {
         f.kind = profiler::EventKind::runtime;

@@ -135,11 +135,13 @@ TEST(NeuronProfiling, TraceJsonLinksEveryHardwareExecutionToItsFrameworkOp) {
   }
   // Flows: s/f pairs by (cat, id). fwd: framework op -> runtime call; ac2g: runtime call -> hardware.
   std::map<std::pair<std::string, uint64_t>, std::pair<std::string, std::string>> flows;  // lane of s, lane of f
+  std::map<std::pair<std::string, uint64_t>, std::string> flow_end_ts;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "s" && e["ph"] != "f") continue;
     const std::string lane = lane_names[{e["pid"], e["tid"]}];
     auto& f = flows[{e["cat"], e["id"]}];
     (e["ph"] == "s" ? f.first : f.second) = lane;
+    if (e["ph"] == "f") flow_end_ts[{e["cat"], e["id"]}] = e["ts"].dump();
   }
   int executions = 0;
   std::set<uint64_t> launch_ids;
@@ -155,6 +157,7 @@ TEST(NeuronProfiling, TraceJsonLinksEveryHardwareExecutionToItsFrameworkOp) {
       ASSERT_NE(ac2g, flows.end()) << "execution not reachable from its runtime call";
       EXPECT_THAT(ac2g->second.first, HasSubstr("/neuron_rt/NC:0"));
       EXPECT_THAT(ac2g->second.second, HasSubstr("/neuron_hw/NC:0"));
+      EXPECT_EQ(flow_end_ts[{"ac2g", corr}], e["ts"].dump()) << "the launch's arrow must end on the execution";
       launch_ids.insert(corr);
     }
   }
