@@ -157,7 +157,8 @@ TEST(NeuronProfiling, TraceJsonLinksEveryHardwareExecutionToItsFrameworkOp) {
       ASSERT_NE(ac2g, flows.end()) << "execution not reachable from its runtime call";
       EXPECT_THAT(ac2g->second.first, HasSubstr("/neuron_rt/NC:0"));
       EXPECT_THAT(ac2g->second.second, HasSubstr("/neuron_hw/NC:0"));
-      EXPECT_EQ(flow_end_ts[{"ac2g", corr}], e["ts"].dump()) << "the launch's arrow must end on the execution";
+      const std::string end_ts = flow_end_ts[std::make_pair(std::string("ac2g"), corr)];
+      EXPECT_EQ(end_ts, e["ts"].dump()) << "the launch's arrow must end on the execution";
       launch_ids.insert(corr);
     }
   }
