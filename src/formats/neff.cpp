@@ -1,5 +1,7 @@
 #include "formats/neff.h"
 
+#include "formats/binary_io.h"
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -24,14 +26,8 @@ constexpr uint32_t kMaxRank = 8;
 static_assert(std::endian::native == std::endian::little,
               "the NEFF codec writes host order; add swaps for BE");
 
-class Writer {
+class Writer : public ByteWriter {
  public:
-  template <typename T>
-  void put(T v) {
-    const size_t at = out.size();
-    out.resize(at + sizeof(T));
-    std::memcpy(out.data() + at, &v, sizeof(T));
-  }
   void put_string(const std::string& s) {
     put(static_cast<uint32_t>(s.size()));
     out.insert(out.end(), s.begin(), s.end());
@@ -76,35 +72,12 @@ class Writer {
     put(static_cast<uint32_t>(s.size()));
     for (const auto& in : s) put_instruction(in);
   }
-  std::vector<uint8_t> out;
 };
 
-class Reader {
+class Reader : public ByteReader {
  public:
   Reader(std::span<const uint8_t> bytes, const std::string& origin, size_t base)
-      : bytes_(bytes), origin_(origin), base_(base) {}
-
-  template <typename... Args>
-  [[noreturn]] void error_at(size_t at, fmt::format_string<Args...> format, Args&&... args) const {
-    fail("NEFF '{}': corrupt at byte offset {}: {}", origin_, base_ + at,
-         fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  void need(size_t n, const char* what) const {
-    if (bytes_.size() - pos_ < n) {
-      fail("NEFF '{}': truncated at byte offset {}: expected {} bytes for {}, {} left", origin_, base_ + pos_,
-           n, what, bytes_.size() - pos_);
-    }
-  }
-
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
+      : ByteReader("NEFF", bytes, origin, base) {}
 
   template <typename E>
   E get_enum(int count, const char* what) {
@@ -185,14 +158,7 @@ class Reader {
     return in;
   }
 
-  size_t pos() const { return pos_; }
   size_t size() const { return bytes_.size(); }
-
- private:
-  std::span<const uint8_t> bytes_;
-  const std::string& origin_;
-  size_t base_;
-  size_t pos_ = 0;
 };
 
 // Smallest encoded instruction: 3 bytes of opcode/func/flags, 4 operands, 2 immediates, 2 counts, source op.

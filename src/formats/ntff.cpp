@@ -1,5 +1,7 @@
 #include "formats/ntff.h"
 
+#include "formats/binary_io.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -39,52 +41,12 @@ uint64_t to_ticks(double ns, uint64_t max) {
   return ticks >= static_cast<double>(max) ? max : static_cast<uint64_t>(ticks);
 }
 
-class Writer {
- public:
-  template <typename T>
-  void put(T v) {
-    const size_t at = out.size();
-    out.resize(at + sizeof(T));
-    std::memcpy(out.data() + at, &v, sizeof(T));
-  }
-  std::vector<uint8_t> out;
-};
+using Writer = ByteWriter;
 
-class Reader {
+class Reader : public ByteReader {
  public:
   Reader(std::span<const uint8_t> bytes, const std::string& origin, size_t base)
-      : bytes_(bytes), origin_(origin), base_(base) {}
-
-  template <typename... Args>
-  [[noreturn]] void error_at(size_t at, fmt::format_string<Args...> format, Args&&... args) const {
-    fail("NTFF '{}': corrupt at byte offset {}: {}", origin_, base_ + at,
-         fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  void need(size_t n, const char* what) const {
-    if (bytes_.size() - pos_ < n) {
-      fail("NTFF '{}': truncated at byte offset {}: expected {} bytes for {}, {} left", origin_, base_ + pos_,
-           n, what, bytes_.size() - pos_);
-    }
-  }
-
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-
-  size_t pos() const { return pos_; }
-  size_t left() const { return bytes_.size() - pos_; }
-
- private:
-  std::span<const uint8_t> bytes_;
-  const std::string& origin_;
-  size_t base_;
-  size_t pos_ = 0;
+      : ByteReader("NTFF", bytes, origin, base) {}
 };
 
 void put_record(Writer& w, const NtffRecord& r) {
