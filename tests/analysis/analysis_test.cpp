@@ -61,23 +61,31 @@ TEST(AnalysisSummary, FusedRmsNormIsMemoryBoundWithHighMbu) {
 // [1024,1024]x[1024,1024]: it re-reads its operand tiles from HBM (~23 MB against a 6 MB minimum), so
 // its intensity (93 FLOP/B) is below trn2's ridge (217) and MFU is ~8%. The analysis reports that
 // honestly: the test pins that the verdict follows intensity vs ridge and that the insights name why.
-TEST(AnalysisSummary, LargeBf16MatmulVerdictFollowsItsMeasuredIntensity) {
+TEST(AnalysisSummary, LargeBf16MatmulIsComputeBoundWithHighMfu) {
   const analysis::ProfileDir mm = analysis::profile_dir_load(test_profiles::generate().matmul.dir);
   const analysis::Summary s = analysis::summarize_profile(mm);
   EXPECT_DOUBLE_EQ(s.model_flops, 2.0 * 1024 * 1024 * 1024);
   EXPECT_DOUBLE_EQ(s.hardware_flops, s.model_flops);
   EXPECT_NEAR(s.mm_arithmetic_intensity, s.hardware_flops / double(s.hbm_bytes()), 1e-9);
-  EXPECT_EQ(s.bound, s.mm_arithmetic_intensity >= s.ridge_point ? analysis::Bound::compute : analysis::Bound::memory);
   EXPECT_NEAR(s.mfu, s.model_flops / (s.peak_flops_per_s * s.total_time_ns * 1e-9), 1e-12);
+  // The kernel keeps a^T and b resident in SBUF: each operand crosses HBM once and the output once,
+  // so the traffic is the minimum (3 x 2 MiB) and the intensity 2*1024^3 / 6 MiB = 341 FLOP/B, on the
+  // compute side of trn2's ridge (78.6 TFLOPS / 362 GB/s = 217 FLOP/B).
+  EXPECT_LE(double(s.hbm_bytes()), 1.05 * double(s.min_hbm_bytes)) << analysis::report_summary_text(mm);
+  EXPECT_GT(s.mm_arithmetic_intensity, s.ridge_point);
+  EXPECT_EQ(s.bound, analysis::Bound::compute) << analysis::report_summary_text(mm);
+  // Measured 77.2% (35.4 us for 27.3 us of Tensor-engine work at peak; the rest is the start-up load
+  // and the last stores); threshold 70%. Before the resident schedule it was 7.9%.
+  EXPECT_GT(s.mfu, 0.70) << analysis::report_summary_text(mm);
   const analysis::Roofline roof = analysis::roofline(mm);
   ASSERT_FALSE(roof.executables.empty());
-  EXPECT_EQ(roof.executables[0].bound, s.bound);
+  const analysis::RooflinePoint& point = roof.executables[0];
+  EXPECT_EQ(point.bound, analysis::Bound::compute);
+  EXPECT_GT(point.intensity, roof.ridge_point);
+  // On the compute side the attainable rate is the compute roof itself.
+  EXPECT_DOUBLE_EQ(point.attainable_flops_per_s, roof.peak_flops_per_s);
   EXPECT_NE(analysis::roofline_svg(roof).find("ridge"), std::string::npos);
-  if (s.bound == analysis::Bound::memory) {
-    bool explained = false;
-    for (const analysis::Insight& i : analysis::insights(mm)) explained = explained || i.id == "excess_hbm";
-    EXPECT_TRUE(explained) << analysis::report_summary_text(mm);
-  }
+  for (const analysis::Insight& i : analysis::insights(mm)) EXPECT_NE(i.id, "excess_hbm") << i.id;
 }
 
 TEST(AnalysisCompare, NaiveVsFusedRanksTheRemovedExecutionsFirst) {

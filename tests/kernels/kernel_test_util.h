@@ -26,9 +26,10 @@ struct DeviceResult {
 };
 
 // Builds the eager kernel for `op` on `inputs` (cpu tensors, views allowed), runs it on a fresh core
-// with the inputs bound at their first element, and returns the output as a cpu tensor.
+// of `spec` (trn2 by default) with the inputs bound at their first element, and returns the output as
+// a cpu tensor.
 inline DeviceResult run_eager(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs,
-                              const device::RunOptions& options = {}) {
+                              const device::RunOptions& options = {}, const device::Spec& spec = trn2()) {
   const TensorMeta meta = infer_meta(OpCall{op, inputs, attrs});
   std::vector<kernels::TensorDesc> descs;
   for (const Tensor& t : inputs) {
@@ -36,8 +37,8 @@ inline DeviceResult run_eager(OpId op, const std::vector<Tensor>& inputs, const 
   }
   const kernels::TensorDesc out_desc = kernels::TensorDesc::contiguous(meta.dtype, meta.shape);
   DeviceResult r;
-  r.exe = kernels::build_eager_kernel(op, descs, attrs, out_desc, trn2());
-  device::Core core(trn2());
+  r.exe = kernels::build_eager_kernel(op, descs, attrs, out_desc, spec);
+  device::Core core(spec);
   std::vector<uint64_t> addresses;
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
@@ -88,10 +89,10 @@ inline void expect_close(const Tensor& device_out, const Tensor& reference, doub
                         << " vs reference " << pb[worst_at];
 }
 
-// Runs `op` on the device and on the cpu and compares.
+// Runs `op` on the device (a core of `spec`, trn2 by default) and on the cpu and compares.
 inline DeviceResult check_op(OpId op, const std::vector<Tensor>& inputs, const OpAttrs& attrs = {},
-                             double tol = -1) {
-  DeviceResult r = run_eager(op, inputs, attrs);
+                             double tol = -1, const device::Spec& spec = trn2()) {
+  DeviceResult r = run_eager(op, inputs, attrs, {}, spec);
   const Tensor reference = dispatch(op, inputs, attrs);
   expect_close(r.out, reference, tol >= 0 ? tol : default_tolerance(reference.dtype()));
   return r;

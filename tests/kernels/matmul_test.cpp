@@ -31,5 +31,58 @@ TEST(EagerLinear, WithAndWithoutBias) {
   check_op(OpId::linear, {random({33}), random({9, 33}), random({9})}, {}, 1e-4);
 }
 
+// A trn2 core with `sbuf_kib` KiB of SBUF per partition: small enough that modest operands no longer
+// fit, so the blocked and streaming schedules run at sizes the CPU reference checks quickly.
+device::Spec trn2_with_sbuf(uint32_t sbuf_kib) {
+  device::Spec spec = trn2();
+  spec.sbuf_bytes_per_partition = sbuf_kib * 1024;
+  return spec;
+}
+
+uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.nbytes()); }
+
+TEST(EagerMatmul, ResidentOperandsCrossHbmOnce) {
+  // M, K, N are not multiples of 128 / 512: 3 row tiles, 5 full K tiles + 60 rows, 3 panels.
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    const Tensor a = random({300, 700}, dtype), b = random({700, 1100}, dtype);
+    const DeviceResult r = check_op(OpId::matmul, {a, b}, {}, dtype == DType::bf16 ? 3e-2 : 1e-4);
+    // Both operands fit trn2's SBUF: every byte of a and b is read once and the output written once.
+    EXPECT_EQ(r.run.hbm_bytes, bytes_of(a) + bytes_of(b) + bytes_of(r.out)) << dtype_name(dtype);
+  }
+}
+
+TEST(EagerMatmul, BlocksWhenOperandsDoNotFitSbuf) {
+  const Tensor a = random({520, 300}), b = random({300, 1100});
+  const uint64_t minimum = bytes_of(a) + bytes_of(b) + 520 * 1100 * 4;
+  const uint64_t row_tiles = (520 + 127) / 128;
+  // 40 KiB: all of b stays resident, a^T in blocks of rows: still the minimum traffic.
+  DeviceResult r = check_op(OpId::matmul, {a, b}, {}, 1e-4, trn2_with_sbuf(40));
+  EXPECT_EQ(r.run.hbm_bytes, minimum);
+  // 36 KiB: b's panels stream past each a^T block (256 rows), so b is read once per block: more than
+  // once, and fewer times than once per 128-row tile (what a schedule without reuse reads).
+  r = check_op(OpId::matmul, {a, b}, {}, 1e-4, trn2_with_sbuf(36));
+  EXPECT_GT(r.run.hbm_bytes, minimum);
+  EXPECT_LT(r.run.hbm_bytes, minimum + (row_tiles - 1) * bytes_of(b));
+  // 20 KiB: not even one block fits; the streaming schedule still computes the right product.
+  r = check_op(OpId::matmul, {a, b}, {}, 1e-4, trn2_with_sbuf(20));
+  EXPECT_GT(r.run.hbm_bytes, minimum + (row_tiles - 1) * bytes_of(b));
+}
+
+TEST(EagerMatmul, BatchedAndTransposedOperandsWithResidentSchedule) {
+  check_op(OpId::matmul, {random({3, 200, 300}, DType::bf16), random({300, 600}, DType::bf16)}, {}, 3e-2);
+  check_op(OpId::matmul, {random({2, 200, 300}, DType::bf16), random({2, 300, 600}, DType::bf16)}, {}, 3e-2);
+  check_op(OpId::matmul, {random({300, 260}).transpose(0, 1), random({700, 300}).transpose(0, 1)}, {}, 1e-4,
+           trn2_with_sbuf(40));
+}
+
+TEST(EagerLinear, BiasWithBlockedOperands) {
+  // 224 KiB: everything resident; 44: b resident, x^T in blocks; 38: b's panels stream past each
+  // block; 24: the streaming fallback. The bias is one more accumulation step in every schedule.
+  for (uint32_t kib : {224u, 44u, 38u, 24u}) {
+    check_op(OpId::linear, {random({2, 150, 260}), random({1100, 260}), random({1100})}, {}, 1e-4,
+             trn2_with_sbuf(kib));
+  }
+}
+
 }  // namespace
 }  // namespace sightline::kernel_tests
