@@ -2,19 +2,24 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "compiler/row_kernel.h"
 #include "core/view_meta.h"
 #include "kernels/builder.h"
 #include "kernels/eager.h"
+#include "kernels/layout.h"
 #include "sightline/error.h"
 
 namespace sightline::compiler {
 namespace {
 
+using device::ActFunc;
+using device::AluOp;
 using kernels::TensorDesc;
 
 constexpr std::string_view kConstantsPrefix = "constants.";
@@ -81,6 +86,25 @@ std::vector<int64_t> to_vector(const Dims& dims) { return {dims.begin(), dims.en
 
 std::string constants_io_name(DType dtype) { return fmt::format("const_{}", dtype_name(dtype)); }
 
+// A fused.rows body as a row program over `inputs` (the places of the body's inputs, in order).
+RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
+  const TensorMeta& result = body.nodes[static_cast<size_t>(body.outputs.front())].meta;
+  const int rank = result.shape.size();
+  RowProgram p;
+  for (int d = 0; d + 1 < rank; ++d) p.lead.push_back(result.shape[d]);
+  p.cols = rank ? result.shape.back() : 1;
+  for (const Node& n : body.nodes) {
+    if (n.kind == NodeKind::input) {
+      const Place& place = inputs[static_cast<size_t>(n.input_index)];
+      p.inputs.push_back({place.io, place.offset, place.desc});
+    } else {
+      if (n.meta.shape.size() == rank && rank > 0) p.cols = std::max(p.cols, n.meta.shape.back());
+      p.steps.push_back({n.op, n.attrs, n.inputs, n.meta});
+    }
+  }
+  return p;
+}
+
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name) : spec_(spec), builder_(spec, name) {}
@@ -109,6 +133,11 @@ class Lowerer {
                                 fmt::format("{}", fmt::join(values.list, ",")));
     }
     exe.metadata.emplace_back("compiled.kernels", fmt::format("{}", kernel_count_));
+    exe.metadata.emplace_back("compiled.row_loops", fmt::format("{}", row_loops_));
+    exe.metadata.emplace_back("compiled.fused_epilogues", fmt::format("{}", epilogues_));
+    for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
+      exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
+    }
     return exe;
   }
 
@@ -128,7 +157,10 @@ class Lowerer {
 
   void collect_constants(const Graph& graph) {
     for (const Node& n : graph.nodes) {
-      if (n.kind == NodeKind::fused) collect_constants(*n.body);
+      // A row group emitted as one loop takes its scalars as immediates.
+      if (n.kind == NodeKind::fused && !(n.fusion == FusionKind::rows && row_loop_fits(n))) {
+        collect_constants(*n.body);
+      }
       if (!takes_host_scalar(n)) continue;
       std::vector<double>& list = constants_[n.meta.dtype].list;
       if (std::find(list.begin(), list.end(), n.attrs.scalar) == list.end()) list.push_back(n.attrs.scalar);
@@ -140,6 +172,307 @@ class Lowerer {
     const auto it = std::find(c.list.begin(), c.list.end(), value);
     SIGHTLINE_ASSERT(it != c.list.end());
     return {c.io, it - c.list.begin(), {dtype, {}, {}}};
+  }
+
+  // Whether a fused.rows node is emitted as one row loop (the plan depends only on shapes and dtypes).
+  bool row_loop_fits(const Node& n) const {
+    std::vector<Place> places;
+    for (const Node& in : n.body->nodes) {
+      if (in.kind == NodeKind::input)
+        places.push_back({0, 0, TensorDesc::contiguous(in.meta.dtype, in.meta.shape)});
+    }
+    return !row_program_unsupported(row_program(*n.body, places), builder_.sbuf_free_bytes());
+  }
+
+  // A fused.rows node as one row-tiled loop with its intermediates in SBUF; nullopt (nothing emitted)
+  // when the group cannot be one loop: then it is lowered op by op, and the reason is recorded in the
+  // executable's metadata ("compiled.row_group_fallback.<k>").
+  std::optional<Place> row_group(const Node& n, std::span<const Place> operands,
+                                 const std::optional<Place>& dst) {
+    Place out;
+    const std::optional<std::string> why = emit_row_program(builder_, row_program(*n.body, operands), [&] {
+      out = dst ? *dst : scratch(n.meta);
+      return RowOperand{out.io, out.offset, out.desc};
+    });
+    if (why) {
+      row_fallbacks_.push_back(*why);
+      return std::nullopt;
+    }
+    ++row_loops_;
+    ++kernel_count_;
+    return out;
+  }
+
+  // A fused.matmul_epilogue node: the matmul kernel with the epilogue ops (activations, and add / sub /
+  // mul / div by a scalar or a tensor: bias, residual, gate) applied to each result tile in SBUF right
+  // before the kernel stores it, so the matmul result makes no HBM round trip. The tensor operands of
+  // a tile are loaded kEpilogueAhead stores ahead, into buffers above the matmul kernel's own tiles, so
+  // that their loads do not hold up the PSUM evacuation. nullopt (nothing emitted) when the chain or
+  // the kernel's stores do not have that form; then the group is lowered op by op through HBM.
+  std::optional<Place> epilogue_group(const Node& n, std::span<const Place> operands,
+                                      const std::optional<Place>& dst) {
+    constexpr size_t kEpilogueAhead = 2, kEpilogueBuffers = kEpilogueAhead + 2;
+    const Graph& body = *n.body;
+    std::vector<const Node*> chain;
+    for (const Node& m : body.nodes) {
+      if (m.kind == NodeKind::op) chain.push_back(&m);
+    }
+    if (chain.size() < 2 || op_info(chain[0]->op).kind != OpKind::matmul) return std::nullopt;
+    const Node& mm = *chain[0];
+    const TensorMeta& meta = mm.meta;
+    if (meta.shape.size() == 0 || !dtype_is_floating(meta.dtype)) return std::nullopt;
+    auto index_of = [&](const Node* node) { return static_cast<int>(node - body.nodes.data()); };
+    // Each epilogue op reads the chain value and at most one group input of the result's dtype.
+    for (size_t k = 1; k < chain.size(); ++k) {
+      const Node& e = *chain[k];
+      const int previous = index_of(chain[k - 1]);
+      if (e.meta.dtype != meta.dtype || e.meta.shape != meta.shape) return std::nullopt;
+      ActFunc func = ActFunc::identity;
+      const bool unary =
+          op_is_unary_elementwise(e.op) && (e.op == OpId::pow || kernels::unary_activation(e.op, func));
+      const bool binary = e.op == OpId::add || e.op == OpId::sub || e.op == OpId::mul || e.op == OpId::div;
+      if ((!unary && !binary) || std::find(e.inputs.begin(), e.inputs.end(), previous) == e.inputs.end()) {
+        return std::nullopt;
+      }
+      for (int v : e.inputs) {
+        if (v == previous || v == kNoValue) continue;
+        const Node& in = body.nodes[static_cast<size_t>(v)];
+        if (in.kind != NodeKind::input || in.meta.dtype != meta.dtype) return std::nullopt;
+      }
+    }
+    std::vector<Place> mm_operands;
+    for (int v : mm.inputs) {
+      if (v != kNoValue)
+        mm_operands.push_back(operands[static_cast<size_t>(body.nodes[static_cast<size_t>(v)].input_index)]);
+    }
+    std::vector<TensorDesc> descs;
+    for (const Place& p : mm_operands) descs.push_back(p.desc);
+    const device::Executable sub = kernels::build_eager_kernel(
+        mm.op, descs, mm.attrs, TensorDesc::contiguous(meta.dtype, meta.shape), spec_);
+    const uint32_t out_io = static_cast<uint32_t>(mm_operands.size());
+    // The kernel's SBUF high-water mark, and its stores: each must be SBUF rows of one contiguous run
+    // inside one output row, and nothing else may touch the result.
+    const int64_t row_length = meta.shape.back();
+    uint64_t sbuf_used = 0;
+    uint32_t widest = 1;
+    bool expected_form = true;
+    std::vector<const device::Instruction*> stores;
+    std::vector<size_t> store_position;  // in the emission order
+    const std::vector<std::pair<size_t, size_t>> order = emission_order(sub);
+    for (size_t position = 0; position < order.size(); ++position) {
+      const device::Instruction& in = stream_of(sub, order[position].first)[order[position].second];
+      for (const device::AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux}) {
+        if (ap->memory == device::Memory::sbuf) {
+          uint64_t end = ap->offset + dtype_size(ap->dtype);
+          for (int d = 0; d < ap->dim_count; ++d) {
+            end += uint64_t{ap->dims[d].size - 1} * static_cast<uint64_t>(std::max(ap->dims[d].stride, 0)) *
+                   dtype_size(ap->dtype);
+          }
+          sbuf_used = std::max(sbuf_used, end);
+        }
+        if (ap->memory == device::Memory::hbm && ap->tensor == out_io && ap != &in.dst) expected_form = false;
+      }
+      if (in.dst.memory != device::Memory::hbm || in.dst.tensor != out_io) continue;
+      const device::AccessPattern& d = in.dst;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      expected_form = expected_form && is_store_to(in, out_io) && in.src0.memory == device::Memory::sbuf &&
+                      in.src0.dtype == meta.dtype && d.dim_count == 1 && d.dims[0].stride == 1 &&
+                      in.src0.dim_count == 1 && in.src0.dims[0].stride == 1 &&
+                      e0 % row_length + d.dims[0].size <= row_length && d.partition_stride % row_length == 0;
+      widest = std::max(widest, d.dims[0].size);
+      stores.push_back(&in);
+      store_position.push_back(position);
+    }
+    // The kernel splits each result tile's store over the DMA queues by partitions: the epilogue runs
+    // once per tile (an engine instruction costs the same on 8 partitions as on 128), on the union of
+    // the pieces, when the first piece is about to go out.
+    struct TileStore {
+      device::AccessPattern y, dst;  // the whole tile and where it goes
+      size_t first_piece = 0;
+      std::vector<size_t> pieces;
+    };
+    std::vector<TileStore> tiles;
+    std::vector<size_t> tile_of_piece;
+    auto overlap = [](const device::AccessPattern& a, const device::AccessPattern& b) {
+      return a.partition_start < b.partition_start + b.partition_count &&
+             b.partition_start < a.partition_start + a.partition_count;
+    };
+    for (size_t k = 0; expected_form && k < stores.size(); ++k) {
+      const device::AccessPattern& y = stores[k]->src0;
+      // The latest tile stored from the same buffer, unless this piece's partitions were stored already.
+      size_t t = tiles.size();
+      for (size_t j = tiles.size(); j-- > 0;) {
+        const device::AccessPattern& open = stores[tiles[j].first_piece]->src0;
+        if (open.offset != y.offset || open.dims[0].size != y.dims[0].size) continue;
+        const bool repeated = std::any_of(tiles[j].pieces.begin(), tiles[j].pieces.end(),
+                                          [&](size_t piece) { return overlap(stores[piece]->src0, y); });
+        if (!repeated) t = j;
+        break;
+      }
+      if (t == tiles.size()) tiles.push_back({y, stores[k]->dst, k, {}});
+      tiles[t].pieces.push_back(k);
+      tile_of_piece.push_back(t);
+    }
+    // The pieces of a tile must cover one block of partitions and the matching block of output rows.
+    for (TileStore& tile : tiles) {
+      std::vector<size_t> sorted = tile.pieces;
+      std::sort(sorted.begin(), sorted.end(), [&](size_t a, size_t b) {
+        return stores[a]->src0.partition_start < stores[b]->src0.partition_start;
+      });
+      const device::AccessPattern &low = stores[sorted.front()]->src0, &low_dst = stores[sorted.front()]->dst;
+      uint32_t rows = 0;
+      for (size_t piece : sorted) {
+        const device::AccessPattern &y = stores[piece]->src0, &d = stores[piece]->dst;
+        expected_form = expected_form && y.partition_start == low.partition_start + rows &&
+                        d.partition_stride == low_dst.partition_stride &&
+                        d.offset == low_dst.offset + uint64_t{rows} *
+                                                         static_cast<uint64_t>(d.partition_stride) *
+                                                         dtype_size(d.dtype);
+        rows += y.partition_count;
+      }
+      tile.y = low;
+      tile.dst = low_dst;
+      tile.y.partition_count = static_cast<uint16_t>(rows);
+      tile.dst.partition_count = static_cast<uint16_t>(rows);
+    }
+    // When a tile's first piece goes out, the last engine instruction that wrote its bytes must have
+    // written the whole tile (its PSUM evacuation), or the epilogue would read a partial result.
+    for (size_t t = 0; expected_form && t < tiles.size(); ++t) {
+      const device::AccessPattern& y = tiles[t].y;
+      const uint64_t y_end = y.offset + uint64_t{y.dims[0].size} * dtype_size(y.dtype);
+      bool covered = false;
+      for (size_t position = store_position[tiles[t].first_piece]; position-- > 0;) {
+        if (order[position].first >= static_cast<size_t>(device::kComputeEngineCount)) continue;
+        const device::AccessPattern& w = stream_of(sub, order[position].first)[order[position].second].dst;
+        if (w.memory != device::Memory::sbuf) continue;
+        const uint64_t w_end = w.offset + w.bytes() / std::max<uint64_t>(w.partition_count, 1);
+        const bool overlaps = w.partition_start < y.partition_start + y.partition_count &&
+                              y.partition_start < w.partition_start + w.partition_count && w.offset < y_end &&
+                              y.offset < w_end;
+        if (!overlaps) continue;
+        covered = w.partition_start <= y.partition_start &&
+                  w.partition_start + w.partition_count >= y.partition_start + y.partition_count &&
+                  w.offset <= y.offset && w_end >= y_end;
+        break;
+      }
+      expected_form = covered;
+    }
+    size_t operand_ops = 0;
+    for (size_t k = 1; k < chain.size(); ++k) operand_ops += op_is_binary_elementwise(chain[k]->op);
+    const uint64_t pad_bytes = (sbuf_used + 63) / 64 * 64;
+    const uint64_t tile_bytes = (uint64_t{widest} * dtype_size(meta.dtype) + 63) / 64 * 64;
+    if (!expected_form ||
+        pad_bytes + operand_ops * kEpilogueBuffers * tile_bytes > builder_.sbuf_free_bytes()) {
+      return std::nullopt;
+    }
+
+    const Place out = dst ? *dst : scratch(meta);
+    // The kernel's own tiles keep their addresses: the operand buffers go above them.
+    std::optional<kernels::Tile> pad;
+    if (pad_bytes > 0)
+      pad = builder_.sbuf(DType::f32, static_cast<uint32_t>(pad_bytes / 4), 0, "matmul_tiles");
+    std::vector<kernels::TilePool> pools(chain.size());
+    for (size_t k = 1; k < chain.size(); ++k) {
+      if (op_is_binary_elementwise(chain[k]->op)) {
+        pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
+      }
+    }
+    const Dims out_strides = contiguous_strides(meta.shape);
+    const int rank = meta.shape.size();
+    // Loads the operands of the epilogue of store `piece` into its buffers.
+    auto prefetch = [&](size_t piece) {
+      const device::AccessPattern& d = tiles[piece].dst;
+      const uint16_t first_partition = tiles[piece].y.partition_start, rows = d.partition_count;
+      const uint32_t cols = d.dims[0].size;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      for (size_t k = 1; k < chain.size(); ++k) {
+        const Node& e = *chain[k];
+        if (!op_is_binary_elementwise(e.op)) continue;
+        builder_.set_source_op(op_name(e.op));
+        const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
+        if (e.attrs.has_scalar) {
+          // The scalar from the constants tensor on every row, as the eager kernel reads it.
+          const Place c = constant(e.attrs.scalar, meta.dtype);
+          builder_.load(t.region(first_partition, rows, 0, 1),
+                        kernels::hbm_pattern(c.io, meta.dtype, c.offset, rows, 0, {{1, 1}}));
+          continue;
+        }
+        const int previous = index_of(chain[k - 1]);
+        const Node& in_node =
+            body.nodes[static_cast<size_t>(e.inputs[0] == previous ? e.inputs[1] : e.inputs[0])];
+        const Place& src = operands[static_cast<size_t>(in_node.input_index)];
+        const std::vector<int64_t> bs = kernels::broadcast_strides(src.desc, meta.shape);
+        auto offset_of = [&](int64_t row) {
+          int64_t element = e0 + row * d.partition_stride, off = src.offset;
+          for (int dim = 0; dim < rank; ++dim) {
+            off += element / out_strides[dim] * bs[static_cast<size_t>(dim)];
+            element %= out_strides[dim];
+          }
+          return off;
+        };
+        // Rows whose operand offsets step evenly are one DMA.
+        for (int64_t r0 = 0; r0 < rows;) {
+          const int64_t first = offset_of(r0);
+          int64_t len = 1, step = 0;
+          if (r0 + 1 < rows) {
+            step = offset_of(r0 + 1) - first;
+            len = 2;
+            while (r0 + len < rows && offset_of(r0 + len) - first == step * len) ++len;
+          }
+          builder_.load(
+              t.region(static_cast<uint16_t>(first_partition + r0), static_cast<uint16_t>(len), 0, cols),
+              kernels::hbm_pattern(src.io, src.desc.dtype, first, static_cast<uint16_t>(len), step,
+                                   {{cols, static_cast<int32_t>(bs.back())}}));
+          r0 += len;
+        }
+      }
+    };
+    auto epilogue = [&](size_t store) {
+      const size_t piece = tile_of_piece[store];
+      if (tiles[piece].first_piece != store) return;  // applied with the tile's first piece
+      if (piece + kEpilogueAhead < tiles.size()) prefetch(piece + kEpilogueAhead);
+      const device::AccessPattern y = tiles[piece].y;
+      for (size_t k = 1; k < chain.size(); ++k) {
+        const Node& e = *chain[k];
+        builder_.set_source_op(op_name(e.op));
+        if (op_is_unary_elementwise(e.op)) {
+          ActFunc func = ActFunc::identity;
+          if (e.op == OpId::pow && e.attrs.scalar != 2.0) {
+            builder_.tensor_scalar(AluOp::pow, y, y, static_cast<float>(e.attrs.scalar));
+          } else {
+            if (e.op == OpId::pow) {
+              func = ActFunc::square;  // as the eager kernel: squares exactly
+            } else {
+              kernels::unary_activation(e.op, func);
+            }
+            builder_.activate(func, y, y);
+          }
+          continue;
+        }
+        const AluOp alu = e.op == OpId::add   ? AluOp::add
+                          : e.op == OpId::sub ? AluOp::subtract
+                          : e.op == OpId::mul ? AluOp::multiply
+                                              : AluOp::divide;
+        const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
+        if (e.attrs.has_scalar) {
+          builder_.tensor_scalar(alu, y, y, t.region(y.partition_start, y.partition_count, 0, 1));
+          continue;
+        }
+        const device::AccessPattern operand =
+            t.region(y.partition_start, y.partition_count, 0, y.dims[0].size);
+        const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
+        builder_.tensor_tensor(alu, y, chain_first ? y : operand, chain_first ? operand : y);
+      }
+    };
+    for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
+    std::vector<Place> io_places = mm_operands;
+    io_places.push_back(out);
+    merge(sub, io_places, mm.op, out_io, epilogue);
+    for (const kernels::TilePool& pool : pools) builder_.free(pool);
+    if (pad) builder_.free(*pad);
+    ++kernel_count_;
+    ++epilogues_;
+    return out;
   }
 
   Place scratch(const TensorMeta& meta) {
@@ -175,6 +508,18 @@ class Lowerer {
           values[i] = inputs[static_cast<size_t>(n.input_index)];
           break;
         case NodeKind::fused: {
+          if (n.fusion == FusionKind::rows) {
+            if (std::optional<Place> fused = row_group(n, operands, dst)) {
+              values[i] = *fused;
+              break;
+            }
+          }
+          if (n.fusion == FusionKind::matmul_epilogue) {
+            if (std::optional<Place> fused = epilogue_group(n, operands, dst)) {
+              values[i] = *fused;
+              break;
+            }
+          }
           const std::optional<Place> body_result[] = {dst};
           values[i] = lower_graph(*n.body, operands, body_result).front();
           break;
@@ -232,32 +577,52 @@ class Lowerer {
     return out;
   }
 
-  // Re-emits `sub` (built by the kernel builder: stream s owns semaphore s, engines first, then DMA
-  // queues) through the program's builder. Instructions go out in an order the sub-program's waits
-  // allow, so the builder's hazard tracking sees every access in a valid sequential order and derives
-  // the waits of the merged program, across sub-programs too.
-  void merge(const device::Executable& sub, std::span<const Place> io_places, OpId op) {
-    SIGHTLINE_ASSERT_MSG(sub.io.size() == io_places.size(), "kernel '{}' has {} I/O tensors, {} places",
-                         sub.name, sub.io.size(), io_places.size());
+  // The order in which merge() re-emits a sub-program's instructions: (stream, index) pairs, each
+  // instruction once its waits in the sub-program hold, streams visited round robin.
+  static std::vector<std::pair<size_t, size_t>> emission_order(const device::Executable& sub) {
     const size_t stream_count = device::kComputeEngineCount + sub.dma_queues.size();
-    auto stream = [&](size_t s) -> const std::vector<device::Instruction>& {
-      return s < device::kComputeEngineCount ? sub.engines[s]
-                                             : sub.dma_queues[s - device::kComputeEngineCount];
-    };
     std::vector<uint32_t> done(stream_count, 0);
+    std::vector<std::pair<size_t, size_t>> order;
     size_t remaining = sub.instruction_count();
     while (remaining > 0) {
       bool progressed = false;
       for (size_t s = 0; s < stream_count; ++s) {
-        const std::vector<device::Instruction>& instructions = stream(s);
+        const std::vector<device::Instruction>& instructions = stream_of(sub, s);
         while (done[s] < instructions.size() && ready(instructions[done[s]], done)) {
-          emit(sub, instructions[done[s]], s, io_places, op);
+          order.emplace_back(s, done[s]);
           ++done[s];
           --remaining;
           progressed = true;
         }
       }
       SIGHTLINE_ASSERT_MSG(progressed, "kernel '{}': its semaphore waits never all hold", sub.name);
+    }
+    return order;
+  }
+
+  static const std::vector<device::Instruction>& stream_of(const device::Executable& sub, size_t s) {
+    return s < device::kComputeEngineCount ? sub.engines[s] : sub.dma_queues[s - device::kComputeEngineCount];
+  }
+
+  static bool is_store_to(const device::Instruction& in, uint32_t io) {
+    return in.opcode == device::Opcode::dma_copy && in.dst.memory == device::Memory::hbm &&
+           in.dst.tensor == io;
+  }
+
+  // Re-emits `sub` (built by the kernel builder: stream s owns semaphore s, engines first, then DMA
+  // queues) through the program's builder. Instructions go out in an order the sub-program's waits
+  // allow, so the builder's hazard tracking sees every access in a valid sequential order and derives
+  // the waits of the merged program, across sub-programs too. `before_store(k)` (optional) runs right
+  // before the k-th DMA that writes the sub-program's I/O tensor `store_io` is emitted.
+  void merge(const device::Executable& sub, std::span<const Place> io_places, OpId op, uint32_t store_io = 0,
+             const std::function<void(size_t)>& before_store = {}) {
+    SIGHTLINE_ASSERT_MSG(sub.io.size() == io_places.size(), "kernel '{}' has {} I/O tensors, {} places",
+                         sub.name, sub.io.size(), io_places.size());
+    size_t stores = 0;
+    for (const auto& [s, i] : emission_order(sub)) {
+      const device::Instruction& in = stream_of(sub, s)[i];
+      if (before_store && is_store_to(in, store_io)) before_store(stores++);
+      emit(sub, in, s, io_places, op);
     }
   }
 
@@ -293,6 +658,9 @@ class Lowerer {
   std::map<DType, Constants> constants_;
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
+  int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
+  int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
+  std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
 };
 
 bool parse_index(std::string_view text, std::string_view prefix, int& index) {

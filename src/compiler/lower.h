@@ -4,10 +4,20 @@
 //
 // Every kernel-producing node is built with the kernel builder's eager kernels (kernels/eager.h): the
 // built-in fused ops the passes recognized (rms_norm, layer_norm, silu, softmax) are the real fused
-// kernels, and a fused group (fused.rows, fused.matmul_epilogue) lowers its member ops in order. The
-// per-node programs are then merged into one: every instruction is re-emitted through one
+// kernels. Fused groups keep their intermediates on chip:
+//   fused.rows             one row-tiled loop (row_kernel.h): each input row tile loaded once into
+//                          SBUF, every member op on SBUF tiles, only the group's result stored;
+//   fused.matmul_epilogue  the matmul kernel, with the epilogue ops (activation, scalar, bias, residual,
+//                          gate) applied to each result tile in SBUF before the kernel stores it.
+// A group that cannot take that form (rows too long for SBUF with a row-wide op, integer values, a
+// matmul kernel whose stores are not whole row blocks) lowers its member ops one by one through HBM
+// scratch tensors; the executable's metadata says how many groups were fused
+// ("compiled.row_loops", "compiled.fused_epilogues") and why a row group was not
+// ("compiled.row_group_fallback.<k>").
+//
+// The per-node programs are then merged into one: every instruction is re-emitted through one
 // KernelBuilder in an order its sub-program allows, so the builder's hazard tracking recomputes the
-// semaphores for the whole program. A node therefore waits only for what it really reads or
+// semaphores for the whole program (row loops and epilogues are emitted straight into it). A node therefore waits only for what it really reads or
 // overwrites (its producers' HBM results, the SBUF/PSUM bytes an earlier node still uses), not for a
 // full barrier, and independent nodes overlap on the engines.
 //

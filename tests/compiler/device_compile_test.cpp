@@ -5,11 +5,13 @@
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
 #include "profiler/profile.h"
+#include "device_runs.h"
 #include "programs.h"
 
 namespace sightline {
 namespace {
 
+using compiler::testing::executions_of;
 using compiler::testing::expect_close;
 
 const Device kCore0 = Device::parse("neuron:0");
@@ -18,25 +20,6 @@ std::vector<Tensor> to_device(const std::vector<Tensor>& host) {
   std::vector<Tensor> out;
   for (const Tensor& t : host) out.push_back(t.to(kCore0));
   return out;
-}
-
-// What the runtime did while `fn` ran: its executions on core 0, with their device durations.
-template <typename Fn>
-std::vector<int64_t> executions_of(Fn&& fn) {
-  runtime::Runtime& rt = neuron::runtime();
-  neuron::synchronize();
-  runtime::CaptureOptions capture;
-  capture.enabled = true;
-  rt.set_capture(capture);
-  fn();
-  neuron::synchronize();
-  const runtime::Captured captured = rt.drain();
-  rt.set_capture({});
-  std::vector<int64_t> durations;
-  for (const runtime::Event& e : captured.events) {
-    if (e.kind == runtime::EventKind::exec_running) durations.push_back(e.end_ns - e.start_ns);
-  }
-  return durations;
 }
 
 TEST(CompiledOnNeuron, RmsNormMatchesEagerInOneExecutionPerCall) {

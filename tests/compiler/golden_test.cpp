@@ -48,13 +48,7 @@ TEST(Golden, RmsNorm) {
 }
 
 TEST(Golden, DecoderBlock) {
-  const testing::DecoderDims d;
-  std::vector<TensorMeta> metas = {{{d.batch, d.seq, d.model}, DType::f32}, {{d.model}, DType::f32}};
-  for (int i = 0; i < 4; ++i) metas.push_back({{d.model, d.model}, DType::f32});
-  metas.push_back({{d.model}, DType::f32});
-  metas.push_back({{d.hidden, d.model}, DType::f32});
-  metas.push_back({{d.hidden, d.model}, DType::f32});
-  metas.push_back({{d.model, d.hidden}, DType::f32});
+  const std::vector<TensorMeta> metas = testing::decoder_block_metas();
   const Graph g = capture(&testing::decoder_block, metas, Device::cpu());
   expect_golden("decoder_block.txt", dump(optimized_with_checks(g)));
 }

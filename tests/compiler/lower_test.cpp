@@ -28,13 +28,7 @@ Graph rms_norm_graph(int64_t rows, int64_t cols) {
 }
 
 Graph decoder_graph() {
-  const testing::DecoderDims d;
-  std::vector<TensorMeta> metas = {{{d.batch, d.seq, d.model}, DType::f32}, {{d.model}, DType::f32}};
-  for (int i = 0; i < 4; ++i) metas.push_back({{d.model, d.model}, DType::f32});
-  metas.push_back({{d.model}, DType::f32});
-  metas.push_back({{d.hidden, d.model}, DType::f32});
-  metas.push_back({{d.hidden, d.model}, DType::f32});
-  metas.push_back({{d.model, d.hidden}, DType::f32});
+  const std::vector<TensorMeta> metas = testing::decoder_block_metas();
   return optimized(&testing::decoder_block, metas);
 }
 

@@ -20,6 +20,19 @@ struct DecoderDims {
   int64_t batch = 2, seq = 5, model = 32, heads = 4, hidden = 48;
 };
 
+// The f32 input metas of decoder_block at DecoderDims: x [batch, seq, model], norm1 [model],
+// wq, wk, wv, wo [model, model], norm2 [model], w_gate, w_up [hidden, model], w_down [model, hidden].
+inline std::vector<TensorMeta> decoder_block_metas() {
+  const DecoderDims d;
+  std::vector<TensorMeta> metas = {{{d.batch, d.seq, d.model}, DType::f32}, {{d.model}, DType::f32}};
+  for (int i = 0; i < 4; ++i) metas.push_back({{d.model, d.model}, DType::f32});
+  metas.push_back({{d.model}, DType::f32});
+  metas.push_back({{d.hidden, d.model}, DType::f32});
+  metas.push_back({{d.hidden, d.model}, DType::f32});
+  metas.push_back({{d.model, d.hidden}, DType::f32});
+  return metas;
+}
+
 // Arguments: x [batch, seq, model], norm1 [model], wq, wk, wv, wo [model, model], norm2 [model],
 // w_gate, w_up [hidden, model], w_down [model, hidden].
 inline std::vector<Tensor> decoder_block(const std::vector<Tensor>& a) {

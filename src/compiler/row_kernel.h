@@ -1,0 +1,74 @@
+// A fused row group as ONE row-tiled loop whose intermediates never leave SBUF.
+//
+// A row program is what a `fused.rows` group computes: elementwise ops, reductions along the last dim
+// (sum, mean, amax with keepdim), softmax / log_softmax along the last dim, rms_norm and layer_norm,
+// over one row space [lead..., cols]. Every value is either a full row (last dim `cols`) or one
+// scalar per row (last dim 1); a host scalar operand is an immediate of the instruction.
+//
+//   RowProgram p;
+//   p.lead = {batch, seq};  p.cols = 512;
+//   p.inputs = {{x_io, 0, x_desc}, {w_io, 0, w_desc}};        // values 0 and 1
+//   p.steps = {{OpId::silu, {}, {0}, meta}, {OpId::mul, {}, {2, 1}, meta}};   // values 2 and 3
+//   if (std::optional<std::string> why = emit_row_program(b, p, [&] { return output_operand; })) ...
+//
+// Per row tile (up to 128 rows on partitions): each input that varies with the row is loaded once from
+// HBM into SBUF, every step runs on SBUF tiles (f32 for floating intermediates, so a chain rounds only
+// once, at the result), and only the last step's value is stored. Inputs that are the same for every
+// row (a weight [cols], a 0-dim tensor) are loaded once for the whole loop, on every partition. So the
+// HBM traffic of the loop is its inputs once plus its output once. Intermediates share tiles by
+// liveness, and every tile rotates over up to three buffers so the next tile's loads overlap this
+// tile's compute and store (the builder's hazard tracking orders the reuse).
+//
+// Rows longer than fit SBUF: a program of elementwise steps only is also tiled along the row (column
+// chunks); a program with a row-wide step (reduction, softmax, normalization) needs its whole row on
+// chip and is not emitted. Programs with integer values are not emitted either (the engines compute in
+// f32; the per-op kernels reproduce eager integer semantics). In both cases emit_row_program returns the
+// reason and emits nothing, and the caller lowers the group op by op through HBM instead.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+#include "kernels/builder.h"
+#include "kernels/eager.h"
+#include "sightline/ops.h"
+
+namespace sightline::compiler {
+
+// An HBM tensor of the program: I/O tensor `io`, its first element `offset` elements in, and the view.
+struct RowOperand {
+  uint32_t io = 0;
+  int64_t offset = 0;
+  kernels::TensorDesc desc;
+};
+
+// One op application. `args` are value ids: input i is value i, step k is value inputs.size() + k;
+// kNoValue (-1) marks an absent optional input (rms_norm's weight, layer_norm's bias).
+struct RowStep {
+  OpId op = OpId::add;
+  OpAttrs attrs;
+  std::vector<int> args;
+  TensorMeta meta;
+};
+
+struct RowProgram {
+  Dims lead;         // the row dims, flattened onto partitions
+  int64_t cols = 1;  // the row length
+  std::vector<RowOperand> inputs;
+  std::vector<RowStep> steps;  // in order; the last one is the result
+};
+
+// Why `program` cannot be emitted as one row loop with `sbuf_bytes` bytes of SBUF per partition free,
+// or nullopt when it can.
+std::optional<std::string> row_program_unsupported(const RowProgram& program, uint32_t sbuf_bytes);
+
+// Emits `program` through `b`: `output` is called once, after the program is known to fit, for where
+// the result goes (a view of shape [lead..., last dim of the result]). Returns the reason and emits
+// nothing when the program is unsupported (see above). Tiles are freed again before returning.
+std::optional<std::string> emit_row_program(kernels::KernelBuilder& b, const RowProgram& program,
+                                            const std::function<RowOperand()>& output);
+
+}  // namespace sightline::compiler

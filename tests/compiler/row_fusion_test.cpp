@@ -1,0 +1,263 @@
+// Fused groups that keep their intermediates on chip. Row groups lowered as one row loop: eager results
+// on a neuron core for awkward shapes and dtypes, HBM traffic of exactly the group's inputs and output,
+// less device time than the op-by-op kernels, column chunks for long elementwise rows, and the
+// documented op-by-op fallback for row-wide groups whose rows do not fit SBUF. Matmul epilogues applied
+// to the result tiles: eager results, only the result written to HBM, all four in the decoder block.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "compiler/capture.h"
+#include "compiler/lower.h"
+#include "compiler/passes.h"
+#include "device/cost_model.h"
+#include "neuron/neuron.h"
+#include "device_runs.h"
+#include "programs.h"
+
+namespace sightline::compiler {
+namespace {
+
+using testing::executions_of;
+using testing::expect_close;
+using ::testing::HasSubstr;
+
+const Device kCore0 = Device::parse("neuron:0");
+
+// x * sigmoid(x) * y: silu (recognized) times a gate, a two-op row group.
+std::vector<Tensor> gated(const std::vector<Tensor>& a) { return {a[0] * sigmoid(a[0]) * a[1]}; }
+
+// A normalization that is not a built-in: centre each row, scale by its largest magnitude, weight.
+std::vector<Tensor> max_norm(const std::vector<Tensor>& a) {
+  const Tensor centred = a[0] - mean(a[0], {-1}, true);
+  return {centred / (amax(abs(centred), {-1}, true) + 1e-3) * a[1]};
+}
+
+// Per-row scalar inputs, a scalar operand on the left, softmax and a sum inside one group.
+std::vector<Tensor> scaled_softmax(const std::vector<Tensor>& a) {
+  const Tensor p = softmax((a[0] - a[1]) * 0.5, -1);
+  return {p * reciprocal(sum(exp(a[0] * 0.25), {-1}, true)) + a[1]};
+}
+
+struct Program {
+  const char* name;
+  std::vector<Tensor> (*fn)(const std::vector<Tensor>&);
+  // Argument shapes for a [rows, cols] row space.
+  std::vector<Dims> (*shapes)(int64_t rows, int64_t cols);
+};
+
+const Program kPrograms[] = {
+    {"gated", &gated,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}, {r, c}};
+     }},
+    {"max_norm", &max_norm,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}, {c}};
+     }},
+    {"scaled_softmax", &scaled_softmax,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}, {r, 1}};
+     }},
+};
+
+Graph optimized(const Program& program, const std::vector<Dims>& shapes, DType dtype) {
+  std::vector<TensorMeta> metas;
+  for (const Dims& s : shapes) metas.push_back({s, dtype});
+  return optimize(capture(program.fn, metas, Device::cpu()));
+}
+
+std::string metadata(const device::Executable& exe, const std::string& key) {
+  for (const auto& [k, v] : exe.metadata) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
+bool has_fallback(const device::Executable& exe) {
+  for (const auto& [k, v] : exe.metadata) {
+    if (k.starts_with("compiled.row_group_fallback")) return true;
+  }
+  return false;
+}
+
+int count_fused_rows(const Graph& g) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.kind == NodeKind::fused && node.fusion == FusionKind::rows;
+  return n;
+}
+
+// Bytes the program's DMA moves to and from HBM, as the simulator counts them.
+uint64_t hbm_bytes(const device::Executable& exe) {
+  uint64_t bytes = 0;
+  for (const auto& queue : exe.dma_queues) {
+    for (const device::Instruction& in : queue) {
+      const device::Traffic t = device::instruction_traffic(in);
+      bytes += t.hbm_read + t.hbm_written;
+    }
+  }
+  for (const auto& engine : exe.engines) {
+    for (const device::Instruction& in : engine) {
+      const device::Traffic t = device::instruction_traffic(in);
+      EXPECT_EQ(t.hbm_read + t.hbm_written, 0u) << "an engine instruction touches HBM";
+    }
+  }
+  return bytes;
+}
+
+bool has_scratch(const device::Executable& exe) {
+  for (const IoBinding& b : io_bindings(exe)) {
+    if (b.role == IoRole::scratch) return true;
+  }
+  return false;
+}
+
+struct Case {
+  int64_t rows, cols;
+  DType dtype;
+};
+
+class RowLoop : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowLoop, MatchesEagerAsOneLoopWithoutScratch) {
+  const Case c = GetParam();
+  Generator g(31);
+  for (const Program& program : kPrograms) {
+    SCOPED_TRACE(program.name);
+    const std::vector<Dims> shapes = program.shapes(c.rows, c.cols);
+    const Graph graph = optimized(program, shapes, c.dtype);
+    ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
+    const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "rows");
+    EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+    EXPECT_FALSE(has_fallback(exe));
+    EXPECT_FALSE(has_scratch(exe)) << "intermediates went through HBM";
+
+    std::vector<Tensor> args;
+    for (const Dims& s : shapes)
+      args.push_back(randn(s, TensorOptions(c.dtype, Device::cpu()), &g).to(kCore0));
+    const Tensor expected = program.fn(args)[0];
+    const Tensor actual = compile(program.fn)(args)[0];
+    EXPECT_EQ(actual.dtype(), c.dtype);
+    const double tol = c.dtype == DType::f32 ? 1e-4 : 3e-2;  // bf16: eager rounds every intermediate
+    expect_close(actual, expected, tol, tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RowLoop,
+                         ::testing::Values(Case{130, 300, DType::f32}, Case{1, 7, DType::f32},
+                                           Case{257, 1024, DType::f32}, Case{130, 300, DType::bf16},
+                                           Case{1, 7, DType::bf16}, Case{257, 1024, DType::bf16}),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return std::to_string(param.param.rows) + "x" + std::to_string(param.param.cols) +
+                                  "_" + std::string(dtype_name(param.param.dtype));
+                         });
+
+TEST(RowLoopTraffic, GatedSiluMovesItsInputsAndOutputOnce) {
+  const int64_t rows = 257, cols = 1024;
+  const device::Executable exe = lower(optimized(kPrograms[0], {{rows, cols}, {rows, cols}}, DType::f32),
+                                       device::Spec::builtin("trn2"), "gated");
+  const uint64_t tensor = static_cast<uint64_t>(rows * cols) * 4;
+  EXPECT_EQ(hbm_bytes(exe), 3 * tensor);  // x, y in; the result out
+}
+
+TEST(RowLoopTraffic, CustomNormMovesItsInputsAndOutputOnce) {
+  const int64_t rows = 300, cols = 512;
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const device::Executable exe =
+      lower(optimized(kPrograms[1], {{rows, cols}, {cols}}, DType::bf16), spec, "max_norm");
+  const uint64_t tensor = static_cast<uint64_t>(rows * cols) * 2;
+  // x in and the result out once; the weight row once, broadcast onto every partition by one DMA.
+  EXPECT_EQ(hbm_bytes(exe), 2 * tensor + static_cast<uint64_t>(cols) * 2 * spec.partitions);
+}
+
+TEST(RowLoopTraffic, LongElementwiseRowsAreCutIntoChunks) {
+  // 100000 f32 per row is more than a partition of SBUF for x, y and the result: the loop cuts the row.
+  const int64_t rows = 3, cols = 100000;
+  const Graph graph = optimized(kPrograms[0], {{rows, cols}, {rows, cols}}, DType::f32);
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "gated_long");
+  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+  EXPECT_EQ(hbm_bytes(exe), 3 * static_cast<uint64_t>(rows * cols) * 4);
+  Generator g(32);
+  const std::vector<Tensor> args = {randn({rows, cols}, {}, &g).to(kCore0),
+                                    randn({rows, cols}, {}, &g).to(kCore0)};
+  expect_close(compile(&gated)(args)[0], gated(args)[0]);
+}
+
+TEST(RowLoopDeviceTime, FasterThanTheOpByOpKernels) {
+  // The custom norm is six ops eagerly (mean, sub, abs, amax, add, div, mul), one loop compiled.
+  Generator g(35);
+  const std::vector<Tensor> args = {randn({1024, 1024}, {}, &g).to(kCore0), randn({1024}, {}, &g).to(kCore0)};
+  auto compiled = compile(&max_norm);
+  (void)compiled(args);  // compiles outside the measurement
+  const std::vector<int64_t> eager = executions_of([&] { (void)max_norm(args); });
+  const std::vector<int64_t> fused = executions_of([&] { (void)compiled(args); });
+  ASSERT_EQ(fused.size(), 1u);
+  ASSERT_GT(eager.size(), 1u);
+  int64_t eager_total = 0;
+  for (int64_t ns : eager) eager_total += ns;
+  RecordProperty("eager_kernels_ns", std::to_string(eager_total));
+  RecordProperty("row_loop_ns", std::to_string(fused[0]));
+  EXPECT_LT(fused[0], eager_total) << "row loop " << fused[0] << " ns, " << eager.size() << " eager kernels "
+                                   << eager_total << " ns";
+}
+
+TEST(RowLoopFallback, RowWideGroupWhoseRowsDoNotFitIsLoweredOpByOp) {
+  // Rows of 16000 f32: the group's values need more than a partition of SBUF at once, while each
+  // op's own kernel (softmax: input, work row and result) still fits.
+  const int64_t rows = 2, cols = 16000;
+  const Graph graph = optimized(kPrograms[2], {{rows, cols}, {rows, 1}}, DType::f32);
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "softmax_long");
+  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "0");
+  EXPECT_THAT(metadata(exe, "compiled.row_group_fallback.0"), HasSubstr("rows of 16000 elements need"));
+  EXPECT_TRUE(has_scratch(exe));
+  Generator g(33);
+  const std::vector<Tensor> args = {randn({rows, cols}, {}, &g).to(kCore0),
+                                    randn({rows, 1}, {}, &g).to(kCore0)};
+  expect_close(compile(&scaled_softmax)(args)[0], scaled_softmax(args)[0]);
+}
+
+}  // namespace
+}  // namespace sightline::compiler
+
+namespace sightline::compiler {
+namespace {
+
+// linear -> gelu -> * 0.5 -> + residual: one matmul epilogue group.
+std::vector<Tensor> projected(const std::vector<Tensor>& a) {
+  return {gelu(linear(a[0], a[1])) * 0.5 + a[2]};
+}
+
+TEST(MatmulEpilogue, AppliedOnResultTilesWithoutAnHbmRoundTrip) {
+  Generator g(34);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const int64_t rows = 130, in = 300, out = 257;
+    const std::vector<TensorMeta> metas = {{{rows, in}, dtype}, {{out, in}, dtype}, {{rows, out}, dtype}};
+    const Graph graph = optimize(capture(&projected, metas, Device::cpu()));
+    const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "projected");
+    EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
+    EXPECT_FALSE(has_scratch(exe)) << "the matmul result went through HBM";
+    uint64_t written = 0;
+    for (const auto& queue : exe.dma_queues) {
+      for (const device::Instruction& i : queue) written += device::instruction_traffic(i).hbm_written;
+    }
+    EXPECT_EQ(written, static_cast<uint64_t>(rows * out) * dtype_size(dtype));  // only the result
+    const TensorOptions options(dtype, Device::cpu());
+    const std::vector<Tensor> args = {randn({rows, in}, options, &g).to(kCore0),
+                                      (randn({out, in}, options, &g) * 0.05).to(kCore0),
+                                      randn({rows, out}, options, &g).to(kCore0)};
+    const double tol = dtype == DType::f32 ? 1e-4 : 3e-2;
+    expect_close(compile(&projected)(args)[0], projected(args)[0], tol, tol);
+  }
+}
+
+TEST(MatmulEpilogue, DecoderBlockFusesAllFourEpilogues) {
+  const std::vector<TensorMeta> metas = testing::decoder_block_metas();
+  const device::Executable exe = lower(optimize(capture(&testing::decoder_block, metas, Device::cpu())),
+                                       device::Spec::builtin("trn2"), "decoder");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "4");
+}
+
+}  // namespace
+}  // namespace sightline::compiler
