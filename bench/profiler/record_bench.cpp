@@ -1,8 +1,10 @@
 // The cost of recording one framework op event (begin + end, one record) with the profiler off and
-// on, from one thread and from several; and the cost of a device-side complete event.
+// on, from one thread and from several; the cost of a device-side complete event; and what
+// profile_memory adds to a tensor's allocation and release (a host tensor created and dropped).
 #include <benchmark/benchmark.h>
 
 #include "profiler/record.h"
+#include "sightline/sightline.h"
 
 namespace sightline::profiler {
 namespace {
@@ -62,6 +64,21 @@ void BM_device_complete_event_on(benchmark::State& state) {
   (void)recording_collect();
 }
 BENCHMARK(BM_device_complete_event_on)->Iterations(2'000'000);
+
+// A 4 KiB host tensor allocated and released: the allocator's own cost plus, with profile_memory,
+// two [memory] records. Compare the two runs: the difference is the recording cost.
+void BM_tensor_alloc_free(benchmark::State& state) {
+  const bool profile_memory = state.range(0) != 0;
+  recording_start({.max_events = 1ull << 40, .profile_memory = profile_memory});
+  for (auto _ : state) {
+    Tensor t = empty({1024});
+    benchmark::DoNotOptimize(t.storage().get());
+  }
+  recording_stop();
+  state.counters["records"] = static_cast<double>(recording_collect().records.size());
+  state.SetLabel(profile_memory ? "profile_memory on" : "profile_memory off");
+}
+BENCHMARK(BM_tensor_alloc_free)->Arg(0)->Arg(1)->Iterations(1'000'000);
 
 void BM_clock(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(now_ns());

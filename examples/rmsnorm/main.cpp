@@ -81,7 +81,7 @@ DeviceCost device_cost(const runtime::Captured& c) {
 }
 
 DeviceCost profile_variant(const Variant& v, const Tensor& x, const Tensor& w, const std::string& out_dir,
-                           int row_limit) {
+                           int row_limit, bool profile_memory) {
   auto cfg = std::make_shared<neuron::NeuronConfig>();
   cfg->profile_output_dir = out_dir + "/" + v.name;
   cfg->capture_enabled_for_nc = "0";
@@ -92,6 +92,7 @@ DeviceCost profile_variant(const Variant& v, const Tensor& x, const Tensor& w, c
   options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
   options.on_trace_ready = [&](profiler::profile& p) { written = exporter.export_trace(p); };
   options.record_shapes = true;
+  options.profile_memory = profile_memory;
   options.experimental_config = cfg;
   profiler::profile prof(options);
   double active_host_ms = 0;
@@ -126,12 +127,15 @@ int main(int argc, char** argv) {
   std::string spec = "trn2";
   std::string out_dir = "profiles";
   int row_limit = 12;
+  bool profile_memory = false;
   app.add_option("--rows", rows, "rows of the input")->check(CLI::PositiveNumber);
   app.add_option("--cols", cols, "columns of the input (the normalized dim)")->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype_arg, "f32, bf16 or f16");
   app.add_option("--spec", spec, "device spec: trn2, trn1 or a spec JSON file");
   app.add_option("--out", out_dir, "directory that receives one profile directory per variant");
   app.add_option("--row-limit", row_limit, "rows of each key_averages table");
+  app.add_flag("--profile-memory", profile_memory,
+               "record allocations and releases: CPU Mem / NEURON Mem columns and [memory] trace events");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -155,7 +159,7 @@ int main(int argc, char** argv) {
         {"fused", [](const Tensor& a, const Tensor& b) { return rms_norm(a, b, kEps); }},
         {"compiled", [&](const Tensor& a, const Tensor& b) { return compiled(a, b); }}};
     std::vector<DeviceCost> costs;
-    for (const Variant& v : variants) costs.push_back(profile_variant(v, x, w, out_dir, row_limit));
+    for (const Variant& v : variants) costs.push_back(profile_variant(v, x, w, out_dir, row_limit, profile_memory));
 
     const Tensor reference = rms_norm(x, w, kEps).to(DType::f32);
     const double naive_diff = amax(abs(rms_norm_naive(x, w).to(DType::f32) - reference)).item();

@@ -77,14 +77,13 @@ struct Device {
 
 // A block of bytes owned by one device's backend. For a non-cpu device `data` is backend-private
 // (it may point at simulated device memory): only that backend's kernels and copy functions touch it.
+// A storage with a release function owns real memory: it counts in memory_allocated() while it lives,
+// and a profile with profile_memory records its allocation and release.
 class Storage {
  public:
   using Release = void (*)(Storage& self);
-  Storage(Device device, size_t nbytes, void* data, Release release, void* backend_context)
-      : device_(device), nbytes_(nbytes), data_(data), release_(release), context_(backend_context) {}
-  ~Storage() {
-    if (release_) release_(*this);
-  }
+  Storage(Device device, size_t nbytes, void* data, Release release, void* backend_context);
+  ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
@@ -99,7 +98,12 @@ class Storage {
   void* data_;
   Release release_;
   void* context_;
+  bool counted_ = false;
 };
+
+// Bytes held by the live storages of `device` (torch.cuda.memory_allocated): what tensors use, not
+// what a backend's allocator keeps cached.
+int64_t memory_allocated(Device device);
 
 struct TensorOptions {
   DType dtype = DType::f32;

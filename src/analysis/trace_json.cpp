@@ -194,6 +194,20 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
     SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin, i);
     const std::string ph = event.value("ph", "");
     if (ph == "i" && event.value("name", "") == "Record Window End") window_end = event.value("ts", std::int64_t{0});
+    if (ph == "i" && event.value("name", "") == "[memory]") {
+      const json empty = json::object();
+      const json& args = event.contains("args") ? event["args"] : empty;
+      profiler::MemoryEvent memory;
+      memory.ts_ns = field<std::int64_t>(event, "ts", origin, i);
+      memory.thread = field<std::int64_t>(event, "tid", origin, i);
+      memory.bytes = field<std::int64_t>(args, "Bytes", origin, i);
+      memory.address = args.value("Addr", std::uint64_t{0});
+      memory.device_index = args.value("Device Id", -1);
+      memory.total_allocated = args.value("Total Allocated", std::int64_t{0});
+      memory.total_reserved = args.value("Total Reserved", std::int64_t{0});
+      batch.memory.push_back(memory);
+      continue;
+    }
     if (ph != "X") continue;
     profiler::FunctionEvent e;
     const std::string category = field<std::string>(event, "cat", origin, i);
@@ -230,6 +244,7 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
   window.end_ns = window_end;
   window.wall_clock_at_start_ns = root.value("baseTimeNanoseconds", std::int64_t{0});
   batch.dropped = root.value("dropped_events", std::uint64_t{0});
+  window.profile_memory = root.value("profile_memory", false);
   return profiler::build_trace(profiler::Collection{}, {std::move(batch)}, window);
 }
 

@@ -8,7 +8,7 @@
 // What it recovers: every 'X' event with its kind (from "cat"), host thread or device lane, start and
 // end in exact nanoseconds (ts/dur are read from their decimal text, never through a double, which
 // would lose the last nanosecond at three months from the base time), "External id", "correlation",
-// "Input Dims", flops and bytes. In the system-lane layout a runtime call sits on its core's lane; its
+// "Input Dims", flops and bytes; the [memory] instant events of profile_memory. In the system-lane layout a runtime call sits on its core's lane; its
 // host thread comes back from the "fwd" flow that links it to its framework op. The CPU tree, the
 // attribution of device events and the self/total times are then rebuilt by profiler::build_trace.
 #pragma once

@@ -37,6 +37,7 @@ std::string_view category(EventKind kind) {
     case EventKind::device_exec: return "kernel";
     case EventKind::device_memcpy: return "gpu_memcpy";
     case EventKind::device_other: return "kernel";
+    case EventKind::memory: return "cpu_instant_event";
   }
   return "cpu_op";
 }
@@ -109,6 +110,28 @@ void write_flow(JsonWriter& json, bool start, std::uint64_t id, std::int64_t pid
   json.end_object();
 }
 
+// c10::DeviceType of a memory record's device: CPU (0) for host memory, PrivateUse1 (20) otherwise.
+constexpr int kTorchDeviceTypeCpu = 0;
+constexpr int kTorchDeviceTypePrivateUse1 = 20;
+
+// torch.profiler's [memory] instant event (profile_memory), on the lane of the thread that allocated.
+void write_memory_event(JsonWriter& json, const MemoryEvent& memory, std::int64_t pid, std::int64_t ts) {
+  json.begin_object().key("ph").value("i").key("cat").value("cpu_instant_event").key("s").value("t");
+  json.key("name").value("[memory]").key("pid").value(pid).key("tid").value(memory.thread).key("ts").fixed3(ts);
+  json.key("args").begin_object();
+  json.key("Total Reserved").value(memory.total_reserved).key("Total Allocated").value(memory.total_allocated);
+  json.key("Bytes").value(memory.bytes).key("Addr").value(memory.address);
+  json.key("Device Type").value(memory.device_index < 0 ? kTorchDeviceTypeCpu : kTorchDeviceTypePrivateUse1);
+  json.key("Device Id").value(memory.device_index);
+  json.end_object();
+  json.end_object();
+}
+
+template <typename RelativeNs>
+void write_memory_events(const CollectedTrace& trace, JsonWriter& json, std::int64_t pid, RelativeNs relative_ns) {
+  for (const MemoryEvent& memory : trace.memory) write_memory_event(json, memory, pid, relative_ns(memory.ts_ns));
+}
+
 template <typename RelativeNs>
 void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options,
                         std::int64_t pid, std::int64_t window_ts,
@@ -165,6 +188,7 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
       write_flow(json, false, id, event_pid, event_tid, ts, "fwd");
     }
   }
+  write_memory_events(trace, json, pid, relative_ns);
   json.begin_object().key("name").value("Record Window End").key("ph").value("i").key("s").value("g");
   json.key("pid").value("").key("tid").value("").key("ts").fixed3(relative_ns(trace.window_end_ns));
   json.end_object();
@@ -209,6 +233,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
   std::set<std::pair<int, std::int64_t>> resources;
   std::map<std::int64_t, std::string> thread_names;
   for (const HostThread& thread : trace.threads) thread_names[thread.os_thread_id] = thread.name;
+  for (const MemoryEvent& memory : trace.memory) host_threads.emplace(memory.thread, thread_names[memory.thread]);
   for (const FunctionEvent& event : trace.events) {
     if (is_host(event)) {
       host_threads.emplace(event.thread, thread_names[event.thread]);
@@ -241,6 +266,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
   json.key("distributedInfo").begin_object().key("backend").value("none").key("rank").value(0);
   json.key("world_size").value(1).end_object();
   json.key("dropped_events").value(trace.dropped);
+  if (trace.profile_memory) json.key("profile_memory").value(true);
   json.key("displayTimeUnit").value("ms");
   json.key("baseTimeNanoseconds").value(base_ns);
   json.key("traceEvents").begin_array(true);
@@ -288,6 +314,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     write_event_body(json, event, event_pid, event_tid, ts);
     if (flow_start[i] || flow_end[i]) write_flow(json, flow_start[i], event.id, event_pid, event_tid, ts, "ac2g");
   }
+  write_memory_events(trace, json, pid, relative_ns);
   json.begin_object().key("name").value("Record Window End").key("ph").value("i").key("s").value("g");
   json.key("pid").value("").key("tid").value("").key("ts").fixed3(relative_ns(trace.window_end_ns));
   json.end_object();

@@ -9,7 +9,10 @@
 // every lane (devices sort after the host, at 5000000 + index); each device event carries the
 // "External id" of its framework op and the "correlation" of its launch, and one ac2g flow
 // (ph "s" on the launch, ph "f" with "bp": "e" on the first device event it caused) links them.
-// ts and dur are microseconds with three decimals, relative to baseTimeNanoseconds.
+// ts and dur are microseconds with three decimals, relative to baseTimeNanoseconds. With
+// profile_memory, each allocation and release is a "[memory]" instant event (ph "i", cat
+// "cpu_instant_event") on its thread's lane with torch's args (Total Reserved, Total Allocated, Bytes,
+// Addr, Device Type, Device Id), and the top level says "profile_memory": true.
 #pragma once
 
 #include <string>

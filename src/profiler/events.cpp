@@ -35,6 +35,49 @@ FunctionEvent event_from_record(const CollectedRecord& collected, const Collecti
 
 bool is_host_event(const FunctionEvent& event) { return event.device_type == DeviceType::cpu; }
 
+MemoryEvent memory_from_record(const CollectedRecord& collected, const Collection& collection) {
+  const Record& record = collected.record;
+  MemoryEvent memory;
+  memory.ts_ns = record.start_ns;
+  memory.thread = collection.threads[collected.thread].os_thread_id;
+  memory.device_index = record.device;
+  memory.address = record.correlation_id;
+  memory.bytes = static_cast<std::int64_t>(record.value);
+  if (collected.memory != 0) {
+    const MemoryTotals& totals = collection.memory_totals[collected.memory - 1];
+    memory.total_allocated = totals.allocated;
+    memory.total_reserved = totals.reserved;
+  }
+  return memory;
+}
+
+// Gives each memory record its owner: the innermost host event on its thread whose [start, end]
+// holds it. The last event on the thread to start at or before it is that owner or nested in it, so
+// walking up from there finds it.
+void attribute_memory(std::vector<FunctionEvent>& events, std::vector<MemoryEvent>& memory) {
+  std::unordered_map<std::int64_t, std::vector<std::int64_t>> starts_by_thread;  // in start order
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (is_host_event(events[i])) starts_by_thread[events[i].thread].push_back(static_cast<std::int64_t>(i));
+  }
+  for (MemoryEvent& record : memory) {
+    auto thread = starts_by_thread.find(record.thread);
+    if (thread == starts_by_thread.end()) continue;
+    const std::vector<std::int64_t>& order = thread->second;
+    auto after = std::upper_bound(order.begin(), order.end(), record.ts_ns, [&](std::int64_t ts, std::int64_t index) {
+      return ts < events[static_cast<std::size_t>(index)].start_ns;
+    });
+    if (after == order.begin()) continue;
+    std::int64_t candidate = *std::prev(after);
+    while (candidate >= 0 && events[static_cast<std::size_t>(candidate)].end_ns < record.ts_ns) {
+      candidate = events[static_cast<std::size_t>(candidate)].parent;
+    }
+    record.owner = candidate;
+    if (candidate < 0) continue;
+    FunctionEvent& owner = events[static_cast<std::size_t>(candidate)];
+    (record.device_index < 0 ? owner.self_cpu_memory_usage : owner.self_device_memory_usage) += record.bytes;
+  }
+}
+
 // torch's EventList._populate_cpu_children: per thread, events in (start, -end) order, a stack of
 // open candidates; an event is the child of the innermost candidate that fully contains it.
 void build_cpu_tree(std::vector<FunctionEvent>& events) {
@@ -132,6 +175,14 @@ void compute_times(std::vector<FunctionEvent>& events) {
     std::int64_t own_device = 0;
     for (std::int64_t kernel : event.kernels)
       own_device += events[static_cast<std::size_t>(kernel)].duration_ns();
+    std::int64_t children_cpu_memory = 0;
+    std::int64_t children_device_memory = 0;
+    for (std::int64_t child : event.children) {
+      children_cpu_memory += events[static_cast<std::size_t>(child)].cpu_memory_usage;
+      children_device_memory += events[static_cast<std::size_t>(child)].device_memory_usage;
+    }
+    event.cpu_memory_usage = event.self_cpu_memory_usage + children_cpu_memory;
+    event.device_memory_usage = event.self_device_memory_usage + children_device_memory;
     event.self_cpu_time_total_ns = event.cpu_time_total_ns - children_cpu;
     event.device_time_total_ns = own_device + children_device;
     event.self_device_time_total_ns = own_device;
@@ -152,9 +203,14 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
   }
   auto wanted = [&](bool device) { return device ? window.include_device : window.include_cpu; };
 
+  trace.profile_memory = window.profile_memory || collection.profile_memory;
   std::unordered_map<NameId, std::string_view> names;
   trace.events.reserve(collection.records.size());
   for (const CollectedRecord& collected : collection.records) {
+    if (collected.record.kind == EventKind::memory) {
+      if (window.include_cpu) trace.memory.push_back(memory_from_record(collected, collection));
+      continue;
+    }
     if (!wanted(is_device_kind(collected.record.kind))) continue;
     trace.events.push_back(event_from_record(collected, collection, names));
   }
@@ -164,6 +220,7 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
     }
     std::move(batch.devices.begin(), batch.devices.end(), std::back_inserter(trace.devices));
     std::move(batch.resources.begin(), batch.resources.end(), std::back_inserter(trace.resources));
+    if (window.include_cpu) std::move(batch.memory.begin(), batch.memory.end(), std::back_inserter(trace.memory));
     trace.dropped += batch.dropped;
   }
 
@@ -175,6 +232,9 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
   attach_device_events(trace.events);
   build_cpu_tree(trace.events);
   merge_same_name_children(trace.events);
+  std::stable_sort(trace.memory.begin(), trace.memory.end(),
+                   [](const MemoryEvent& a, const MemoryEvent& b) { return a.ts_ns < b.ts_ns; });
+  attribute_memory(trace.events, trace.memory);
   compute_times(trace.events);
   return trace;
 }

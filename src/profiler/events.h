@@ -55,9 +55,27 @@ struct FunctionEvent {
   std::int64_t self_cpu_time_total_ns = 0;
   std::int64_t device_time_total_ns = 0;
   std::int64_t self_device_time_total_ns = 0;
+  // With profile_memory: bytes allocated minus bytes released while the event ran, on its thread
+  // (host memory, device memory); self excludes the direct children's.
+  std::int64_t cpu_memory_usage = 0;
+  std::int64_t self_cpu_memory_usage = 0;
+  std::int64_t device_memory_usage = 0;
+  std::int64_t self_device_memory_usage = 0;
 
   std::int64_t duration_ns() const { return end_ns - start_ns; }
   bool is_user_annotation() const { return kind == EventKind::user_annotation; }
+};
+
+// One allocation (bytes > 0) or release (bytes < 0), torch's [memory] record.
+struct MemoryEvent {
+  std::int64_t ts_ns = 0;
+  std::int64_t thread = 0;     // OS thread that allocated or released
+  int device_index = -1;       // -1: host memory; else the device (core) whose memory it is
+  std::uint64_t address = 0;   // identifies the block (host pointer or device address)
+  std::int64_t bytes = 0;
+  std::int64_t total_allocated = 0;  // the device's bytes in use after the event
+  std::int64_t total_reserved = 0;
+  std::int64_t owner = -1;  // filled by build_trace: the innermost host event containing it, -1: none
 };
 
 // A device shown as a process in the trace (Kineto DeviceInfo).
@@ -81,6 +99,7 @@ struct ActivityBatch {
   std::vector<FunctionEvent> events{};  // device events must have device_type privateuse1
   std::vector<DeviceLane> devices{};
   std::vector<ResourceLane> resources{};
+  std::vector<MemoryEvent> memory{};
   std::uint64_t dropped = 0;  // events the source refused (its own caps)
 };
 
@@ -94,6 +113,8 @@ struct CollectedTrace {
   std::vector<HostThread> threads{};
   std::vector<DeviceLane> devices{};
   std::vector<ResourceLane> resources{};
+  std::vector<MemoryEvent> memory{};  // sorted by time; empty unless profile_memory
+  bool profile_memory = false;        // recorded with profile_memory: the table shows memory columns
   std::int64_t window_start_ns = 0;  // monotonic clock
   std::int64_t window_end_ns = 0;
   std::int64_t wall_clock_at_window_start_ns = 0;  // system clock, for absolute trace timestamps
@@ -106,12 +127,15 @@ struct TraceWindow {
   std::int64_t wall_clock_at_start_ns = 0;
   bool include_cpu = true;     // keep host events (the CPU activity)
   bool include_device = true;  // keep device events (the PrivateUse1 activity)
+  bool profile_memory = false;  // the trace was recorded with profile_memory (also set by a Collection that was)
 };
 
 // Turns collected records and source batches into a trace: events sorted by (start, -end), the CPU
 // tree built per thread (an event is a child of the innermost enclosing one; partial overlaps are
 // not related), a parent with a single same-named child merged with it, device events attached to
-// their op by external id, and self/total CPU and device times computed.
+// their op by external id, self/total CPU and device times computed, and each memory record
+// attributed to the innermost host event on its thread that contains it (torch attributes it to every
+// event whose interval contains it; the inclusive sums up the tree are the same on one thread).
 CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBatch> batches,
                            const TraceWindow& window);
 

@@ -64,13 +64,19 @@ SortValue sort_value(std::string_view sort_by, std::string_view device_name) {
       {"device_time", [](const FunctionEventAvg& e) { return e.device_time_avg_ns(); }},
       {"count", [](const FunctionEventAvg& e) { return double(e.count); }},
       {"flops", [](const FunctionEventAvg& e) { return double(e.flops); }},
+      {"cpu_memory_usage", [](const FunctionEventAvg& e) { return double(e.cpu_memory_usage); }},
+      {"self_cpu_memory_usage", [](const FunctionEventAvg& e) { return double(e.self_cpu_memory_usage); }},
+      {"device_memory_usage", [](const FunctionEventAvg& e) { return double(e.device_memory_usage); }},
+      {"self_device_memory_usage",
+       [](const FunctionEventAvg& e) { return double(e.self_device_memory_usage); }},
   };
   auto found = values.find(key);
   if (found == values.end()) {
     fail(
         "unknown sort key '{}' for the key_averages table; valid keys: self_cpu_time_total, cpu_time_total, "
-        "cpu_time, self_device_time_total, device_time_total, device_time, count, flops (in device keys "
-        "'device' may be spelled cuda, xpu, privateuse1 or {})",
+        "cpu_time, self_device_time_total, device_time_total, device_time, count, flops, cpu_memory_usage, "
+        "self_cpu_memory_usage, device_memory_usage, self_device_memory_usage (in device keys 'device' may "
+        "be spelled cuda, xpu, privateuse1 or {})",
         sort_by, lowercase(device_name));
   }
   return found->second;
@@ -130,6 +136,18 @@ std::string format_time_share(double time, double total) {
   return fmt::format("{:.2f}%", time * 100.0 / total);
 }
 
+std::string format_memory(std::int64_t bytes) {
+  constexpr double kb = 1024.0;
+  constexpr double mb = 1024.0 * kb;
+  constexpr double gb = 1024.0 * mb;
+  const double value = double(bytes);
+  const double magnitude = std::abs(value);
+  if (magnitude >= gb) return fmt::format("{:.2f} GB", value / gb);
+  if (magnitude >= mb) return fmt::format("{:.2f} MB", value / mb);
+  if (magnitude >= kb) return fmt::format("{:.2f} KB", value / kb);
+  return fmt::format("{} B", bytes);
+}
+
 std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes) {
   std::string out = "[";
   for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -141,11 +159,12 @@ std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes) 
 }
 
 KeyAverages::KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
-                         std::uint64_t dropped_events)
+                         std::uint64_t dropped_events, bool profile_memory)
     : rows_(std::move(rows)),
       device_name_(std::move(device_name)),
       with_flops_(with_flops),
-      dropped_events_(dropped_events) {}
+      dropped_events_(dropped_events),
+      profile_memory_(profile_memory) {}
 
 std::string KeyAverages::table(std::string_view sort_by, std::int64_t row_limit) const {
   TableOptions options;
@@ -186,6 +205,17 @@ std::string KeyAverages::table(const TableOptions& options) const {
     for (std::string text : {"Self {}", "Self {} %", "{} total", "{} time avg"}) {
       replace_all(text, "{}", device);
       headers.push_back(text);
+    }
+  }
+  const bool has_device_memory = profile_memory_ && std::any_of(events.begin(), events.end(), [](const auto* e) {
+    return e->self_device_memory_usage > 0;
+  });
+  if (profile_memory_) {
+    headers.push_back("CPU Mem");
+    headers.push_back("Self CPU Mem");
+    if (has_device_memory) {
+      headers.push_back(device + " Mem");
+      headers.push_back("Self " + device + " Mem");
     }
   }
   headers.push_back("# of Calls");
@@ -263,6 +293,14 @@ std::string KeyAverages::table(const TableOptions& options) const {
       cells.push_back(format_time_us(us(event->device_time_total_ns), unit));
       cells.push_back(format_time_us(us(event->device_time_avg_ns()), unit));
     }
+    if (profile_memory_) {
+      cells.push_back(format_memory(event->cpu_memory_usage));
+      cells.push_back(format_memory(event->self_cpu_memory_usage));
+      if (has_device_memory) {
+        cells.push_back(format_memory(event->device_memory_usage));
+        cells.push_back(format_memory(event->self_device_memory_usage));
+      }
+    }
     cells.push_back(std::to_string(event->count));
     if (has_input_shapes)
       cells.push_back(format_shapes(event->input_shapes).substr(0, std::size_t(shapes_width)));
@@ -285,9 +323,31 @@ std::string KeyAverages::table(const TableOptions& options) const {
 }
 
 KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& options) {
+  // Memory that no op owns becomes "[memory]" events of its own (torch's top-level memory events),
+  // placed among the others by time.
+  std::vector<FunctionEvent> orphans;
+  for (const MemoryEvent& memory : trace.memory) {
+    if (memory.owner >= 0) continue;
+    FunctionEvent& event = orphans.emplace_back();
+    event.name = "[memory]";
+    event.thread = memory.thread;
+    event.start_ns = event.end_ns = memory.ts_ns;
+    (memory.device_index < 0 ? event.cpu_memory_usage : event.device_memory_usage) = memory.bytes;
+    (memory.device_index < 0 ? event.self_cpu_memory_usage : event.self_device_memory_usage) = memory.bytes;
+  }
+  std::vector<const FunctionEvent*> ordered;
+  ordered.reserve(trace.events.size() + orphans.size());
+  auto orphan = orphans.begin();
+  for (const FunctionEvent& event : trace.events) {
+    for (; orphan != orphans.end() && orphan->start_ns < event.start_ns; ++orphan) ordered.push_back(&*orphan);
+    ordered.push_back(&event);
+  }
+  for (; orphan != orphans.end(); ++orphan) ordered.push_back(&*orphan);
+
   std::vector<FunctionEventAvg> rows;
   std::map<std::string, std::size_t> row_of_key;
-  for (const FunctionEvent& event : trace.events) {
+  for (const FunctionEvent* event_pointer : ordered) {
+    const FunctionEvent& event = *event_pointer;
     const std::string key_name = row_key(event.name);
     std::string group =
         fmt::format("{}\x1f{}\x1f{}", key_name, int(event.device_type), event.is_user_annotation());
@@ -312,8 +372,12 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
     row.device_time_total_ns += event.device_time_total_ns;
     row.self_device_time_total_ns += event.self_device_time_total_ns;
     row.flops += event.flops;
+    row.cpu_memory_usage += event.cpu_memory_usage;
+    row.self_cpu_memory_usage += event.self_cpu_memory_usage;
+    row.device_memory_usage += event.device_memory_usage;
+    row.self_device_memory_usage += event.self_device_memory_usage;
   }
-  return KeyAverages(std::move(rows), options.device_name, options.with_flops, trace.dropped);
+  return KeyAverages(std::move(rows), options.device_name, options.with_flops, trace.dropped, trace.profile_memory);
 }
 
 }  // namespace sightline::profiler

@@ -6,8 +6,10 @@
 // Rows group events by (name, device type, user-annotation flag) and, with group_by_input_shape,
 // by input shapes; ProfilerStep#N events share the row "ProfilerStep*". Columns: Name, Self CPU %,
 // Self CPU, CPU total %, CPU total, CPU time avg, then Self <DEV>, Self <DEV> %, <DEV> total,
-// <DEV> time avg when some row has device time, # of Calls, Input Shapes when grouped by shape, and
-// Total <unit>FLOPs with with_flops. <DEV> is the upper-cased backend name ("NEURON").
+// <DEV> time avg when some row has device time, CPU Mem, Self CPU Mem (and <DEV> Mem, Self <DEV> Mem
+// when some row allocated device memory) with profile_memory, # of Calls, Input Shapes when grouped
+// by shape, and Total <unit>FLOPs with with_flops. <DEV> is the upper-cased backend name ("NEURON").
+// Memory released or allocated outside every op is the row "[memory]", as in torch.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,10 @@ struct FunctionEventAvg {
   std::int64_t device_time_total_ns = 0;
   std::int64_t self_device_time_total_ns = 0;
   std::uint64_t flops = 0;
+  std::int64_t cpu_memory_usage = 0;  // bytes; with profile_memory
+  std::int64_t self_cpu_memory_usage = 0;
+  std::int64_t device_memory_usage = 0;
+  std::int64_t self_device_memory_usage = 0;
   std::vector<std::vector<std::int64_t>> input_shapes{};  // empty unless grouped by input shape
 
   double cpu_time_avg_ns() const { return count == 0 ? 0.0 : double(cpu_time_total_ns) / double(count); }
@@ -42,7 +48,8 @@ struct FunctionEventAvg {
 
 struct TableOptions {
   // A FunctionEventAvg attribute, sorted descending and stable: self_cpu_time_total, cpu_time_total,
-  // cpu_time, self_device_time_total, device_time_total, device_time, count, flops; "cuda", "xpu",
+  // cpu_time, self_device_time_total, device_time_total, device_time, count, flops, cpu_memory_usage,
+  // self_cpu_memory_usage, device_memory_usage, self_device_memory_usage; "cuda", "xpu",
   // "privateuse1" and the backend's own name stand for "device". Empty: registration order.
   std::string sort_by{};
   std::int64_t row_limit = 100;  // negative: all rows
@@ -57,7 +64,7 @@ struct TableOptions {
 class KeyAverages {
  public:
   KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
-              std::uint64_t dropped_events);
+              std::uint64_t dropped_events, bool profile_memory = false);
 
   const std::vector<FunctionEventAvg>& rows() const { return rows_; }
   const std::string& device_name() const { return device_name_; }
@@ -72,6 +79,7 @@ class KeyAverages {
   std::string device_name_;
   bool with_flops_ = false;
   std::uint64_t dropped_events_ = 0;
+  bool profile_memory_ = false;
 };
 
 struct KeyAveragesOptions {
@@ -87,6 +95,9 @@ std::string format_time_us(double time_us, std::string_view unit = {});
 
 // torch's _format_time_share: "12.34%", "NaN" for a zero total.
 std::string format_time_share(double time, double total);
+
+// torch's _format_memory (1024-based): "1.50 GB", "12.00 MB", "4.00 KB", "512 B"; negative for releases.
+std::string format_memory(std::int64_t bytes);
 
 // Python's str() of a list of shapes: "[[128], [128, 64], [], []]".
 std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes);

@@ -123,7 +123,7 @@ void profile::prepare_trace() {
 void profile::start_trace() {
   window_start_ns_ = now_ns();
   window_wall_start_ns_ = wall_clock_ns();
-  recording_start({options_.max_events, options_.record_shapes});
+  recording_start({options_.max_events, options_.record_shapes, options_.profile_memory});
   if (wants(options_.activities, ProfilerActivity::CPU)) start_op_recording({options_.with_flops});
   tracing_ = true;
   for (auto& source : sources_) source->start();
@@ -149,7 +149,7 @@ void profile::stop_trace() {
   sources_.clear();
   TraceWindow window{window_start_ns_, window_end_ns, window_wall_start_ns_,
                      wants(options_.activities, ProfilerActivity::CPU),
-                     wants(options_.activities, ProfilerActivity::PrivateUse1)};
+                     wants(options_.activities, ProfilerActivity::PrivateUse1), options_.profile_memory};
   trace_ = build_trace(collection, std::move(batches), window);
   if (trace_->dropped > 0) {
     warn(fmt::format("{} events were dropped because the event cap was reached (max_events = {})",

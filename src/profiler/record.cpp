@@ -85,6 +85,7 @@ Registry& registry() {
 }
 
 std::atomic<bool> g_record_shapes{false};
+std::atomic<bool> g_profile_memory{false};
 std::atomic<std::uint64_t> g_next_correlation_id{1};
 
 thread_local ThreadBuffer* tls_buffer = nullptr;
@@ -217,6 +218,14 @@ void drain_locked(Registry& reg, std::uint32_t wanted_state, Collection* out) {
       if (out != nullptr) {
         for (std::size_t i = first_record; i < out->records.size(); ++i) {
           CollectedRecord& collected = out->records[i];
+          if (collected.record.kind == EventKind::memory) {
+            const std::size_t at = collected.record.payload - 1;
+            if (collected.record.payload != 0 && at + 1 < buffer->payload_arena.size()) {
+              out->memory_totals.push_back({buffer->payload_arena[at], buffer->payload_arena[at + 1]});
+              collected.memory = static_cast<std::uint32_t>(out->memory_totals.size());
+            }
+            continue;
+          }
           std::vector<std::vector<std::int64_t>> shapes;
           if (collected.record.payload != 0 &&
               decode_shapes(buffer->payload_arena, collected.record.payload, shapes)) {
@@ -350,6 +359,44 @@ PayloadId record_shapes_payload(std::span<const ShapeView> inputs) {
   return static_cast<PayloadId>(offset + 1);
 }
 
+bool memory_requested() noexcept {
+  return recording_enabled() && g_profile_memory.load(std::memory_order_relaxed);
+}
+
+void record_memory(std::int16_t device, std::uint64_t address, std::int64_t bytes, std::int64_t total_allocated,
+                   std::int64_t total_reserved) noexcept {
+  const std::uint32_t state = detail::recording_state.load(std::memory_order_relaxed);
+  if ((state & 1u) == 0 || !g_profile_memory.load(std::memory_order_relaxed)) return;
+  static const NameId memory_name = intern("[memory]");
+  ThreadBuffer* buffer = this_thread_buffer();
+  if (buffer == nullptr) {
+    registry().dropped_after_thread_exit.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  PayloadId payload = 0;
+  try {
+    std::lock_guard lock(buffer->payload_mutex);
+    std::vector<std::int64_t>& arena = buffer->payload_arena;
+    payload = static_cast<PayloadId>(arena.size() + 1);
+    arena.push_back(total_allocated);
+    arena.push_back(total_reserved);
+  } catch (...) {
+    buffer->dropped.fetch_add(1, std::memory_order_relaxed);  // out of memory for the side table
+    return;
+  }
+  Record record{};
+  record.start_ns = record.end_ns = now_ns();
+  record.correlation_id = address;
+  record.external_id = tls_current_correlation_id;
+  record.value = static_cast<std::uint64_t>(bytes);
+  record.name = memory_name;
+  record.payload = payload;
+  record.device = device;
+  record.kind = EventKind::memory;
+  record.session_state = state;
+  append(record);
+}
+
 void recording_start(const RecordingOptions& options) {
   Registry& reg = registry();
   std::lock_guard lock(reg.mutex);
@@ -358,6 +405,7 @@ void recording_start(const RecordingOptions& options) {
   reg.budget_limit.store(options.max_events, std::memory_order_relaxed);
   reg.dropped_after_thread_exit.store(0, std::memory_order_relaxed);
   g_record_shapes.store(options.record_shapes, std::memory_order_relaxed);
+  g_profile_memory.store(options.profile_memory, std::memory_order_relaxed);
   const std::uint32_t epoch = (detail::recording_state.load(std::memory_order_relaxed) >> 1) + 1;
   detail::recording_state.store((epoch << 1) | 1u, std::memory_order_release);
 }
@@ -373,6 +421,7 @@ Collection recording_collect() {
   std::lock_guard lock(reg.mutex);
   const std::uint32_t wanted_state = detail::recording_state.load(std::memory_order_relaxed) | 1u;
   drain_locked(reg, wanted_state, &out);
+  out.profile_memory = g_profile_memory.load(std::memory_order_relaxed);
   out.dropped += reg.dropped_after_thread_exit.exchange(0, std::memory_order_relaxed);
   return out;
 }

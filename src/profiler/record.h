@@ -68,6 +68,7 @@ enum class EventKind : std::uint8_t {
   device_exec,      // device work (nc_exec_running) on a device lane
   device_memcpy,    // a host<->device or device<->device copy executed by the device
   device_other,     // any other device-side activity (waits, barriers)
+  memory,           // an allocation (bytes > 0) or a release (bytes < 0), with profile_memory
 };
 
 constexpr bool is_device_kind(EventKind kind) {
@@ -80,7 +81,7 @@ constexpr bool opens_correlation(EventKind kind) {
   return kind == EventKind::cpu_op || kind == EventKind::user_annotation;
 }
 
-// Index of a payload (input shapes) in the recording thread's side table; 0 means none.
+// Index of a payload (input shapes, memory totals) in the recording thread's side table; 0: none.
 using PayloadId = std::uint32_t;
 
 // One recorded event, as it sits in a thread buffer. Plain data, copied by value.
@@ -89,7 +90,7 @@ struct Record {
   std::int64_t end_ns;
   std::uint64_t correlation_id;  // this event's id; for device work, the launching runtime call's id
   std::uint64_t external_id;     // the framework op it belongs to (its own id for a cpu_op)
-  std::uint64_t value;           // flops for ops, bytes for copies, 0 otherwise
+  std::uint64_t value;           // flops for ops, bytes for copies, signed bytes for memory, else 0
   NameId name;
   PayloadId payload;
   std::int32_t resource;  // device lane (queue, engine) for device kinds
@@ -177,12 +178,26 @@ using ShapeView = std::span<const std::int64_t>;
 // shapes are not requested. Takes the thread's own (uncontended) side-table lock.
 PayloadId record_shapes_payload(std::span<const ShapeView> inputs);
 
+// Memory (only when the session asked for it: profile_memory)
+
+// True while a profile with profile_memory is recording.
+bool memory_requested() noexcept;
+
+// One allocation (bytes > 0) or release (bytes < 0) of `device`'s memory (-1: host memory), as
+// torch.profiler's [memory] records: `address` identifies the block, the totals are the device's
+// bytes in use after the event. Recorded on the calling thread at the current time; key_averages
+// attributes it to the innermost op open on that thread. A record of kind memory keeps the address
+// in correlation_id, the signed bytes in value and the totals in the thread's side table.
+void record_memory(std::int16_t device, std::uint64_t address, std::int64_t bytes, std::int64_t total_allocated,
+                   std::int64_t total_reserved) noexcept;
+
 // ---------------------------------------------------------------------------------------------
 // Session control: used by the profile session, not by the layers that emit events.
 
 struct RecordingOptions {
   std::uint64_t max_events = 4'000'000;  // records kept per session; the rest are dropped, counted
   bool record_shapes = false;
+  bool profile_memory = false;
 };
 
 // Discards whatever an earlier session left, then starts recording.
@@ -196,16 +211,24 @@ struct CollectedThread {
   std::string name{};
 };
 
+struct MemoryTotals {
+  std::int64_t allocated = 0;
+  std::int64_t reserved = 0;
+};
+
 struct CollectedRecord {
   Record record;
   std::uint32_t thread = 0;  // index into Collection::threads
   std::uint32_t shapes = 0;  // 1 + index into Collection::shapes, 0 when none
+  std::uint32_t memory = 0;  // memory records: 1 + index into Collection::memory_totals, 0 when none
 };
 
 struct Collection {
   std::vector<CollectedRecord> records{};
   std::vector<CollectedThread> threads{};
   std::vector<std::vector<std::vector<std::int64_t>>> shapes{};
+  std::vector<MemoryTotals> memory_totals{};
+  bool profile_memory = false;  // the session recorded memory (memory columns even when none came)
   std::uint64_t dropped = 0;  // records refused because the session's cap was reached
 };
 

@@ -9,31 +9,17 @@
 
 #include "profiler/key_averages.h"
 #include "sightline/error.h"
+#include "golden.h"
 #include "synthetic.h"
 
 namespace sightline::profiler {
 namespace {
 
 using testing::device_event;
+using testing::expect_golden;
+using testing::read_golden;
 using testing::host_event;
 using testing::make_trace;
-
-std::string read_golden(const std::string& name) {
-  std::ifstream file(std::string(SIGHTLINE_TEST_DATA_DIR) + "/" + name, std::ios::binary);
-  EXPECT_TRUE(file.good()) << "missing golden file " << name;
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// SIGHTLINE_UPDATE_GOLDEN=1 rewrites our own golden files instead of comparing (review the diff).
-void expect_golden(const std::string& name, const std::string& actual) {
-  if (std::getenv("SIGHTLINE_UPDATE_GOLDEN") != nullptr) {
-    std::ofstream(std::string(SIGHTLINE_TEST_DATA_DIR) + "/" + name, std::ios::binary) << actual;
-    return;
-  }
-  EXPECT_EQ(actual, read_golden(name)) << "actual table:\n" << actual;
-}
 
 // model_inference (1000 us) > 2x aten::linear (700) > 2x aten::addmm (600), plus 2x aten::relu (200).
 CollectedTrace inference_trace() {
