@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Explorer's npm dependencies (exactly package-lock.json, with `npm ci`) and builds the UI
-# with Vite into explorer/dist, which sightline-serve serves. Idempotent: npm ci runs again only when the
+# with Vite into explorer/dist, which `sightline serve` serves. Idempotent: npm ci runs again only when the
 # lock file changed since the last install.
 set -euo pipefail
 explorer_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../explorer" && pwd)"

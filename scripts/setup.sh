@@ -10,7 +10,7 @@ build_dir=${1:-build}
 # Debian packages: toolchain, C++ libraries, and what the tests use.
 packages=(
   g++ cmake ninja-build pkg-config
-  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   chromium
 )

@@ -8,7 +8,7 @@ scripts/setup.sh build
 cat <<'TXT'
 
 Open the profiles in the Explorer (serves 127.0.0.1 only):
-  ./build/tools/serve/sightline-serve profiles --port 8600     then browse http://127.0.0.1:8600/
+  ./build/tools/sightline serve profiles --port 8600     then browse http://127.0.0.1:8600/
 Or from the shell:
   ./build/tools/sightline view profiles/fused --output-format summary-text
   ./build/tools/sightline compare profiles/naive profiles/fused

@@ -6,14 +6,23 @@
 //   sightline roofline profiles/fused -o roofline.svg
 //   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
 //   sightline ntff dump profiles/fused/0123456789abcdef_instid_0_vnc_0.ntff
+//   sightline serve profiles --port 8600                  # the Explorer over a directory of profiles
+//   sightline upload profiles/fused --name fused          # into a running Explorer server
 //
 // Exit codes (docs/analysis.md): 0 success, 1 usage error (unknown command or option, missing
 // argument), 2 bad input (missing or incomplete profile directory, corrupt NEFF/NTFF, malformed
-// JSON, unwritable output), 3 internal error.
+// JSON, unwritable output, an upload the server refused or no server to upload to, a port in use),
+// 3 internal error.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -27,6 +36,8 @@
 #include "formats/ntff.h"
 #include "profiler/key_averages.h"
 #include "progress.h"
+#include "server/http_server.h"
+#include "server/upload_client.h"
 #include "sightline/error.h"
 
 namespace {
@@ -117,10 +128,63 @@ int ntff_dump(const std::string& path, const std::string& neff_path) {
   return 0;
 }
 
+constexpr int kDefaultPort = 8600;
+
+// The built Explorer UI: $SIGHTLINE_EXPLORER_DIST, else the source tree's explorer/dist.
+std::string default_ui_dir() {
+  if (const char* from_environment = std::getenv("SIGHTLINE_EXPLORER_DIST")) return from_environment;
+  return SIGHTLINE_EXPLORER_DIST;
+}
+
+int serve(const server::ServerOptions& options) {
+  // SIGINT/SIGTERM are taken by a watcher thread that stops the server cleanly; blocked before the
+  // server starts its threads, so they all inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::unique_ptr<server::ExplorerServer> created;
+  try {
+    created = std::make_unique<server::ExplorerServer>(options);
+  } catch (const server::RequestError& error) {
+    fail("{}; pass a directory of profile output directories", error.what());
+  }
+  server::ExplorerServer& explorer = *created;
+  const int port = explorer.bind();
+  if (!fs::is_directory(options.static_dir)) {
+    fmt::print(stderr, "sightline serve: no built UI at '{}' (run scripts/explorer.sh); serving the API only\n",
+               options.static_dir.string());
+  }
+  fmt::print("sightline Explorer: http://{}:{}/ serving profiles from {}\n", options.host, port,
+             fs::absolute(options.profile_root).lexically_normal().string());
+  std::fflush(stdout);
+  std::thread watcher([&explorer, stop_signals] {
+    int received = 0;
+    sigwait(&stop_signals, &received);
+    explorer.stop();
+  });
+  explorer.serve();
+  // serve() also returns when listening fails; wake the watcher so the process can exit.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  return 0;
+}
+
+int upload(const std::string& dir, const std::string& name, const std::string& server_url) {
+  const std::vector<server::UploadFile> files = server::upload_files_from_directory(dir);
+  const nlohmann::json stored = server::upload_to_server(server_url, name, files);
+  fmt::print("uploaded {} as '{}': {} files, {} bytes\n", dir, stored.value("uploaded", name),
+             stored.value("files", uint64_t{0}), stored.value("bytes", uint64_t{0}));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sightline: summaries, tables, rooflines and comparisons of profile output directories.\n"
+  CLI::App app{"sightline: summaries, tables, rooflines and comparisons of profile output directories, and the\n"
+               "Explorer server.\n"
                "Exit codes: 0 ok, 1 usage error, 2 bad input file or directory, 3 internal error."};
   app.require_subcommand(1);
   int status = 0;
@@ -167,6 +231,41 @@ int main(int argc, char** argv) {
   ntff_dump_cmd->add_option("file", file, "<hash>_instid_0_vnc_<core>.ntff")->required();
   ntff_dump_cmd->add_option("--neff", neff_for_ntff, "the paired executable (default: found next to the trace)");
   ntff_dump_cmd->callback([&] { status = ntff_dump(file, neff_for_ntff); });
+
+  server::ServerOptions serve_options;
+  serve_options.profile_root = ".";
+  serve_options.port = kDefaultPort;
+  serve_options.static_dir = default_ui_dir();
+  std::string serve_root = ".", serve_ui = serve_options.static_dir.string();
+  uint64_t max_upload_mb = serve_options.max_upload_bytes >> 20;
+  auto* serve_cmd = app.add_subcommand("serve", "The Explorer (browser UI and JSON API) over a directory of profiles");
+  serve_cmd->add_option("dir", serve_root, "directory holding one profile output directory per subdirectory")
+      ->capture_default_str();
+  serve_cmd->add_option("--port", serve_options.port, "port to listen on; 0 picks a free one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  serve_cmd->add_option("--host", serve_options.host, "address to bind; keep 127.0.0.1 unless others must reach it")
+      ->capture_default_str();
+  serve_cmd->add_option("--ui", serve_ui, "the built Explorer UI (default: $SIGHTLINE_EXPLORER_DIST or the source "
+                        "tree's explorer/dist)");
+  serve_cmd->add_option("--max-upload-mb", max_upload_mb, "largest upload accepted, in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
+  serve_cmd->callback([&] {
+    serve_options.profile_root = serve_root;
+    serve_options.static_dir = serve_ui;
+    serve_options.max_upload_bytes = max_upload_mb << 20;
+    status = serve(serve_options);
+  });
+
+  std::string upload_name, server_url = fmt::format("http://127.0.0.1:{}", kDefaultPort);
+  auto* upload_cmd = app.add_subcommand(
+      "upload", "Store a profile directory (or a NEFF + NTFF pair) in a running Explorer server");
+  upload_cmd->add_option("dir", dir, "profile output directory, or a directory with one .neff and its .ntff")
+      ->required();
+  upload_cmd->add_option("--name", upload_name, "name of the new profile on the server")->required();
+  upload_cmd->add_option("--server", server_url, "the server's address")->capture_default_str();
+  upload_cmd->callback([&] { status = upload(dir, upload_name, server_url); });
 
   try {
     app.parse(argc, argv);

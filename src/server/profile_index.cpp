@@ -1,14 +1,27 @@
 #include "server/profile_index.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
+#include <tuple>
 #include <unordered_map>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "device/isa.h"
 #include "formats/neff.h"
@@ -22,29 +35,6 @@ using nlohmann::json;
 
 // trace.json times have three decimals of a microsecond; flow points bind within this tolerance.
 constexpr double kTimeToleranceUs = 0.0005;
-
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw RequestError(422, fmt::format("profile file '{}' cannot be opened", path.filename().string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::optional<int64_t> integer_field(const json& event, const char* key) {
-  auto it = event.find(key);
-  if (it == event.end()) return std::nullopt;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_number_unsigned()) return static_cast<int64_t>(it->get<uint64_t>());
-  return std::nullopt;
-}
-
-std::optional<double> number_field(const json& event, const char* key) {
-  auto it = event.find(key);
-  if (it == event.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -81,6 +71,84 @@ std::string engine_row_name(device::Engine engine) {
   return "DMA";
 }
 
+// The fields of one traceEvents element the index uses. The strings view the parser's buffers, valid
+// until the next document is parsed; `args` is the raw text of the event's args object, cut out of
+// the parsed text, of which only the ids and metadata values are read.
+struct EventFields {
+  std::string_view phase, name, category;
+  std::optional<int64_t> pid, tid, id;
+  std::optional<double> ts, dur;
+  std::string_view args;  // empty when the event has no args object
+  std::optional<int64_t> external_id, correlation, sort_index;
+  std::optional<std::string_view> args_name;
+};
+
+// trace.json mapped read-only; the parser reads a padded copy of it (or of runs of its events).
+class MappedFile {
+ public:
+  explicit MappedFile(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
+                                          std::strerror(errno)));
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && info.st_size > 0) {
+      size_ = static_cast<size_t>(info.st_size);
+      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (mapped != MAP_FAILED) {
+        data_ = static_cast<const char*>(mapped);
+        ::madvise(mapped, size_, MADV_SEQUENTIAL);
+      }
+    }
+    ::close(fd);
+    if (size_ > 0 && data_ == nullptr) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
+    }
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* begin() const { return data_ == nullptr ? "" : data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The object keys the index reads, recognized once per key.
+enum class Key { other, ph, name, cat, pid, tid, id, ts, dur, args, trace_events, external_id, correlation, sort_index };
+
+Key key_of(std::string_view name) {
+  switch (name.size()) {
+    case 2:
+      return name == "ph" ? Key::ph : name == "ts" ? Key::ts : name == "id" ? Key::id : Key::other;
+    case 3:
+      return name == "cat" ? Key::cat : name == "pid" ? Key::pid : name == "tid" ? Key::tid : name == "dur" ? Key::dur
+                                                                                                            : Key::other;
+    case 4:
+      return name == "name" ? Key::name : name == "args" ? Key::args : Key::other;
+    case 10:
+      return name == "sort_index" ? Key::sort_index : Key::other;
+    case 11:
+      return name == "traceEvents"   ? Key::trace_events
+             : name == "External id" ? Key::external_id
+             : name == "correlation" ? Key::correlation
+                                     : Key::other;
+    default:
+      return Key::other;
+  }
+}
+
+struct FlowKeyHash {
+  size_t operator()(const std::pair<uint32_t, uint64_t>& key) const {
+    return std::hash<uint64_t>()(key.second * 0x9e3779b97f4a7c15ULL ^ key.first);
+  }
+};
+
 struct FlowPoint {
   bool start = false;
   int64_t pid = 0;
@@ -88,9 +156,474 @@ struct FlowPoint {
   double ts_us = 0;
 };
 
+using LaneKey = std::pair<int64_t, int64_t>;  // (pid, tid)
+
+// What one run of traceEvents elements holds, with names interned locally: chunks of a large trace
+// are read on separate threads and merged in file order.
+using LaneKey = std::pair<int64_t, int64_t>;  // (pid, tid)
+
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>()(text); }
+};
+
+// What one run of traceEvents elements holds, with names interned locally: chunks of a large trace
+// are read on separate threads and merged in file order.
+struct ChunkIndex {
+  std::vector<std::string> names;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids;
+  std::vector<TraceEvent> events;  // name and category index `names`
+  std::vector<LaneKey> event_lanes;
+  std::map<int64_t, std::string> process_names;
+  std::map<int64_t, int64_t> process_sorts;
+  std::map<LaneKey, std::string> thread_names;
+  std::map<LaneKey, int64_t> thread_sorts;
+  std::vector<std::tuple<uint32_t, uint64_t, FlowPoint>> flow_points;  // (category name, id, end)
+  bool bad_complete_event = false;  // an "X" event without a valid ts/dur
+  bool parsed = false;              // the run was valid JSON
+  std::string error;                // the parser's message otherwise
+  bool found_events = false;
+  const char* events_end = nullptr;  // just after the events array, when the run reached it
+
+  uint32_t name_id(std::string_view text) {
+    if (auto it = name_ids.find(text); it != name_ids.end()) return it->second;
+    const auto id = static_cast<uint32_t>(names.size());
+    names.emplace_back(text);
+    name_ids.emplace(names.back(), id);
+    return id;
+  }
+
+  void consume(const EventFields& event) {
+    if (!event.pid || !event.tid) return;
+    const LaneKey lane{*event.pid, *event.tid};
+    if (event.phase == "M") {
+      if (event.name == "process_name" && event.args_name) {
+        process_names[lane.first] = std::string(*event.args_name);
+      } else if (event.name == "thread_name" && event.args_name) {
+        thread_names[lane] = std::string(*event.args_name);
+      } else if (event.name == "process_sort_index" && event.sort_index) {
+        process_sorts[lane.first] = *event.sort_index;
+      } else if (event.name == "thread_sort_index" && event.sort_index) {
+        thread_sorts[lane] = *event.sort_index;
+      }
+    } else if (event.phase == "X") {
+      if (!event.ts || !event.dur || *event.dur < 0) {
+        bad_complete_event = true;
+        return;
+      }
+      TraceEvent parsed_event;
+      parsed_event.ts_us = *event.ts;
+      parsed_event.dur_us = *event.dur;
+      parsed_event.name = name_id(event.name);
+      parsed_event.category = name_id(event.category);
+      parsed_event.args_json = event.args;
+      parsed_event.external_id = event.external_id.value_or(0);
+      parsed_event.correlation = event.correlation.value_or(0);
+      events.push_back(std::move(parsed_event));
+      event_lanes.push_back(lane);
+    } else if (event.phase == "s" || event.phase == "f") {
+      if (!event.id || !event.ts) return;
+      flow_points.emplace_back(name_id(event.category), static_cast<uint64_t>(*event.id),
+                               FlowPoint{event.phase == "s", lane.first, lane.second, *event.ts});
+    }
+  }
+};
+
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
+using simdjson::SUCCESS;
+
+// A JSON number as the index reads it: integers that fit 64 bits (those above INT64_MAX, such as the
+// profiler's correlation ids with the top bits set, keep their bits as int64) and every number as a
+// double (correctly rounded, as strtod does).
+struct Number {
+  std::optional<int64_t> integer;
+  double value = 0;
+};
+
+// Reads a trace document with simdjson's On-Demand API. Every value is visited, including those the
+// index does not use, so that the whole text is validated as JSON, as a full parse would.
+class TraceReader {
+ public:
+  TraceReader(ChunkIndex& chunk, od::document& document) : chunk_(chunk), document_(document) {}
+
+  // Checks that `value` is valid JSON, recursively.
+  error_code skip(od::value value) {
+    od::json_type type;
+    if (auto error = value.type().get(type)) return error;
+    switch (type) {
+      case od::json_type::object: {
+        od::object object;
+        if (auto error = value.get_object().get(object)) return error;
+        for (auto maybe_field : object) {
+          od::field field;
+          if (auto error = std::move(maybe_field).get(field)) return error;
+          std::string_view key;
+          if (auto error = field.unescaped_key().get(key)) return error;
+          if (auto error = skip(field.value())) return error;
+        }
+        return SUCCESS;
+      }
+      case od::json_type::array: {
+        od::array array;
+        if (auto error = value.get_array().get(array)) return error;
+        for (auto maybe_element : array) {
+          od::value element;
+          if (auto error = std::move(maybe_element).get(element)) return error;
+          if (auto error = skip(element)) return error;
+        }
+        return SUCCESS;
+      }
+      case od::json_type::string: {
+        std::string_view text;
+        return value.get_string().get(text);
+      }
+      case od::json_type::number: {
+        Number number;
+        return read_number(value, number);
+      }
+      case od::json_type::boolean: {
+        // A damaged literal ("tru") reads as a bool of the wrong type: name what it is.
+        bool flag = false;
+        if (value.get_bool().get(flag) == SUCCESS) return SUCCESS;
+        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+      }
+      case od::json_type::null: {
+        bool null = false;
+        if (auto error = value.is_null().get(null)) return error;
+        return null ? SUCCESS : simdjson::N_ATOM_ERROR;
+      }
+    }
+    return simdjson::TAPE_ERROR;
+  }
+
+  // The elements of the events array: objects are events, anything else is only validated.
+  error_code events(od::array array) {
+    for (auto maybe_element : array) {
+      od::value element;
+      if (auto error = std::move(maybe_element).get(element)) return error;
+      od::json_type type;
+      if (auto error = element.type().get(type)) return error;
+      if (type != od::json_type::object) {
+        if (auto error = skip(element)) return error;
+        continue;
+      }
+      od::object object;
+      if (auto error = element.get_object().get(object)) return error;
+      if (auto error = event(object)) return error;
+    }
+    return SUCCESS;
+  }
+
+  // Where the parser stands in the text: the start of the next token, or nullptr at the end.
+  const char* location() {
+    auto at = document_.current_location();
+    return at.error() == SUCCESS ? at.value_unsafe() : nullptr;
+  }
+
+ private:
+  static error_code read_number(od::value value, Number& number) {
+    od::number parsed;
+    if (auto error = value.get_number().get(parsed)) return error;
+    switch (parsed.get_number_type()) {
+      case od::number_type::signed_integer:
+        number.integer = parsed.get_int64();
+        number.value = static_cast<double>(parsed.get_int64());
+        break;
+      case od::number_type::unsigned_integer:
+        number.integer = static_cast<int64_t>(parsed.get_uint64());
+        number.value = static_cast<double>(parsed.get_uint64());
+        break;
+      case od::number_type::floating_point_number:
+        number.value = parsed.get_double();
+        break;
+    }
+    return SUCCESS;
+  }
+
+  static error_code type_of(od::value& value, od::json_type& type) { return value.type().get(type); }
+
+  error_code string_or_skip(od::value value, std::string_view& out) {
+    od::json_type type;
+    if (auto error = type_of(value, type)) return error;
+    if (type != od::json_type::string) return skip(value);
+    return value.get_string().get(out);
+  }
+
+  error_code number_or_skip(od::value value, Number& out, bool& is_number) {
+    od::json_type type;
+    if (auto error = type_of(value, type)) return error;
+    is_number = type == od::json_type::number;
+    if (!is_number) return skip(value);
+    return read_number(value, out);
+  }
+
+  // One event object: its fields in order, a repeated key's last value winning.
+  error_code event(od::object object) {
+    EventFields fields;
+    for (auto maybe_field : object) {
+      od::field field;
+      if (auto error = std::move(maybe_field).get(field)) return error;
+      std::string_view key;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      od::value value = field.value();
+      switch (key_of(key)) {
+        case Key::ph:
+          if (auto error = string_or_skip(value, fields.phase)) return error;
+          break;
+        case Key::name:
+          if (auto error = string_or_skip(value, fields.name)) return error;
+          break;
+        case Key::cat:
+          if (auto error = string_or_skip(value, fields.category)) return error;
+          break;
+        case Key::pid:
+        case Key::tid:
+        case Key::id:
+        case Key::ts:
+        case Key::dur: {
+          const Key which = key_of(key);
+          Number number;
+          bool is_number = false;
+          if (auto error = number_or_skip(value, number, is_number)) return error;
+          if (!is_number) break;
+          if (which == Key::ts) fields.ts = number.value;
+          if (which == Key::dur) fields.dur = number.value;
+          if (number.integer && which == Key::pid) fields.pid = number.integer;
+          if (number.integer && which == Key::tid) fields.tid = number.integer;
+          if (number.integer && which == Key::id) fields.id = number.integer;
+          break;
+        }
+        case Key::args: {
+          od::json_type type;
+          if (auto error = type_of(value, type)) return error;
+          if (type != od::json_type::object) {
+            if (auto error = skip(value)) return error;
+            break;
+          }
+          if (auto error = args(value, fields)) return error;
+          break;
+        }
+        default:
+          if (auto error = skip(value)) return error;
+      }
+    }
+    chunk_.consume(fields);
+    return SUCCESS;
+  }
+
+  // The args object: its raw text is kept; names, ids and sort indexes at its top level are read.
+  error_code args(od::value value, EventFields& fields) {
+    const char* begin = value.raw_json_token().data();  // the '{'
+    od::object object;
+    if (auto error = value.get_object().get(object)) return error;
+    for (auto maybe_field : object) {
+      od::field field;
+      if (auto error = std::move(maybe_field).get(field)) return error;
+      std::string_view key;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      const Key which = key_of(key);
+      if (which == Key::name) {
+        std::string_view text;
+        if (auto error = string_or_skip(field.value(), text)) return error;
+        if (text.data() != nullptr) fields.args_name = text;
+      } else if (which == Key::external_id || which == Key::correlation || which == Key::sort_index) {
+        Number number;
+        bool is_number = false;
+        if (auto error = number_or_skip(field.value(), number, is_number)) return error;
+        if (!is_number) continue;
+        if (number.integer) {
+          if (which == Key::external_id) fields.external_id = number.integer;
+          if (which == Key::correlation) fields.correlation = number.integer;
+          if (which == Key::sort_index) fields.sort_index = number.integer;
+        } else if (which == Key::sort_index && !fields.sort_index && std::isfinite(number.value) &&
+                   std::abs(number.value) < 9.2e18) {
+          fields.sort_index = static_cast<int64_t>(number.value);
+        }
+      } else if (auto error = skip(field.value())) {
+        return error;
+      }
+    }
+    // The object's text ends at the '}' before the next token (in valid JSON an args object is never
+    // the last token of a document: at least its event's '}' follows).
+    const char* end = location();
+    if (end == nullptr) return simdjson::INCOMPLETE_ARRAY_OR_OBJECT;
+    while (end > begin && end[-1] != '}') --end;
+    fields.args = std::string_view(begin, static_cast<size_t>(end - begin));
+    return SUCCESS;
+  }
+
+  ChunkIndex& chunk_;
+  od::document& document_;
+};
+
+// One thread's parser and the buffer it copies text into, with the padding simdjson reads past the
+// end, both reused from one run of events to the next.
+class PaddedParser {
+ public:
+  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer.
+  std::string_view load(std::string_view text, bool bracketed) {
+    const size_t size = text.size() + (bracketed ? 2 : 0);
+    if (size + simdjson::SIMDJSON_PADDING > capacity_) {
+      capacity_ = size + size / 4 + simdjson::SIMDJSON_PADDING;
+      buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
+    }
+    char* out = buffer_.get();
+    if (bracketed) *out++ = '[';
+    std::memcpy(out, text.data(), text.size());
+    if (bracketed) out[text.size()] = ']';
+    std::memset(buffer_.get() + size, 0, simdjson::SIMDJSON_PADDING);
+    return {buffer_.get(), size};
+  }
+  simdjson::simdjson_result<od::document> iterate(std::string_view loaded) {
+    return parser_.iterate(loaded.data(), loaded.size(), capacity_);
+  }
+
+ private:
+  od::parser parser_;
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_ = 0;
+};
+
+std::string parse_error_message(error_code error, std::optional<size_t> offset) {
+  std::string message = simdjson::error_message(error);
+  if (offset) message += fmt::format(" (near byte {})", *offset);
+  return message;
+}
+
+// Parses text[0, size) into `chunk`. Bracketed: the text is a run of elements of the events array,
+// read as if wrapped in '[' and ']'; the last run (`strict` false) extends to the end of the file, and
+// its parse stops after the events array's ']' (recorded as `events_end`). Otherwise the text is the
+// whole file: either {"traceEvents": [...], ...} or a bare array of events.
+void parse_chunk(const char* text, size_t size, bool bracketed, bool strict, ChunkIndex& chunk,
+                 PaddedParser& parser) {
+  const std::string_view buffer = parser.load(std::string_view(text, size), bracketed);
+  // Maps a position in `buffer` back to the file text.
+  auto in_text = [&](const char* at) { return text + (at - buffer.data()) - (bracketed ? 1 : 0); };
+  od::document document;
+  auto fail = [&](error_code error, bool located) {
+    chunk.parsed = false;
+    std::optional<size_t> offset;
+    if (located) {
+      auto at = document.current_location();
+      // Past the first byte: at the start, the document as a whole is what is wrong.
+      if (at.error() == SUCCESS && in_text(at.value_unsafe()) > text) {
+        offset = static_cast<size_t>(in_text(at.value_unsafe()) - text);
+      }
+    }
+    chunk.error = parse_error_message(error, offset);
+  };
+  if (auto error = parser.iterate(buffer).get(document)) return fail(error, false);
+  TraceReader reader(chunk, document);
+  od::json_type type;
+  if (auto error = document.type().get(type)) return fail(error, true);
+  if (bracketed) {
+    od::array array;
+    if (auto error = document.get_array().get(array)) return fail(error, true);
+    chunk.found_events = true;
+    if (auto error = reader.events(array)) return fail(error, true);
+    if (strict) {
+      if (reader.location() != nullptr) return fail(simdjson::TRAILING_CONTENT, true);
+    } else if (const char* end = reader.location(); end != nullptr) {
+      // The wrapping '[' was closed by the file's own ']' of the events array.
+      while (end > buffer.data() && end[-1] != ']') --end;
+      chunk.events_end = in_text(end);
+    }
+    chunk.parsed = true;
+    return;
+  }
+  switch (type) {
+    case od::json_type::array: {
+      od::array array;
+      if (auto error = document.get_array().get(array)) return fail(error, true);
+      chunk.found_events = true;
+      if (auto error = reader.events(array)) return fail(error, true);
+      break;
+    }
+    case od::json_type::object: {
+      od::object object;
+      if (auto error = document.get_object().get(object)) return fail(error, true);
+      for (auto maybe_field : object) {
+        od::field field;
+        if (auto error = std::move(maybe_field).get(field)) return fail(error, true);
+        std::string_view key;
+        if (auto error = field.unescaped_key().get(key)) return fail(error, true);
+        od::value value = field.value();
+        od::json_type value_type;
+        if (auto error = value.type().get(value_type)) return fail(error, true);
+        if (!chunk.found_events && value_type == od::json_type::array && key_of(key) == Key::trace_events) {
+          od::array array;
+          if (auto error = value.get_array().get(array)) return fail(error, true);
+          chunk.found_events = true;
+          if (auto error = reader.events(array)) return fail(error, true);
+        } else if (auto error = reader.skip(value)) {
+          return fail(error, true);
+        }
+      }
+      break;
+    }
+    case od::json_type::string: {
+      std::string_view scalar;
+      if (auto error = document.get_string().get(scalar)) return fail(error, true);
+      break;
+    }
+    case od::json_type::number: {
+      double scalar = 0;
+      if (auto error = document.get_double().get(scalar)) return fail(error, true);
+      break;
+    }
+    case od::json_type::boolean: {
+      bool scalar = false;
+      if (auto error = document.get_bool().get(scalar)) return fail(error, true);
+      break;
+    }
+    case od::json_type::null: {
+      bool null = false;
+      if (auto error = document.is_null().get(null)) return fail(error, true);
+      if (!null) return fail(simdjson::N_ATOM_ERROR, true);
+      break;
+    }
+  }
+  if (reader.location() != nullptr) return fail(simdjson::TRAILING_CONTENT, true);
+  chunk.parsed = true;
+}
+
+// Splits the events array of a large trace written one event per line (as the exporter does) into
+// runs of whole elements: each run starts at a '{' that opens a line after "},\n". Returns the
+// [begin, end) ranges, the last one running to the end of the file (its parse stops at the array's
+// ']'); empty when the layout is not found. A split inside a nested value cannot parse, so a wrong
+// guess shows up as a chunk error and the caller falls back to one sequential parse.
+std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_t parts, size_t& open_bracket) {
+  const size_t key = text.find("\"traceEvents\"");
+  if (key == std::string_view::npos || parts < 2) return {};
+  size_t open = text.find_first_not_of(" \t\r\n", key + 13);
+  if (open == std::string_view::npos || text[open] != ':') return {};
+  open = text.find_first_not_of(" \t\r\n", open + 1);
+  if (open == std::string_view::npos || text[open] != '[') return {};
+  open_bracket = open;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  size_t begin = open + 1;
+  for (size_t k = 1; k < parts; ++k) {
+    size_t at = std::max(begin, open + (text.size() - open) / parts * k);
+    while ((at = text.find("\n{", at)) != std::string_view::npos) {
+      const size_t comma = text.find_last_not_of(" \t\r\n", at);
+      if (comma != std::string_view::npos && comma > begin && text[comma] == ',') {
+        ranges.emplace_back(begin, comma);
+        begin = at + 1;
+        break;
+      }
+      at += 2;
+    }
+    if (at == std::string_view::npos) break;
+  }
+  if (ranges.empty()) return {};
+  ranges.emplace_back(begin, text.size());
+  return ranges;
+}
+
 }  // namespace
 
-std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir) {
+std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, const IndexOptions& options) {
   auto index = std::make_shared<ProfileIndex>();
   index->dir_ = dir;
   if (!fs::is_directory(dir)) {
@@ -106,88 +639,135 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir) {
   for (const formats::ManifestFile& file : index->manifest_.files) {
     if (file.kind == formats::ManifestFileKind::trace) trace_file = file.path;
   }
-  index->parse_trace(dir / trace_file);
+  index->parse_trace(dir / trace_file, options);
   return index;
 }
 
-void ProfileIndex::parse_trace(const fs::path& trace_path) {
+void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
   const std::string origin = (dir_.filename() / trace_path.filename()).string();
-  json document;
-  try {
-    document = json::parse(read_text_file(trace_path));
-  } catch (const json::parse_error& error) {
-    throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin, error.what()));
-  }
-  const json* trace_events = nullptr;
-  if (document.is_object() && document.contains("traceEvents") && document["traceEvents"].is_array()) {
-    trace_events = &document["traceEvents"];
-  } else if (document.is_array()) {
-    trace_events = &document;
-  } else {
-    throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin));
-  }
+  const MappedFile file(trace_path);
 
-  std::map<int64_t, std::string> process_names;
-  std::map<int64_t, int64_t> process_sorts;
-  std::map<std::pair<int64_t, int64_t>, std::string> thread_names;
-  std::map<std::pair<int64_t, int64_t>, int64_t> thread_sorts;
-  std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> lane_events;
-  std::map<std::pair<std::string, uint64_t>, std::pair<std::optional<FlowPoint>, std::optional<FlowPoint>>>
-      flow_points;
-  std::unordered_map<std::string, uint32_t> name_ids;
-  auto name_id = [&](const std::string& text) {
-    auto [it, inserted] = name_ids.emplace(text, static_cast<uint32_t>(names_.size()));
-    if (inserted) names_.push_back(text);
-    return it->second;
-  };
-
-  for (const json& event : *trace_events) {
-    if (!event.is_object()) continue;
-    const std::string phase = event.value("ph", "");
-    const auto pid = integer_field(event, "pid");
-    const auto tid = integer_field(event, "tid");
-    if (!pid || !tid) continue;
-    if (phase == "M") {
-      const std::string name = event.value("name", "");
-      const json args = event.value("args", json::object());
-      if (name == "process_name" && args.contains("name") && args["name"].is_string()) {
-        process_names[*pid] = args["name"].get<std::string>();
-      } else if (name == "thread_name" && args.contains("name") && args["name"].is_string()) {
-        thread_names[{*pid, *tid}] = args["name"].get<std::string>();
-      } else if (name == "process_sort_index" && args.contains("sort_index") &&
-                 args["sort_index"].is_number()) {
-        process_sorts[*pid] = args["sort_index"].get<int64_t>();
-      } else if (name == "thread_sort_index" && args.contains("sort_index") &&
-                 args["sort_index"].is_number()) {
-        thread_sorts[{*pid, *tid}] = args["sort_index"].get<int64_t>();
+  // Large traces: runs of events parsed on several threads, each thread taking the next run. Anything
+  // unexpected (another layout, a parse error) falls back to one sequential parse of the whole file,
+  // which also gives the exact error.
+  std::vector<ChunkIndex> chunks;
+  const unsigned available = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
+  const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
+  const size_t threads = std::min<size_t>(std::max(1u, available), std::max<size_t>(1, by_size));
+  if (file.size() >= options.parallel_parse_bytes && threads > 1) {
+    size_t open_bracket = 0;
+    const size_t runs = std::max(threads, file.size() / std::max<size_t>(1, options.bytes_per_run));
+    const auto ranges = split_events(std::string_view(file.begin(), file.size()), runs, open_bracket);
+    chunks.resize(ranges.size());
+    std::atomic<size_t> next_run{0};
+    std::atomic<bool> failed{false};
+    auto work = [&] {
+      PaddedParser parser;
+      for (size_t i = next_run++; i < ranges.size() && !failed; i = next_run++) {
+        const bool last = i + 1 == ranges.size();
+        parse_chunk(file.begin() + ranges[i].first, ranges[i].second - ranges[i].first, true, !last, chunks[i],
+                    parser);
+        if (!chunks[i].parsed) failed = true;
       }
-    } else if (phase == "X") {
-      const auto ts = number_field(event, "ts");
-      const auto dur = number_field(event, "dur");
-      if (!ts || !dur || *dur < 0) {
-        throw RequestError(422,
-                           fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
-      }
-      TraceEvent parsed;
-      parsed.ts_us = *ts;
-      parsed.dur_us = *dur;
-      parsed.name = name_id(event.value("name", ""));
-      parsed.category = name_id(event.value("cat", ""));
-      if (auto args = event.find("args"); args != event.end() && args->is_object()) {
-        parsed.args_json = args->dump();
-        parsed.external_id = integer_field(*args, "External id").value_or(0);
-        parsed.correlation = integer_field(*args, "correlation").value_or(0);
-      }
-      events_.push_back(std::move(parsed));
-      lane_events[{*pid, *tid}].push_back(static_cast<uint32_t>(events_.size() - 1));
-    } else if (phase == "s" || phase == "f") {
-      const auto id = integer_field(event, "id");
-      const auto ts = number_field(event, "ts");
-      if (!id || !ts) continue;
-      auto& ends = flow_points[{event.value("cat", ""), static_cast<uint64_t>(*id)}];
-      (phase == "s" ? ends.first : ends.second) = FlowPoint{phase == "s", *pid, *tid, *ts};
+    };
+    std::vector<std::thread> workers;
+    for (size_t t = 1; t < std::min(threads, ranges.size()); ++t) workers.emplace_back(work);
+    if (!ranges.empty()) work();
+    for (std::thread& worker : workers) worker.join();
+    // Every run parsed, the last one reached the end of the events array, and what surrounds the array
+    // is valid JSON on its own: then the file as a whole is, and the runs hold all of its events.
+    const bool all_parsed = std::all_of(chunks.begin(), chunks.end(), [](const ChunkIndex& c) { return c.parsed; });
+    bool whole = all_parsed && !chunks.empty() && chunks.back().events_end != nullptr;
+    if (whole) {
+      const char* end = file.begin() + file.size();
+      std::string outside(file.begin(), open_bracket + 1);
+      outside += ']';
+      outside.append(chunks.back().events_end, end);
+      whole = json::accept(outside);
+    }
+    if (!whole) chunks.clear();
+  }
+  if (chunks.empty()) {
+    chunks.resize(1);
+    PaddedParser parser;
+    // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
+    std::string_view text(file.begin(), file.size());
+    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+    parse_chunk(text.data(), text.size(), false, true, chunks.front(), parser);
+    if (!chunks.front().parsed) {
+      throw RequestError(422,
+                         fmt::format("profile file '{}' is not valid JSON: {}", origin, chunks.front().error));
+    }
+    if (!chunks.front().found_events) {
+      throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin));
     }
   }
+
+  // Merged in file order: names get their ids in order of first appearance, later metadata wins.
+  std::map<int64_t, std::string> process_names;
+  std::map<int64_t, int64_t> process_sorts;
+  std::map<LaneKey, std::string> thread_names;
+  std::map<LaneKey, int64_t> thread_sorts;
+  std::map<LaneKey, std::vector<uint32_t>> lane_events;
+  using FlowEnds = std::pair<std::optional<FlowPoint>, std::optional<FlowPoint>>;
+  std::unordered_map<std::pair<uint32_t, uint64_t>, FlowEnds, FlowKeyHash> flow_ends;
+  std::unordered_map<std::string, uint32_t> name_ids;
+  size_t total_events = 0, total_flow_points = 0;
+  for (const ChunkIndex& chunk : chunks) {
+    total_events += chunk.events.size();
+    total_flow_points += chunk.flow_points.size();
+  }
+  events_.reserve(total_events);
+  flow_ends.reserve(total_flow_points / 2);  // a flow has two ends
+  for (ChunkIndex& chunk : chunks) {
+    if (chunk.bad_complete_event) {
+      throw RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+    }
+    std::vector<uint32_t> global(chunk.names.size());
+    for (size_t i = 0; i < chunk.names.size(); ++i) {
+      auto [it, inserted] = name_ids.emplace(chunk.names[i], static_cast<uint32_t>(names_.size()));
+      if (inserted) names_.push_back(chunk.names[i]);
+      global[i] = it->second;
+    }
+    for (size_t i = 0; i < chunk.events.size(); ++i) {
+      TraceEvent& event = chunk.events[i];
+      event.name = global[event.name];
+      event.category = global[event.category];
+      lane_events[chunk.event_lanes[i]].push_back(static_cast<uint32_t>(events_.size()));
+      events_.push_back(std::move(event));
+    }
+    for (auto& [pid, name] : chunk.process_names) process_names.insert_or_assign(pid, std::move(name));
+    for (auto& [pid, sort] : chunk.process_sorts) process_sorts.insert_or_assign(pid, sort);
+    for (auto& [key, name] : chunk.thread_names) thread_names.insert_or_assign(key, std::move(name));
+    for (auto& [key, sort] : chunk.thread_sorts) thread_sorts.insert_or_assign(key, sort);
+    for (const auto& [category, id, point] : chunk.flow_points) {
+      auto& ends = flow_ends[{global[category], id}];
+      (point.start ? ends.first : ends.second) = point;
+    }
+    chunk = ChunkIndex{};  // free it as soon as it is merged
+  }
+  // Flows in (category, id) order, so flow ids are stable from one load to the next. Categories are
+  // few: they are ranked by name once and the pairs sorted by (rank, id).
+  std::vector<uint32_t> categories;
+  for (const auto& [key, ends] : flow_ends) categories.push_back(key.first);
+  std::sort(categories.begin(), categories.end());
+  categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
+  std::sort(categories.begin(), categories.end(), [&](uint32_t a, uint32_t b) { return names_[a] < names_[b]; });
+  std::vector<uint32_t> category_rank(names_.size());
+  for (uint32_t i = 0; i < categories.size(); ++i) category_rank[categories[i]] = i;
+  // The ends stay in `flow_ends` (its nodes do not move); the sort moves only small references to them.
+  struct RankedFlow {
+    uint32_t rank;
+    uint32_t category;
+    uint64_t id;
+    FlowEnds* ends;
+  };
+  std::vector<RankedFlow> flow_points;
+  flow_points.reserve(flow_ends.size());
+  for (auto& [key, ends] : flow_ends) flow_points.push_back({category_rank[key.first], key.first, key.second, &ends});
+  std::sort(flow_points.begin(), flow_points.end(), [](const RankedFlow& a, const RankedFlow& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.id < b.id;
+  });
 
   // Times become relative to the earliest event: trace.json holds host-clock microseconds (about 1e12),
   // where a double keeps only about a nanosecond, too coarse for zooming into one instruction.
@@ -195,7 +775,7 @@ void ProfileIndex::parse_trace(const fs::path& trace_path) {
     origin_us_ = events_.front().ts_us;
     for (const TraceEvent& event : events_) origin_us_ = std::min(origin_us_, event.ts_us);
     for (TraceEvent& event : events_) event.ts_us -= origin_us_;
-    for (auto& [key, ends] : flow_points) {
+    for (auto& [key, ends] : flow_ends) {
       if (ends.first) ends.first->ts_us -= origin_us_;
       if (ends.second) ends.second->ts_us -= origin_us_;
     }
@@ -256,14 +836,15 @@ void ProfileIndex::parse_trace(const fs::path& trace_path) {
     lanes_.push_back(std::move(lane));
   }
 
-  for (const auto& [key, ends] : flow_points) {
+  for (const RankedFlow& point : flow_points) {
+    const FlowEnds& ends = *point.ends;
     if (!ends.first || !ends.second) continue;
     auto from_lane = lane_of.find({ends.first->pid, ends.first->tid});
     auto to_lane = lane_of.find({ends.second->pid, ends.second->tid});
     if (from_lane == lane_of.end() || to_lane == lane_of.end()) continue;
     auto from = enclosing_event(from_lane->second, ends.first->ts_us);
     auto to = enclosing_event(to_lane->second, ends.second->ts_us);
-    if (from && to) flows_.push_back({key.first, *from, *to});
+    if (from && to) flows_.push_back({names_[point.category], *from, *to});
   }
 }
 
@@ -495,6 +1076,33 @@ nlohmann::json ProfileIndex::key_averages() const {
           {"self_device_total_us", self_device_total}};
 }
 
+std::shared_ptr<const ProfileIndex::DeviceTrace> ProfileIndex::device_trace(uint64_t neff_hash,
+                                                                          uint32_t core) const {
+  std::lock_guard lock(device_mutex_);
+  if (auto it = device_traces_.find({neff_hash, core}); it != device_traces_.end()) return it->second;
+  const formats::ManifestFile* ntff_file = nullptr;
+  const formats::ManifestFile* neff_file = nullptr;
+  for (const formats::ManifestFile& file : manifest_.files) {
+    if (file.neff_hash != neff_hash) continue;
+    if (file.kind == formats::ManifestFileKind::ntff && file.core == core) ntff_file = &file;
+    if (file.kind == formats::ManifestFileKind::neff) neff_file = &file;
+  }
+  if (!ntff_file || !neff_file) {
+    throw RequestError(
+        404,
+        fmt::format("no instruction trace of executable {:016x} on core {} in this profile", neff_hash, core));
+  }
+  auto loaded = std::make_shared<DeviceTrace>();
+  try {
+    loaded->trace = formats::ntff_load((dir_ / ntff_file->path).string());
+    loaded->executable = formats::neff_load((dir_ / neff_file->path).string());
+  } catch (const std::exception& error) {
+    throw RequestError(422, fmt::format("instruction trace unreadable: {}", error.what()));
+  }
+  device_traces_.emplace(std::pair{neff_hash, core}, loaded);
+  return loaded;
+}
+
 nlohmann::json ProfileIndex::device_execution(std::string_view neff, uint32_t core,
                                               std::optional<uint64_t> sequence) const {
   const auto hash = parse_neff_hash(neff);
@@ -502,26 +1110,9 @@ nlohmann::json ProfileIndex::device_execution(std::string_view neff, uint32_t co
     throw RequestError(400,
                        fmt::format("neff '{}' is neither a 16-hex-digit hash nor neff_<hash>.neff", neff));
   }
-  const formats::ManifestFile* ntff_file = nullptr;
-  const formats::ManifestFile* neff_file = nullptr;
-  for (const formats::ManifestFile& file : manifest_.files) {
-    if (file.neff_hash != hash) continue;
-    if (file.kind == formats::ManifestFileKind::ntff && file.core == core) ntff_file = &file;
-    if (file.kind == formats::ManifestFileKind::neff) neff_file = &file;
-  }
-  if (!ntff_file || !neff_file) {
-    throw RequestError(
-        404,
-        fmt::format("no instruction trace of executable {:016x} on core {} in this profile", *hash, core));
-  }
-  formats::NtffTrace trace;
-  device::Executable executable;
-  try {
-    trace = formats::ntff_load((dir_ / ntff_file->path).string());
-    executable = formats::neff_load((dir_ / neff_file->path).string());
-  } catch (const std::exception& error) {
-    throw RequestError(422, fmt::format("instruction trace unreadable: {}", error.what()));
-  }
+  const auto loaded = device_trace(*hash, core);
+  const formats::NtffTrace& trace = loaded->trace;
+  const device::Executable& executable = loaded->executable;
   if (trace.executions.empty()) throw RequestError(404, "the instruction trace holds no execution");
   const formats::NtffExecution* execution = &trace.executions.front();
   if (sequence) {

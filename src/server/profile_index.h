@@ -1,7 +1,8 @@
 // The Explorer server's in-memory index of one profile output directory (docs/formats.md).
 //
-// Loading parses trace.json once into per-lane arrays sorted by start time, binds the flow events
-// ("s"/"f") to the slices they belong to, and keeps the manifest. Queries answer the JSON API:
+// Loading reads trace.json once (simdjson On-Demand over a padded copy of the text: no document tree
+// of it is built, every value is validated, large files are read in runs on several threads) into per-lane arrays sorted by start time, binds the flow
+// events ("s"/"f") to the slices they belong to, and keeps the manifest. Queries answer the JSON API:
 //
 //   auto profile = ProfileIndex::load("/profiles/naive");
 //   nlohmann::json visible = profile->window({.start_us = 0, .end_us = 500, .width_px = 1200});
@@ -12,7 +13,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -20,7 +23,9 @@
 #include <string_view>
 #include <vector>
 
+#include "device/executable.h"
 #include "formats/manifest.h"
+#include "formats/ntff.h"
 
 namespace sightline::server {
 
@@ -70,10 +75,22 @@ struct WindowQuery {
   uint32_t width_px = 1000;
 };
 
+// How trace.json is read: large files are split into runs of whole events (at line starts of the
+// exporter's one-event-per-line layout), each thread parsing the next run not yet taken, and the runs
+// are merged in file order; the result is the same as one sequential parse, which is also the
+// fallback for any other layout and gives the exact error of a damaged file.
+struct IndexOptions {
+  size_t parallel_parse_bytes = size_t{32} << 20;  // files smaller than this are read on one thread
+  size_t bytes_per_thread = size_t{8} << 20;       // at most one thread per this many bytes
+  unsigned threads = 0;                            // 0: std::thread::hardware_concurrency()
+  size_t bytes_per_run = size_t{2} << 20;          // the events are parsed in runs of about this size
+};
+
 class ProfileIndex {
  public:
   // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.
-  static std::shared_ptr<const ProfileIndex> load(const std::filesystem::path& dir);
+  static std::shared_ptr<const ProfileIndex> load(const std::filesystem::path& dir,
+                                                  const IndexOptions& options = {});
 
   const formats::Manifest& manifest() const { return manifest_; }
   const std::vector<TraceEvent>& events() const { return events_; }
@@ -87,13 +104,20 @@ class ProfileIndex {
   nlohmann::json search(std::string_view text, size_t limit) const;
   nlohmann::json key_averages() const;
   // One execution of one executable on one core: the NTFF records, one row per engine and DMA queue.
+  // Each (executable, core) pair's NEFF and NTFF are read once and kept.
   nlohmann::json device_execution(std::string_view neff, uint32_t core,
                                   std::optional<uint64_t> sequence) const;
 
  private:
-  void parse_trace(const std::filesystem::path& trace_path);
+  void parse_trace(const std::filesystem::path& trace_path, const IndexOptions& options);
   std::optional<uint32_t> enclosing_event(uint32_t lane, double ts_us) const;
   nlohmann::json event_summary(uint32_t id) const;
+
+  struct DeviceTrace {
+    formats::NtffTrace trace;
+    device::Executable executable;
+  };
+  std::shared_ptr<const DeviceTrace> device_trace(uint64_t neff_hash, uint32_t core) const;
 
   std::filesystem::path dir_;
   formats::Manifest manifest_;
@@ -104,6 +128,8 @@ class ProfileIndex {
   double origin_us_ = 0;  // trace.json time of the earliest event; every ts here is relative to it
   double start_us_ = 0;
   double end_us_ = 0;
+  mutable std::mutex device_mutex_;
+  mutable std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const DeviceTrace>> device_traces_;
 };
 
 }  // namespace sightline::server

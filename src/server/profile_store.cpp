@@ -2,10 +2,29 @@
 
 #include <fmt/format.h>
 
+#include <stdio.h>  // renameat2
+#include <fcntl.h>   // AT_FDCWD
+
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <set>
+#include <span>
 #include <system_error>
 
+#include "analysis/compare.h"
+#include "analysis/profile_dir.h"
+#include "analysis/report.h"
+#include "analysis/roofline.h"
 #include "formats/manifest.h"
+#include "formats/neff.h"
+#include "formats/ntff.h"
+#include "formats/output_dir.h"
+#include "profiler/chrome_trace.h"
+#include "sightline/error.h"
 
 namespace sightline::server {
 namespace {
@@ -42,6 +61,148 @@ json manifest_summary(const formats::Manifest& manifest) {
           {"dropped", manifest.dropped.total()},
           {"files", manifest.files.size()},
           {"bytes", bytes}};
+}
+
+
+json roofline_json(const analysis::Roofline& roof) {
+  json points = json::array();
+  auto add = [&](const char* kind, const analysis::RooflinePoint& p) {
+    points.push_back({{"kind", kind},
+                      {"name", p.name},
+                      {"intensity", p.intensity},
+                      {"achieved_flops_per_s", p.achieved_flops_per_s},
+                      {"attainable_flops_per_s", p.attainable_flops_per_s},
+                      {"bound", analysis::bound_name(p.bound)},
+                      {"efficiency", p.efficiency},
+                      {"time_us", p.time_ns / 1000},
+                      {"executions", p.executions},
+                      {"flops", p.flops},
+                      {"hbm_bytes", p.hbm_bytes}});
+  };
+  for (const analysis::RooflinePoint& p : roof.executables) add("executable", p);
+  for (const analysis::RooflinePoint& p : roof.ops) add("op", p);
+  return {{"device", roof.device},
+          {"peak_flops_per_s", roof.peak_flops_per_s},
+          {"hbm_bytes_per_s", roof.hbm_bytes_per_s},
+          {"ridge_point", roof.ridge_point},
+          {"points", std::move(points)}};
+}
+
+// Messages of readers that ran on the staging directory name the file by its staging path; the user
+// knows it by the profile name.
+std::string without_path(std::string message, const std::string& path, std::string_view name) {
+  for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + name.size())) {
+    message.replace(at, path.size(), name);
+  }
+  return message;
+}
+
+enum class UploadKind { manifest, trace, system_trace, neff, ntff };
+
+// What an uploaded file is, from its name; nullopt for names a profile directory does not hold.
+std::optional<UploadKind> upload_kind(std::string_view name) {
+  if (name == formats::kManifestFileName) return UploadKind::manifest;
+  if (name == "trace.json") return UploadKind::trace;
+  if (name == "system_trace.json") return UploadKind::system_trace;
+  if (name.starts_with("neff_") && name.ends_with(".neff") && name.size() == 5 + 16 + 5) return UploadKind::neff;
+  if (formats::ntff_parse_file_name(name)) return UploadKind::ntff;
+  return std::nullopt;
+}
+
+// The file name inside the profile directory: the last component of what the browser sent (a
+// directory upload sends "folder/trace.json"). Refuses "..", hidden and unknown names.
+std::string upload_file_name(std::string_view sent) {
+  if (sent.empty()) throw RequestError(400, "an uploaded file has no file name");
+  std::string_view rest = sent;
+  std::string_view last;
+  while (true) {
+    const size_t slash = rest.find_first_of("/\\");
+    const std::string_view part = rest.substr(0, slash);
+    if (part == "..") {
+      throw RequestError(400, fmt::format("uploaded file '{}' refers to a parent directory ('..'); send the "
+                                          "files of one profile directory",
+                                          sent));
+    }
+    if (slash == std::string_view::npos) {
+      last = part;
+      break;
+    }
+    rest = rest.substr(slash + 1);
+  }
+  if (last.empty() || last.front() == '.' || !std::all_of(last.begin(), last.end(), is_name_character)) {
+    throw RequestError(400, fmt::format("uploaded file '{}' has no usable name: use the names a profile "
+                                        "directory holds (letters, digits and -_.+@, not starting with a dot)",
+                                        sent));
+  }
+  if (!upload_kind(last)) {
+    throw RequestError(400, fmt::format("uploaded file '{}' is not part of a profile directory: expected "
+                                        "manifest.json, trace.json, system_trace.json, neff_<hash>.neff or "
+                                        "<hash>_instid_0_vnc_<core>.ntff",
+                                        sent));
+  }
+  return std::string(last);
+}
+
+std::string random_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device device;
+  return fmt::format("{:08x}{}", device(), counter++);
+}
+
+// Removes the staging directory unless it was moved into place.
+struct StagingDirectory {
+  fs::path path;
+  bool kept = false;
+  ~StagingDirectory() {
+    if (kept) return;
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+// A trace.json for an executable + instruction-trace pair: one nc_exec_running event per captured
+// execution on the core's hardware lane, written by the profiler's own exporter so every reader of
+// profile directories accepts it.
+void write_pair_trace(const fs::path& path, const device::Executable& exe, const formats::NtffTrace& trace) {
+  profiler::CollectedTrace collected;
+  const int core = static_cast<int>(trace.core);
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  const std::string neff = formats::neff_file_name(exe);
+  for (const formats::NtffExecution& execution : trace.executions) {
+    profiler::FunctionEvent event;
+    event.name = "nc_exec_running";
+    event.kind = profiler::EventKind::device_exec;
+    event.device_type = profiler::DeviceType::privateuse1;
+    event.device_index = core;
+    event.id = execution.correlation;
+    event.start_ns = execution.start_ns;
+    event.end_ns = execution.start_ns + static_cast<int64_t>(std::ceil(execution.duration_ns));
+    event.args.push_back({"neuron core", static_cast<int64_t>(core)});
+    event.args.push_back({"sequence", static_cast<int64_t>(execution.seq)});
+    event.args.push_back({"executable", exe.name});
+    event.args.push_back({"neff", neff});
+    first = std::min(first, event.start_ns);
+    last = std::max(last, event.end_ns);
+    collected.events.push_back(std::move(event));
+  }
+  if (collected.events.empty()) first = last = 0;
+  std::sort(collected.events.begin(), collected.events.end(),
+            [](const profiler::FunctionEvent& a, const profiler::FunctionEvent& b) {
+              return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+            });
+  collected.devices.push_back({core, fmt::format("neuron_hw/NC:{}", core), fmt::format("neuron:{}", core),
+                               5'000'000 + core});
+  collected.resources.push_back({core, 0, fmt::format("neuron_hw/NC:{}", core), 0});
+  // NTFF start times are host-clock ns already: the window starts at the first execution.
+  collected.window_start_ns = first;
+  collected.window_end_ns = last;
+  collected.wall_clock_at_window_start_ns = first;
+  profiler::ChromeTraceOptions options;
+  options.device_name = "neuron";
+  options.trace_name = exe.name;
+  options.system_lanes = true;
+  options.instance = "upload";
+  profiler::export_chrome_trace(collected, path.string(), options);
 }
 
 }  // namespace
@@ -100,12 +261,75 @@ json ProfileStore::list() const {
 
 std::shared_ptr<const ProfileIndex> ProfileStore::open(std::string_view name) {
   const fs::path path = profile_path(name);
-  std::lock_guard lock(mutex_);
-  if (auto it = cache_.find(name); it != cache_.end()) return it->second;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = cache_.find(name); it != cache_.end()) return it->second;
+  }
   if (!fs::is_directory(path)) throw RequestError(404, fmt::format("no profile named '{}'", name));
+  // Indexed outside the lock, so other profiles stay responsive while a large one loads.
+  const uint64_t generation = generation_of(name);
   auto index = ProfileIndex::load(path);
-  cache_.emplace(std::string(name), index);
+  std::lock_guard lock(mutex_);
+  if (generation_of_locked(name) == generation) cache_.emplace(std::string(name), index);
   return index;
+}
+
+std::shared_ptr<const analysis::ProfileDir> ProfileStore::analysis(std::string_view name) {
+  const fs::path path = profile_path(name);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = analyses_.find(name); it != analyses_.end()) return it->second;
+  }
+  if (!fs::is_directory(path)) throw RequestError(404, fmt::format("no profile named '{}'", name));
+  const uint64_t generation = generation_of(name);
+  std::shared_ptr<const analysis::ProfileDir> loaded;
+  try {
+    loaded = std::make_shared<const analysis::ProfileDir>(analysis::profile_dir_load(path.string()));
+  } catch (const Error& error) {
+    throw RequestError(422, fmt::format("profile '{}' cannot be analysed: {}", name,
+                                        without_path(error.what(), root_.string() + "/", "")));
+  }
+  std::lock_guard lock(mutex_);
+  if (generation_of_locked(name) == generation) analyses_.emplace(std::string(name), loaded);
+  return loaded;
+}
+
+json ProfileStore::summary(std::string_view name) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = summaries_.find(name); it != summaries_.end()) return *it->second;
+  }
+  const uint64_t generation = generation_of(name);
+  const auto profile = analysis(name);
+  json out;
+  try {
+    out = json::parse(analysis::report_summary_json(*profile));
+    out["roofline"] = roofline_json(analysis::roofline(*profile));
+  } catch (const Error& error) {
+    throw RequestError(422, fmt::format("profile '{}' cannot be summarized: {}", name, error.what()));
+  }
+  std::lock_guard lock(mutex_);
+  if (generation_of_locked(name) == generation) {
+    summaries_.emplace(std::string(name), std::make_shared<const json>(out));
+  }
+  return out;
+}
+
+json ProfileStore::compare(std::string_view a, std::string_view b) {
+  const auto profile_a = analysis(a);
+  const auto profile_b = analysis(b);
+  analysis::Comparison comparison;
+  try {
+    comparison = analysis::compare(*profile_a, *profile_b);
+  } catch (const Error& error) {
+    throw RequestError(422, fmt::format("profiles '{}' and '{}' cannot be compared: {}", a, b, error.what()));
+  }
+  json out = json::parse(analysis::compare_json(comparison));
+  out["a"] = std::string(a);
+  out["b"] = std::string(b);
+  out["total_a_us"] = comparison.total_a_ns / 1000;
+  out["total_b_us"] = comparison.total_b_ns / 1000;
+  return out;
 }
 
 void ProfileStore::remove(std::string_view name) {
@@ -118,9 +342,176 @@ void ProfileStore::remove(std::string_view name) {
   }
   std::error_code error;
   fs::remove_all(path, error);
+  forget(name);
   if (error)
     throw RequestError(409, fmt::format("profile '{}' could not be deleted: {}", name, error.message()));
+}
+
+void ProfileStore::forget(std::string_view name) {
   if (auto it = cache_.find(name); it != cache_.end()) cache_.erase(it);
+  if (auto it = analyses_.find(name); it != analyses_.end()) analyses_.erase(it);
+  if (auto it = summaries_.find(name); it != summaries_.end()) summaries_.erase(it);
+  auto [it, inserted] = generations_.try_emplace(std::string(name), 0);
+  ++it->second;
+}
+
+uint64_t ProfileStore::generation_of(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  return generation_of_locked(name);
+}
+
+uint64_t ProfileStore::generation_of_locked(std::string_view name) const {
+  auto it = generations_.find(name);
+  return it == generations_.end() ? 0 : it->second;
+}
+
+json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, const UploadOptions& options) {
+  const fs::path target = profile_path(name);
+  std::error_code error;
+  if (fs::exists(fs::symlink_status(target, error))) {
+    throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose "
+                                        "another name",
+                                        name));
+  }
+  if (files.empty()) throw RequestError(400, "the upload holds no files");
+
+  // Names first: nothing is written for an upload with a bad one.
+  std::map<std::string, std::string*> by_name;
+  std::map<UploadKind, std::vector<std::string>> by_kind;
+  uint64_t bytes = 0;
+  for (UploadFile& file : files) {
+    const std::string file_name = upload_file_name(file.name);
+    if (!by_name.emplace(file_name, &file.content).second) {
+      throw RequestError(400, fmt::format("the upload holds '{}' twice", file_name));
+    }
+    by_kind[*upload_kind(file_name)].push_back(file_name);
+    bytes += file.content.size();
+  }
+  const bool whole_directory = by_kind.contains(UploadKind::manifest);
+  if (whole_directory && !by_kind.contains(UploadKind::trace)) {
+    throw RequestError(400, "the upload has a manifest.json but no trace.json: send the whole profile directory");
+  }
+  if (!whole_directory) {
+    const bool pair = by_kind[UploadKind::neff].size() == 1 && by_kind[UploadKind::ntff].size() == 1 &&
+                      by_name.size() == 2;
+    if (!pair) {
+      throw RequestError(400, "an upload is either a whole profile directory (manifest.json, trace.json and the "
+                              "files the manifest lists) or an executable + instruction-trace pair (exactly one "
+                              "neff_<hash>.neff and its <hash>_instid_0_vnc_<core>.ntff)");
+    }
+  }
+
+  StagingDirectory staging{root_ / fmt::format(".upload-{}", random_suffix())};
+  fs::create_directory(staging.path, error);
+  if (error) {
+    throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",
+                                        error.message()));
+  }
+  for (const auto& [file_name, content] : by_name) {
+    formats::write_file_durably(staging.path / file_name,
+                                std::span(reinterpret_cast<const uint8_t*>(content->data()), content->size()));
+  }
+
+  const std::string shown = std::string(name);
+  auto refuse = [&](const std::exception& failure) {
+    throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
+                                        without_path(failure.what(), staging.path.string(), shown)));
+  };
+  if (whole_directory) {
+    try {
+      const formats::Manifest manifest = formats::manifest_load(staging.path.string());
+      std::set<std::string> listed = {std::string(formats::kManifestFileName)};
+      for (const formats::ManifestFile& file : manifest.files) {
+        listed.insert(file.path);
+        const fs::path path = staging.path / file.path;
+        if (!fs::exists(path)) {
+          throw RequestError(400, fmt::format("upload '{}' is incomplete: manifest.json lists '{}', which was "
+                                              "not sent; send the whole profile directory",
+                                              name, file.path));
+        }
+        if (file.bytes != 0 && fs::file_size(path) != file.bytes) {
+          throw RequestError(400, fmt::format("upload '{}': '{}' has {} bytes, manifest.json says {}; the file "
+                                              "was truncated or changed",
+                                              name, file.path, fs::file_size(path), file.bytes));
+        }
+      }
+      for (const auto& [file_name, content] : by_name) {
+        if (!listed.contains(file_name)) {
+          throw RequestError(400, fmt::format("upload '{}': '{}' is not listed in manifest.json", name, file_name));
+        }
+      }
+    } catch (const RequestError&) {
+      throw;
+    } catch (const std::exception& failure) {
+      refuse(failure);
+    }
+  } else {
+    try {
+      const std::string& neff_name = by_kind[UploadKind::neff].front();
+      const std::string& ntff_name = by_kind[UploadKind::ntff].front();
+      const device::Executable exe = formats::neff_load((staging.path / neff_name).string());
+      const formats::NtffTrace trace = formats::ntff_load((staging.path / ntff_name).string());
+      const uint64_t hash = formats::neff_hash(exe);
+      if (formats::neff_file_name(exe) != neff_name || trace.neff_hash != hash) {
+        throw RequestError(400, fmt::format("upload '{}': '{}' is not the instruction trace of '{}' (it pairs "
+                                            "with {}); send an executable and its own trace",
+                                            name, ntff_name, neff_name,
+                                            formats::ntff_paired_neff_file_name(trace.neff_hash)));
+      }
+      device::Spec spec;
+      try {
+        spec = device::Spec::builtin(options.device);
+      } catch (const std::exception& failure) {
+        throw RequestError(400, fmt::format("device '{}' is not a built-in spec: {}", options.device,
+                                            failure.what()));
+      }
+      write_pair_trace(staging.path / "trace.json", exe, trace);
+      formats::Manifest manifest;
+      manifest.created_utc = formats::manifest_now_utc();
+      manifest.modes = {"DEVICE"};
+      manifest.captured_cores = {trace.core};
+      manifest.device = spec;
+      manifest.events.hardware = trace.executions.size();
+      manifest.events.instruction_records = trace.record_count();
+      manifest.files = {
+          {formats::ManifestFileKind::trace, "trace.json", {}, {}, fs::file_size(staging.path / "trace.json")},
+          {formats::ManifestFileKind::neff, neff_name, hash, {}, fs::file_size(staging.path / neff_name)},
+          {formats::ManifestFileKind::ntff, ntff_name, hash, trace.core, fs::file_size(staging.path / ntff_name)}};
+      formats::manifest_save(manifest, staging.path.string());
+    } catch (const RequestError&) {
+      throw;
+    } catch (const std::exception& failure) {
+      refuse(failure);
+    }
+  }
+
+  // Everything a reader of this profile will do: analysis of every file, then the server's index.
+  try {
+    (void)analysis::profile_dir_load(staging.path.string());
+  } catch (const std::exception& failure) {
+    refuse(failure);
+  }
+  try {
+    (void)ProfileIndex::load(staging.path);
+  } catch (const RequestError& failure) {
+    throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
+                                        without_path(failure.what(), staging.path.filename().string(), shown)));
+  }
+
+  // Into place in one step; RENAME_NOREPLACE refuses to replace a profile that appeared meanwhile.
+  std::lock_guard lock(mutex_);
+  if (::renameat2(AT_FDCWD, staging.path.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+    const int code = errno;
+    if (code == EEXIST || code == ENOTEMPTY) {
+      throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose "
+                                          "another name",
+                                          name));
+    }
+    throw RequestError(500, fmt::format("cannot move upload '{}' into place: {}", name, std::strerror(code)));
+  }
+  staging.kept = true;
+  forget(name);
+  return {{"uploaded", std::string(name)}, {"files", by_name.size()}, {"bytes", bytes}};
 }
 
 }  // namespace sightline::server

@@ -1,7 +1,28 @@
 // A directory of profile output directories, as the Explorer server sees it: one profile per
 // subdirectory, addressed by its name. Names are checked before any file is touched, so a request
 // cannot reach outside the root (no separators, no "..", no hidden names, no symlink escapes).
-// Each profile is indexed once, on first use, and kept in memory.
+// Each profile is indexed once, on first use, and kept in memory, as is its analysis (summary,
+// roofline); deleting or uploading a profile drops what was kept for that name.
+//
+//   ProfileStore store("profiles");
+//   nlohmann::json listing = store.list();
+//   nlohmann::json summary = store.summary("fused");          // summary-json + "roofline"
+//   nlohmann::json diff = store.compare("naive", "fused");    // compare_json + names and totals
+//   store.upload("mine", {{"manifest.json", text}, {"trace.json", trace}, ...});
+//
+// Uploads take one of two shapes: a whole profile directory (manifest.json and trace.json plus the
+// files the manifest lists), or an executable + instruction-trace pair (exactly one neff_<hash>.neff
+// and its <hash>_instid_0_vnc_<k>.ntff), around which the store builds a profile directory: a
+// trace.json with one nc_exec_running event per captured execution on the core's neuron_hw lane
+// (each naming its NEFF and sequence, so the device view opens), and a manifest. Such a profile
+// shows the device: executions, the instruction timeline, summary metrics and the roofline; it has
+// no framework or runtime lanes, no flows and no operator table, and its device spec is the one
+// named at upload (trn2 unless told), since a NEFF does not record it.
+//
+// An upload is written into a hidden staging directory inside the root (never listed), validated
+// with the formats/ readers, analysis::profile_dir_load and the index, and only then renamed into
+// place in one step that refuses to replace anything. A failed upload leaves nothing behind and
+// never touches an existing profile.
 #pragma once
 
 #include <filesystem>
@@ -11,10 +32,25 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/profile_index.h"
 
+namespace sightline::analysis {
+struct ProfileDir;
+}
+
 namespace sightline::server {
+
+// One uploaded file: its name as the client sent it (a leading folder is dropped) and its bytes.
+struct UploadFile {
+  std::string name;
+  std::string content;
+};
+
+struct UploadOptions {
+  std::string device = "trn2";  // spec of an executable + instruction-trace pair (builtin name)
+};
 
 class ProfileStore {
  public:
@@ -25,13 +61,36 @@ class ProfileStore {
   std::shared_ptr<const ProfileIndex> open(std::string_view name);
   void remove(std::string_view name);
 
+  // `sightline view NAME --output-format summary-json` plus "roofline": {"peak_flops_per_s",
+  // "hbm_bytes_per_s", "ridge_point", "points": [{"kind": "executable"|"op", "name", "intensity",
+  // "achieved_flops_per_s", "attainable_flops_per_s", "bound", "efficiency", "time_us",
+  // "executions", "flops", "hbm_bytes"}]}. Throws RequestError(422) for a profile analysis refuses.
+  nlohmann::json summary(std::string_view name);
+  // analysis::compare_json of the two profiles with "a"/"b" set to the names, plus "total_a_us" and
+  // "total_b_us".
+  nlohmann::json compare(std::string_view a, std::string_view b);
+
+  // Stores a new profile `name` from uploaded files (see the header comment). Returns {"uploaded",
+  // "files", "bytes"}. Throws RequestError: 400 for a bad name or a malformed upload (naming the file
+  // and the problem), 409 when the name is taken.
+  nlohmann::json upload(std::string_view name, std::vector<UploadFile> files, const UploadOptions& options = {});
+
   // The directory of profile `name`; throws RequestError(400) for a name that could leave the root.
   std::filesystem::path profile_path(std::string_view name) const;
 
  private:
+  std::shared_ptr<const analysis::ProfileDir> analysis(std::string_view name);
+  void forget(std::string_view name);  // drops what is cached for `name`; caller holds mutex_
+  // Bumped by forget(): a load that started before a delete or upload is not cached after it.
+  uint64_t generation_of(std::string_view name);
+  uint64_t generation_of_locked(std::string_view name) const;
+
   std::filesystem::path root_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const ProfileIndex>, std::less<>> cache_;
+  std::map<std::string, std::shared_ptr<const analysis::ProfileDir>, std::less<>> analyses_;
+  std::map<std::string, std::shared_ptr<const nlohmann::json>, std::less<>> summaries_;
+  std::map<std::string, uint64_t, std::less<>> generations_;
 };
 
 }  // namespace sightline::server

@@ -8,10 +8,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
+#include "../analysis/profiles.h"
 #include "device/spec.h"
 #include "formats/manifest.h"
 #include "server/http_server.h"
@@ -280,6 +283,258 @@ TEST_F(ServerTest, HttpApiAnswersJsonAndRefusesTraversal) {
 
   server.stop();
   serving.join();
+}
+
+}  // namespace
+}  // namespace sightline::server
+
+namespace sightline::server {
+namespace {
+
+TEST_F(ServerTest, SummaryOfAProfileWithoutExecutionsHasZerosAndNoPoints) {
+  ProfileStore store(root_);
+  const json summary = store.summary("good");
+  EXPECT_EQ(summary["executions"], 0);
+  EXPECT_EQ(summary["total_time_us"], 0.0);
+  EXPECT_TRUE(summary["insights"].is_array());
+  EXPECT_TRUE(summary["roofline"]["points"].empty());
+  EXPECT_GT(summary["roofline"]["ridge_point"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace sightline::server
+
+namespace sightline::server {
+namespace {
+
+// An independent reading of trace.json through a whole-document parse: what the streaming index must
+// reproduce, event for event (lane, name, category, times, args, ids) and flow for flow.
+void expect_index_matches_document(const fs::path& dir) {
+  std::ifstream in(dir / "trace.json");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const json document = json::parse(text.str());
+  const json& events = document.is_array() ? document : document["traceEvents"];
+  std::map<std::pair<int64_t, int64_t>, std::string> lane_names;
+  double origin = std::numeric_limits<double>::infinity();
+  for (const json& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name") {
+      lane_names[{e["pid"].get<int64_t>(), e["tid"].get<int64_t>()}] = e["args"]["name"].get<std::string>();
+    }
+    if (e.value("ph", "") == "X") origin = std::min(origin, e["ts"].get<double>());
+  }
+  using Row = std::tuple<std::string, std::string, std::string, double, double, std::string, int64_t, int64_t>;
+  std::vector<Row> expected;
+  std::map<std::pair<std::string, uint64_t>, int> flow_ends;
+  for (const json& e : events) {
+    const std::string phase = e.value("ph", "");
+    if (phase == "X") {
+      const json args = e.value("args", json::object());
+      expected.emplace_back(lane_names.at({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()}), e["name"], e["cat"],
+                            e["ts"].get<double>() - origin, e["dur"].get<double>(), args.dump(),
+                            args.value("External id", int64_t{0}), args.value("correlation", int64_t{0}));
+    } else if (phase == "s" || phase == "f") {
+      flow_ends[{e["cat"].get<std::string>(), e["id"].get<uint64_t>()}] += phase == "s" ? 1 : 2;
+    }
+  }
+  const auto index = ProfileIndex::load(dir);
+  // Read on several threads in small runs, the index is the same, id for id.
+  const auto parallel = ProfileIndex::load(dir, {.parallel_parse_bytes = 0, .bytes_per_thread = 4096, .threads = 7});
+  // And on two threads taking many runs of a few events each, so that run boundaries fall all over it.
+  const auto in_runs = ProfileIndex::load(
+      dir, {.parallel_parse_bytes = 0, .bytes_per_thread = 256, .threads = 2, .bytes_per_run = 700});
+  for (const auto& other : {parallel, in_runs}) {
+    ASSERT_EQ(other->events().size(), index->events().size()) << dir;
+    for (size_t i = 0; i < index->events().size(); ++i) {
+      const TraceEvent& a = index->events()[i];
+      const TraceEvent& b = other->events()[i];
+      ASSERT_TRUE(a.ts_us == b.ts_us && a.dur_us == b.dur_us && a.name == b.name && a.category == b.category &&
+                  a.lane == b.lane && a.depth == b.depth && a.args_json == b.args_json &&
+                  a.external_id == b.external_id && a.correlation == b.correlation)
+          << dir << " event " << i;
+    }
+    EXPECT_EQ(other->lanes_json(), index->lanes_json()) << dir;
+    ASSERT_EQ(other->flows().size(), index->flows().size()) << dir;
+    for (size_t i = 0; i < index->flows().size(); ++i) {
+      EXPECT_EQ(other->flows()[i].from, index->flows()[i].from);
+      EXPECT_EQ(other->flows()[i].to, index->flows()[i].to);
+      EXPECT_EQ(other->flows()[i].category, index->flows()[i].category);
+    }
+  }
+  std::vector<Row> indexed;
+  for (const TraceEvent& e : index->events()) {
+    indexed.emplace_back(index->lanes()[e.lane].name, index->name_of(e.name), index->name_of(e.category), e.ts_us,
+                         e.dur_us, json::parse(e.args_json).dump(), e.external_id, e.correlation);
+  }
+  std::sort(expected.begin(), expected.end());
+  std::sort(indexed.begin(), indexed.end());
+  ASSERT_EQ(indexed.size(), expected.size()) << dir;
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(indexed[i], expected[i]) << dir << " event " << i;
+
+  // Every flow whose two ends are present is bound, to slices that contain its ends' times.
+  size_t complete = 0;
+  for (const auto& [key, ends] : flow_ends) complete += ends == 3;
+  EXPECT_EQ(index->flows().size(), complete) << dir;
+  EXPECT_GT(complete, 0u) << dir;
+  for (const Flow& flow : index->flows()) {
+    const TraceEvent& from = index->events()[flow.from];
+    const TraceEvent& to = index->events()[flow.to];
+    EXPECT_LE(from.ts_us, to.ts_us + 0.001) << dir << " " << flow.category;
+    EXPECT_TRUE(flow.category == "fwd" || flow.category == "ac2g") << flow.category;
+  }
+}
+
+TEST_F(ServerTest, StreamingIndexEqualsADocumentParseOfTheExampleProfiles) {
+  const test_profiles::Generated& g = test_profiles::generate();
+  for (const test_profiles::Profiled* p : {&g.naive, &g.fused, &g.matmul}) expect_index_matches_document(p->dir);
+  expect_index_matches_document(root_ / "good");
+}
+
+TEST_F(ServerTest, TracesOfOtherShapesIndexToo) {
+  // A bare array of events, pretty-printed, with nested args and fields in another order.
+  json events = sample_trace()["traceEvents"];
+  events.push_back({{"args", {{"nested", {{"list", {1, 2, {{"deep", "x"}}}}}}, {"External id", 77}}},
+                    {"dur", 3},
+                    {"ts", 2000},
+                    {"tid", 7},
+                    {"pid", kHostPid},
+                    {"name", "nested_args"},
+                    {"cat", "cpu_op"},
+                    {"ph", "X"}});
+  write_profile("bare_array", events.dump(2));
+  expect_index_matches_document(root_ / "bare_array");
+  const auto index = ProfileIndex::load(root_ / "bare_array");
+  const json found = index->search("nested_args", 1);
+  ASSERT_EQ(found["total"], 1u);
+  const json details = index->event_details(found["matches"][0]["id"]);
+  EXPECT_EQ(details["args"]["nested"]["list"][2]["deep"], "x");
+  EXPECT_EQ(details["args"]["External id"], 77);
+}
+
+}  // namespace
+}  // namespace sightline::server
+
+namespace sightline::server {
+namespace {
+
+TEST_F(ServerTest, DamagedTracesAreRefusedWhetherReadInRunsOrWhole) {
+  const test_profiles::Generated& g = test_profiles::generate();
+  std::ifstream in(fs::path(g.fused.dir) / "trace.json");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string trace = text.str();
+  ASSERT_EQ(trace.back() == '\n' ? trace[trace.size() - 2] : trace.back(), '}');
+  const IndexOptions in_runs{.parallel_parse_bytes = 0, .bytes_per_thread = 4096, .threads = 5};
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"no_closing_brace", trace.substr(0, trace.rfind('}'))},
+      {"truncated_events", trace.substr(0, trace.size() / 2)},
+      {"garbage_after", trace + "]"},
+      {"broken_event", trace.substr(0, trace.find("\n{", trace.size() / 2) + 1) + "{" +
+                           trace.substr(trace.find("\n{", trace.size() / 2) + 1)},
+  };
+  for (const auto& [name, content] : damaged) {
+    write_profile(name, content);
+    for (const IndexOptions& options : {IndexOptions{}, in_runs}) {
+      try {
+        ProfileIndex::load(root_ / name, options);
+        ADD_FAILURE() << name << " was accepted (threads " << options.threads << ")";
+      } catch (const RequestError& error) {
+        EXPECT_EQ(error.status(), 422) << name;
+        EXPECT_NE(std::string(error.what()).find("is not valid JSON"), std::string::npos) << error.what();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sightline::server
+
+namespace sightline::server {
+namespace {
+
+// One event per line as the exporter writes them, but with other whitespace (CRLF, tabs, spaces around
+// the separators), escapes in names and args, and raw args text that must be kept as written.
+TEST_F(ServerTest, UnusualWhitespaceAndEscapesIndexTheSameInRunsAndWhole) {
+  const json events = sample_trace()["traceEvents"];
+  std::string text = "{ \"schemaVersion\" :\t1 ,\r\n  \"traceEvents\"\t:\r\n[\r\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    std::string line = events[i].dump();
+    if (i % 3 == 0) line = events[i].dump(1, '\t');  // an event spread over several lines
+    text += line + (i + 1 < events.size() ? " ,\r\n" : "\r\n");
+  }
+  text +=
+      ",{\"ph\": \"X\", \"cat\": \"cpu_\\u006fp\", \"name\": \"esc\\\"aped\\n\\u00e9\", \"pid\": 100, \"tid\": 7, "
+      "\"ts\": 2000.125, \"dur\": 1e1, \"args\" : { \"External id\" : 12 , "
+      "\"text\": \"},\\n{\" ,\"deep\":[{},[],null,true,-0.5e-3] }\t}\r\n";
+  text += "]\t,\r\n\"traceName\" : \"ws\" }\r\n";
+  ASSERT_NO_THROW(json::parse(text));
+  write_profile("whitespace", text);
+  expect_index_matches_document(root_ / "whitespace");
+  // With a UTF-8 byte order mark before it, the same trace reads the same.
+  write_profile("byte_order_mark", "\xEF\xBB\xBF" + text);
+  const IndexOptions in_runs{.parallel_parse_bytes = 0, .bytes_per_thread = 64, .threads = 2, .bytes_per_run = 500};
+  for (const IndexOptions& options : {IndexOptions{}, in_runs}) {
+    EXPECT_EQ(ProfileIndex::load(root_ / "byte_order_mark", options)->events().size(),
+              ProfileIndex::load(root_ / "whitespace")->events().size());
+  }
+  const auto index = ProfileIndex::load(root_ / "whitespace");
+  const json found = index->search("esc", 5);
+  ASSERT_EQ(found["total"], 1u);
+  const TraceEvent& event = index->events()[found["matches"][0]["id"].get<uint32_t>()];
+  EXPECT_EQ(index->name_of(event.name), "esc\"aped\n\u00e9");
+  EXPECT_EQ(index->name_of(event.category), "cpu_op");
+  EXPECT_EQ(event.dur_us, 10);
+  EXPECT_EQ(event.external_id, 12);
+  EXPECT_EQ(event.args_json, R"({ "External id" : 12 , "text": "},\n{" ,"deep":[{},[],null,true,-0.5e-3] })");
+}
+
+// Damage inside values the index does not use is found too: every value is validated.
+TEST_F(ServerTest, InvalidJsonAnywhereIsRefusedWithTheFileNamed) {
+  const std::string head = R"({"traceEvents": [)"
+                           "\n";
+  const std::string good =
+      R"({"ph": "X", "cat": "c", "name": "n", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2, "args": {"a": 1}})";
+  std::vector<std::string> lines(40, good);
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"bad_literal", R"({"ph": "X", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "other": tru})"},
+      {"bad_number", R"({"ph": "X", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "other": [01]})"},
+      {"bad_escape", R"({"ph": "X", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"x": "\q"}})"},
+      {"missing_comma", R"({"ph": "X", "name": "n" "pid": 1, "tid": 1, "ts": 1, "dur": 2})"},
+      {"bad_key", R"({"ph": "X", "name": "n", pid: 1, "tid": 1, "ts": 1, "dur": 2})"},
+  };
+  const IndexOptions in_runs{.parallel_parse_bytes = 0, .bytes_per_thread = 64, .threads = 3, .bytes_per_run = 300};
+  for (const auto& [name, bad] : damaged) {
+    std::string text = head;
+    for (size_t i = 0; i < lines.size(); ++i) text += (i == 25 ? bad : lines[i]) + ",\n";
+    text += good + "\n]}\n";
+    write_profile(name, text);
+    for (const IndexOptions& options : {IndexOptions{}, in_runs}) {
+      try {
+        ProfileIndex::load(root_ / name, options);
+        ADD_FAILURE() << name << " was accepted (threads " << options.threads << ")";
+      } catch (const RequestError& error) {
+        EXPECT_EQ(error.status(), 422) << name;
+        const std::string message = error.what();
+        EXPECT_NE(message.find(name + "/trace.json"), std::string::npos) << message;
+        EXPECT_NE(message.find("is not valid JSON"), std::string::npos) << message;
+      }
+    }
+  }
+  // Cut off right after an event's args object, and with the events array never closed.
+  write_profile("cut_after_args",
+                R"({"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"a": 1})");
+  write_profile("unclosed_array", head + good + ",\n" + good + "\n");
+  for (const char* name : {"cut_after_args", "unclosed_array"}) {
+    for (const IndexOptions& options : {IndexOptions{}, in_runs}) {
+      try {
+        ProfileIndex::load(root_ / name, options);
+        ADD_FAILURE() << name << " was accepted";
+      } catch (const RequestError& error) {
+        EXPECT_EQ(error.status(), 422) << name;
+        EXPECT_NE(std::string(error.what()).find("is not valid JSON"), std::string::npos) << error.what();
+      }
+    }
+  }
 }
 
 }  // namespace

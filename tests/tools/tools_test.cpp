@@ -1,6 +1,13 @@
 // The sightline CLI, run as a subprocess on profiles generated in the test: outputs, exit codes and
 // the errors a user sees for malformed inputs.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../analysis/profiles.h"
+#include "formats/ntff.h"
 
 namespace fs = std::filesystem;
 
@@ -41,7 +49,7 @@ CliRun run_cli(const std::string& args) {
   return run;
 }
 
-std::string shell_quoted(const fs::path& path) { return "'" + path.string() + "'"; }
+std::string shell_quoted(const fs::path& path) { return fmt::format("'{}'", path.string()); }
 
 }  // namespace
 
@@ -173,4 +181,155 @@ TEST(SightlineCli, MalformedInputsAreClearErrorsWithExitCode2) {
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_NE(r.err.find("is not valid JSON"), std::string::npos) << r.err;
   }
+}
+
+namespace {
+
+// `sightline serve ROOT --port 0` as a child process; the URL comes from its first stdout line.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const fs::path& root) : log_(root.parent_path() / (root.filename().string() + ".serve.log")) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    const std::string root_arg = root.string();
+    std::vector<std::string> args = {SIGHTLINE_CLI, "serve", root_arg, "--port", "0", "--ui", root_arg + "/no_ui"};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, SIGHTLINE_CLI, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string text = slurp(log_);
+      const size_t at = text.find("http://");
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+        url_ = text.substr(at, text.find('/', at + 7) - at);
+        first_line_ = text.substr(0, text.find('\n'));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "sightline serve printed no URL: " << slurp(log_);
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) stop();
+    fs::remove(log_);
+  }
+  // SIGTERM; returns the exit code (the server stops cleanly: 0).
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  const std::string& url() const { return url_; }
+  const std::string& first_line() const { return first_line_; }
+
+ private:
+  fs::path log_;
+  pid_t pid_ = -1;
+  std::string url_, first_line_;
+};
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = test_profiles::generate().root / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST(SightlineCli, ServeHelpAndBadOptionsAreUsageErrors) {
+  const CliRun help = run_cli("serve --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* option : {"--port", "--host", "--ui", "--max-upload-mb"}) {
+    EXPECT_NE(help.out.find(option), std::string::npos) << option << " missing from: " << help.out;
+  }
+  EXPECT_EQ(run_cli("serve --port 70000").exit_code, 1);
+  EXPECT_EQ(run_cli("serve --port -1").exit_code, 1);
+  EXPECT_EQ(run_cli("serve --port http").exit_code, 1);
+  EXPECT_EQ(run_cli("serve --max-upload-mb 0").exit_code, 1);
+  const CliRun missing_root = run_cli("serve " + shell_quoted(test_profiles::generate().root / "no_such_root") +
+                                      " --port 0");
+  EXPECT_EQ(missing_root.exit_code, 2);
+  EXPECT_NE(missing_root.err.find("not a readable directory"), std::string::npos) << missing_root.err;
+  EXPECT_EQ(run_cli("upload --help").exit_code, 0);
+  EXPECT_EQ(run_cli("upload " + shell_quoted(test_profiles::generate().fused.dir)).exit_code, 1);  // no --name
+}
+
+TEST(SightlineCli, ServeUploadAndStop) {
+  const auto& g = test_profiles::generate();
+  const fs::path root = fresh_dir("serve_root");
+  ServeProcess server(root);
+  ASSERT_FALSE(server.url().empty());
+  EXPECT_EQ(server.first_line().rfind("sightline Explorer: http://127.0.0.1:", 0), 0u) << server.first_line();
+  EXPECT_NE(server.first_line().find("serving profiles from " + root.string()), std::string::npos)
+      << server.first_line();
+
+  const CliRun uploaded = run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + server.url());
+  ASSERT_EQ(uploaded.exit_code, 0) << uploaded.err;
+  EXPECT_NE(uploaded.out.find("as 'fused'"), std::string::npos) << uploaded.out;
+  EXPECT_TRUE(fs::exists(root / "fused" / "manifest.json"));
+  const CliRun viewed = run_cli("view " + shell_quoted(root / "fused") + " --output-format summary-json");
+  EXPECT_EQ(viewed.exit_code, 0) << viewed.err;
+
+  // The pair shape: a directory holding one NEFF and its NTFF.
+  const fs::path pair = fresh_dir("pair_upload");
+  for (const auto& entry : fs::directory_iterator(g.matmul.dir)) {
+    if (entry.path().extension() == ".ntff") {
+      fs::copy_file(entry.path(), pair / entry.path().filename());
+      const auto name = sightline::formats::ntff_parse_file_name(entry.path().filename().string());
+      ASSERT_TRUE(name);
+      const std::string neff = sightline::formats::ntff_paired_neff_file_name(name->neff_hash);
+      fs::copy_file(fs::path(g.matmul.dir) / neff, pair / neff);
+      break;
+    }
+  }
+  const CliRun pair_uploaded = run_cli("upload " + shell_quoted(pair) + " --name pair --server " + server.url());
+  EXPECT_EQ(pair_uploaded.exit_code, 0) << pair_uploaded.err;
+  EXPECT_TRUE(fs::exists(root / "pair" / "trace.json"));
+
+  // Refusals come back with the server's message and exit code 2.
+  const CliRun taken = run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + server.url());
+  EXPECT_EQ(taken.exit_code, 2);
+  EXPECT_NE(taken.err.find("already exists"), std::string::npos) << taken.err;
+  const CliRun bad_name = run_cli("upload " + shell_quoted(g.fused.dir) + " --name .hidden --server " + server.url());
+  EXPECT_EQ(bad_name.exit_code, 2);
+  EXPECT_NE(bad_name.err.find("not a profile name"), std::string::npos) << bad_name.err;
+
+  EXPECT_EQ(server.stop(), 0);  // SIGTERM stops it cleanly
+}
+
+TEST(SightlineCli, UploadChecksLocallyAndExplainsAMissingServer) {
+  const auto& g = test_profiles::generate();
+  // Nothing listens on the port of a server that has stopped.
+  std::string stopped_url;
+  {
+    ServeProcess server(fresh_dir("stopped_root"));
+    stopped_url = server.url();
+    EXPECT_EQ(server.stop(), 0);
+  }
+  const CliRun no_server = run_cli("upload " + shell_quoted(g.fused.dir) + " --name x --server " + stopped_url);
+  EXPECT_EQ(no_server.exit_code, 2);
+  EXPECT_NE(no_server.err.find("start one with `sightline serve DIR`"), std::string::npos) << no_server.err;
+
+  // Problems a server would refuse are found before any connection is made.
+  const fs::path empty = fresh_dir("empty_upload");
+  const CliRun not_profile = run_cli("upload " + shell_quoted(empty) + " --name x --server " + stopped_url);
+  EXPECT_EQ(not_profile.exit_code, 2);
+  EXPECT_NE(not_profile.err.find("has no manifest.json"), std::string::npos) << not_profile.err;
+  const fs::path truncated = fresh_dir("truncated_upload");
+  fs::remove(truncated);
+  fs::copy(g.fused.dir, truncated, fs::copy_options::recursive);
+  for (const auto& entry : fs::directory_iterator(truncated)) {
+    if (entry.path().extension() == ".ntff") fs::resize_file(entry.path(), 100);
+  }
+  const CliRun corrupt = run_cli("upload " + shell_quoted(truncated) + " --name x --server " + stopped_url);
+  EXPECT_EQ(corrupt.exit_code, 2);
+  EXPECT_NE(corrupt.err.find(".ntff"), std::string::npos) << corrupt.err;
+  EXPECT_EQ(corrupt.err.find("start one"), std::string::npos) << corrupt.err;
 }
