@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-// The UI is served by sightline-serve from explorer/dist; during `vite dev` the API is proxied to a
+// The UI is served by `sightline serve` from explorer/dist; during `vite dev` the API is proxied to a
 // server started separately on its default port.
 export default defineConfig({
   base: './',

@@ -1,4 +1,4 @@
-// The JSON API of sightline-serve (src/server/http_server.h). Every error answer is {"error": message},
+// The JSON API of `sightline serve` (src/server/http_server.h). Every error answer is {"error": message},
 // raised here as ApiError so the UI can show the message.
 
 import type { LaneInfo } from './lanes';
@@ -130,6 +130,70 @@ export interface DeviceAnswer {
   rows: DeviceRow[];
 }
 
+// One ranked finding of the summary: what was seen (evidence), what to do (fix) and the device time it
+// could save.
+export interface Insight {
+  id: string;
+  title: string;
+  evidence: string;
+  fix: string;
+  potential_saving_us: number;
+}
+
+export interface RooflinePoint {
+  kind: 'executable' | 'op';
+  name: string;
+  intensity: number; // FLOP per HBM byte
+  achieved_flops_per_s: number;
+  attainable_flops_per_s: number;
+  bound: string;
+  efficiency: number; // achieved / attainable
+  time_us: number;
+}
+
+export interface RooflineData {
+  peak_flops_per_s: number;
+  hbm_bytes_per_s: number;
+  ridge_point: number; // FLOP per byte where the bandwidth slope meets the compute roof
+  points: RooflinePoint[];
+}
+
+// `sightline view DIR --output-format summary-json`: flat metrics (numbers, plus a few strings such as
+// "bound" and "device"), the insights and the roofline.
+export interface SummaryAnswer {
+  insights: Insight[];
+  roofline: RooflineData;
+  [metric: string]: unknown;
+}
+
+export type DeltaStatus = 'removed' | 'added' | 'changed';
+
+// One row of analysis::compare_json: an executable, a source op or an engine in A and in B.
+export interface CompareRow {
+  kind: 'executable' | 'op' | 'engine';
+  name: string;
+  status: DeltaStatus;
+  count_a: number;
+  count_b: number;
+  time_a_ns: number;
+  time_b_ns: number;
+  delta_ns: number; // B - A
+}
+
+export interface CompareAnswer {
+  a: string;
+  b: string;
+  total_a_us: number;
+  total_b_us: number;
+  ranked: CompareRow[];
+}
+
+export interface UploadAnswer {
+  uploaded: string;
+  files: number;
+  bytes: number;
+}
+
 export class ApiError extends Error {
   constructor(
     message: string,
@@ -139,18 +203,26 @@ export class ApiError extends Error {
   }
 }
 
+// The message of an error answer: the server's {"error": ...} when there is one.
+export function errorMessage(path: string, status: number, text: string): string {
+  try {
+    const body = JSON.parse(text) as { error?: unknown };
+    if (typeof body.error === 'string' && body.error) return body.error;
+  } catch {
+    // not JSON: fall through
+  }
+  return `${path}: the server answered HTTP ${status}${text.trim() ? ` (${text.trim().slice(0, 200)})` : ''}`;
+}
+
 async function request<T>(path: string, init?: RequestInit): Promise<T> {
   const response = await fetch(path, init);
   const text = await response.text();
+  if (!response.ok) throw new ApiError(errorMessage(path, response.status, text), response.status);
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
     throw new ApiError(`${path}: the server answered ${response.status} with non-JSON text`, response.status);
-  }
-  if (!response.ok) {
-    const message = (body as { error?: string }).error ?? `${path}: HTTP ${response.status}`;
-    throw new ApiError(message, response.status);
   }
   return body as T;
 }
@@ -175,4 +247,35 @@ export const api = {
     return request<DeviceAnswer>(`${profilePath(name)}/device?${query}`);
   },
   remove: (name: string) => request<{ deleted: string }>(profilePath(name), { method: 'DELETE' }),
+  summary: (name: string) => request<SummaryAnswer>(`${profilePath(name)}/summary`),
+  compare: (a: string, b: string) => request<CompareAnswer>(`/api/compare?${new URLSearchParams({ a, b })}`),
+  upload,
 };
+
+// POST /api/profiles?name=NAME, multipart with one "file" part per file named as inside the profile
+// directory. XMLHttpRequest rather than fetch because only it reports upload progress.
+function upload(name: string, files: readonly File[], onProgress?: (sent: number, total: number) => void):
+    Promise<UploadAnswer> {
+  const path = `/api/profiles?${new URLSearchParams({ name })}`;
+  const form = new FormData();
+  for (const file of files) form.append('file', file, file.name);
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open('POST', path);
+    xhr.upload.addEventListener('progress', (e) => onProgress?.(e.loaded, e.lengthComputable ? e.total : 0));
+    xhr.addEventListener('load', () => {
+      if (xhr.status < 200 || xhr.status >= 300) {
+        reject(new ApiError(errorMessage(path, xhr.status, xhr.responseText), xhr.status));
+        return;
+      }
+      try {
+        resolve(JSON.parse(xhr.responseText) as UploadAnswer);
+      } catch {
+        reject(new ApiError(`${path}: the server answered ${xhr.status} with non-JSON text`, xhr.status));
+      }
+    });
+    xhr.addEventListener('error', () =>
+      reject(new ApiError(`${path}: the upload failed before the server answered (connection closed or refused)`, 0)));
+    xhr.send(form);
+  });
+}

@@ -14,8 +14,19 @@ export function hashString(text: string): number {
   return hash >>> 0;
 }
 
+// Memoized: the timeline asks for every box of every frame, and a trace has few distinct names. The
+// cache is bounded so a trace of unique names cannot grow it without limit.
+const colorCache = new Map<string, string>();
+const COLOR_CACHE_LIMIT = 4096;
+
 export function colorFor(name: string): string {
-  return PALETTE[hashString(name) % PALETTE.length];
+  let color = colorCache.get(name);
+  if (color === undefined) {
+    color = PALETTE[hashString(name) % PALETTE.length];
+    if (colorCache.size >= COLOR_CACHE_LIMIT) colorCache.clear();
+    colorCache.set(name, color);
+  }
+  return color;
 }
 
 export const MERGED_COLOR = '#8a8f98';

@@ -1,14 +1,25 @@
-// The Explorer application: profile manager, system timeline with the dependency chain, device
-// timeline and operator table. Routes live in the URL hash (see url.ts) so a view can be linked.
+// The Explorer application: profile manager with upload, system timeline with the dependency chain,
+// device timeline, operator table, summary, roofline and the comparison of two profiles. Routes live
+// in the URL hash (see url.ts) so a view can be linked.
 
-import { ApiError, api, type EventDetails, type EventSummary, type KeyAveragesAnswer, type ProfileEntry } from './api';
+import {
+  ApiError, api, type EventDetails, type EventSummary, type KeyAveragesAnswer, type ProfileEntry, type SummaryAnswer,
+} from './api';
 import { buildChain, deviceQueryOf, executionInChain, hasChain, type Chain, type ChainLink } from './chain';
+import { CompareView } from './compare_view';
 import { DeviceView } from './device_view';
+import { formatBytes } from './device_summary';
+import { frameLog } from './frames';
 import { layerOf, type GroupingMode } from './lanes';
+import { renderRoofline } from './roofline_view';
+import { renderSummary } from './summary_view';
 import { COLUMNS, nextSort, sortRows, type SortDirection, type SortKey } from './table';
-import { formatDuration, type Viewport } from './timeline_math';
+import { formatDuration, pan, type Viewport } from './timeline_math';
 import { TimelineView, escapeHtml, type FlowArrow } from './timeline_view';
-import { formatRoute, parseRoute, type Route } from './url';
+import {
+  planDirectoryUpload, planPairUpload, profileNameError, progressText, type UploadPlan,
+} from './upload';
+import { TABS, formatRoute, parseRoute, type Route, type Tab } from './url';
 
 const app = document.getElementById('app') as HTMLElement;
 const errorBox = document.getElementById('error') as HTMLElement;
@@ -25,15 +36,17 @@ interface Session {
   chain?: Chain;
   search?: { query: string; matches: EventSummary[]; index: number; total: number };
   keyAverages?: KeyAveragesAnswer;
+  summary?: Promise<SummaryAnswer>;
   sort: { key: SortKey; direction: SortDirection };
+  tab: Tab;
   detailsPanel: HTMLElement;
   chainPanel: HTMLElement;
   devicePanel: HTMLElement;
-  timelinePage: HTMLElement;
-  operatorsPage: HTMLElement;
+  pages: Record<Tab, HTMLElement>;
 }
 
 let session: Session | undefined;
+let comparison: CompareView | undefined;
 
 // Test and debugging hook: the end-to-end test reads state and screen positions from here.
 const hook = {
@@ -41,6 +54,22 @@ const hook = {
   get selected() { return session?.details; },
   get chain() { return session?.chain; },
   boxOf: (id: number) => session?.timeline.boxOf(id),
+  get compare() { return comparison; },
+  // Benchmark hooks (bench/explorer/frame_bench.mjs): the frame log and a programmatic pan of the
+  // system timeline by a fraction of the visible span.
+  frames: () => frameLog.frames(),
+  firstCompleteFrame: () => frameLog.firstComplete,
+  panBy: (fraction: number) => {
+    if (session) session.timeline.setView(pan(session.timeline.view, fraction, session.timeline.bounds));
+  },
+  // Shows `fraction` of the profile's span around its middle.
+  zoomTo: (fraction: number) => {
+    if (!session) return;
+    const { start, end } = session.timeline.bounds;
+    const middle = (start + end) / 2;
+    const half = ((end - start) * fraction) / 2;
+    session.timeline.setView({ start: middle - half, end: middle + half });
+  },
   idle: Promise.resolve() as Promise<unknown>,
 };
 (window as unknown as { __explorer: typeof hook }).__explorer = hook;
@@ -66,25 +95,99 @@ function track<T>(promise: Promise<T>): Promise<T | undefined> {
 
 // ---- Profile manager ------------------------------------------------------------------------------
 
-async function showProfiles(): Promise<void> {
+function leaveViews(): void {
   session = undefined;
+  comparison = undefined;
   tabs.hidden = true;
   toolbar.hidden = true;
   title.textContent = '';
+}
+
+async function showProfiles(): Promise<void> {
+  leaveViews();
   app.innerHTML = '<div class="profiles"><h2>Profiles</h2><p class="muted">Loading…</p></div>';
   const { profiles } = await api.profiles();
   const rows = profiles.map((p) => profileRow(p)).join('');
   app.innerHTML = `<div class="profiles"><h2>Profiles</h2>${profiles.length === 0
-    ? '<p class="muted">No profile directories (with a manifest.json) under the served directory.</p>'
+    ? '<p class="muted" data-testid="profile-list">No profile directories (with a manifest.json) under the served directory.</p>'
     : `<table class="grid" data-testid="profile-list"><tr><th>Name</th><th>Created (UTC)</th><th>Device</th>
        <th class="num">Framework</th><th class="num">Runtime</th><th class="num">Hardware</th>
-       <th class="num">Instructions</th><th class="num">Dropped</th><th></th></tr>${rows}</table>`}</div>`;
+       <th class="num">Instructions</th><th class="num">Dropped</th><th></th></tr>${rows}</table>`}
+    ${UPLOAD_FORM}</div>`;
   app.querySelectorAll<HTMLButtonElement>('button[data-delete]').forEach((button) =>
     button.addEventListener('click', () => {
       const name = button.dataset.delete ?? '';
       if (!confirm(`Delete profile '${name}' from disk?`)) return;
       void track(api.remove(name).then(() => showProfiles()));
     }));
+  attachUpload(app.querySelector('[data-testid="upload"]') as HTMLElement);
+}
+
+const UPLOAD_FORM = `<section class="upload" data-testid="upload"><h3>Upload a profile</h3>
+  <p class="muted">Either a whole profile output directory (the folder with manifest.json) or one executable and its
+    instruction trace (a .neff and its .ntff).</p>
+  <div class="upload-row"><label>Profile directory <input type="file" webkitdirectory multiple
+    data-testid="upload-directory"></label>
+    <label>Executable + trace <input type="file" multiple accept=".neff,.ntff" data-testid="upload-pair"></label></div>
+  <div class="upload-row"><label>Name <input type="text" data-testid="upload-name" maxlength="200"
+    placeholder="letters, digits, -_.+@"></label>
+    <button data-testid="upload-submit" disabled>Upload</button>
+    <progress data-testid="upload-progress" max="1" value="0" hidden></progress>
+    <span data-testid="upload-status" class="upload-status"></span></div></section>`;
+
+function attachUpload(form: HTMLElement): void {
+  const directoryInput = form.querySelector('[data-testid="upload-directory"]') as HTMLInputElement;
+  const pairInput = form.querySelector('[data-testid="upload-pair"]') as HTMLInputElement;
+  const nameInput = form.querySelector('[data-testid="upload-name"]') as HTMLInputElement;
+  const submit = form.querySelector('[data-testid="upload-submit"]') as HTMLButtonElement;
+  const progress = form.querySelector('[data-testid="upload-progress"]') as HTMLProgressElement;
+  const status = form.querySelector('[data-testid="upload-status"]') as HTMLElement;
+  let plan: UploadPlan<File> | undefined;
+  let suggested = '';
+  const setStatus = (text: string, error = false) => {
+    status.textContent = text;
+    status.classList.toggle('error', error);
+  };
+  const picked = (input: HTMLInputElement, other: HTMLInputElement, planOf: (files: File[]) => UploadPlan<File>) => {
+    other.value = '';
+    plan = planOf([...(input.files ?? [])]);
+    submit.disabled = !plan.ok;
+    if (!plan.ok) {
+      setStatus(plan.error, true);
+      return;
+    }
+    if (nameInput.value === '' || nameInput.value === suggested) nameInput.value = plan.suggestedName;
+    suggested = plan.suggestedName;
+    setStatus(`${plan.files.length} file(s), ${formatBytes(plan.bytes)} ready to upload`);
+  };
+  directoryInput.addEventListener('change', () => picked(directoryInput, pairInput, planDirectoryUpload));
+  pairInput.addEventListener('change', () => picked(pairInput, directoryInput, planPairUpload));
+  submit.addEventListener('click', () => {
+    if (!plan?.ok) return;
+    const name = nameInput.value.trim();
+    const nameError = profileNameError(name);
+    if (nameError) {
+      setStatus(nameError, true);
+      return;
+    }
+    submit.disabled = true;
+    progress.hidden = false;
+    progress.value = 0;
+    setStatus('Uploading…');
+    const upload = api.upload(name, plan.files, (sent, total) => {
+      progress.value = total > 0 ? sent / total : 0;
+      setStatus(`Uploading ${progressText(sent, total, formatBytes)}`);
+    }).then(async (answer) => {
+      await showProfiles();
+      const fresh = app.querySelector('[data-testid="upload-status"]') as HTMLElement;
+      fresh.textContent = `Uploaded '${answer.uploaded}': ${answer.files} file(s), ${formatBytes(answer.bytes)}.`;
+    }, (error: unknown) => {
+      progress.hidden = true;
+      submit.disabled = false;
+      setStatus(`Upload failed: ${error instanceof Error ? error.message : String(error)}`, true);
+    });
+    hook.idle = upload;
+  });
 }
 
 function profileRow(p: ProfileEntry): string {
@@ -111,11 +214,16 @@ async function openProfile(route: Route): Promise<void> {
   title.textContent = name;
   searchInput.value = '';
   searchStatus.textContent = '';
-  const timelinePage = document.createElement('div');
-  timelinePage.dataset.page = 'timeline';
-  const operatorsPage = document.createElement('div');
-  operatorsPage.dataset.page = 'operators';
-  operatorsPage.hidden = true;
+  const page = (tab: Tab) => {
+    const element = document.createElement('div');
+    element.dataset.page = tab;
+    element.hidden = tab !== 'timeline';
+    return element;
+  };
+  const pages: Record<Tab, HTMLElement> = {
+    timeline: page('timeline'), operators: page('operators'), summary: page('summary'), roofline: page('roofline'),
+  };
+  const timelinePage = pages.timeline;
   const wrap = document.createElement('div');
   wrap.className = 'timeline-wrap';
   const panels = document.createElement('div');
@@ -134,20 +242,20 @@ async function openProfile(route: Route): Promise<void> {
   devicePanel.dataset.testid = 'device';
   devicePanel.hidden = true;
   timelinePage.append(wrap, panels, devicePanel);
-  app.append(timelinePage, operatorsPage);
+  app.append(...TABS.map((tab) => pages[tab]));
 
   const initial: Viewport | undefined =
     route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end } : undefined;
   const timeline = new TimelineView(wrap, name, lanes, {
     onSelect: (id) => void track(selectEvent(id)),
     onViewChange: () => scheduleRouteUpdate(),
-  }, initial);
+  }, { initial });
   session = {
-    profile: name, timeline, sort: { key: 'self_device_us', direction: 'desc' },
-    detailsPanel, chainPanel, devicePanel, timelinePage, operatorsPage,
+    profile: name, timeline, sort: { key: 'self_device_us', direction: 'desc' }, tab: 'timeline',
+    detailsPanel, chainPanel, devicePanel, pages,
   };
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
-  switchTab('timeline');
+  switchTab(route.tab ?? 'timeline');
   if (route.selected !== undefined) await selectEvent(route.selected, initial === undefined);
 }
 
@@ -157,7 +265,9 @@ function scheduleRouteUpdate(): void {
   routeTimer = window.setTimeout(() => {
     if (!session) return;
     const view = session.timeline.view;
-    const hash = formatRoute({ profile: session.profile, start: view.start, end: view.end, selected: session.details?.id });
+    const hash = formatRoute({
+      profile: session.profile, start: view.start, end: view.end, selected: session.details?.id, tab: session.tab,
+    });
     if (location.hash !== hash) history.replaceState(null, '', hash);
   }, 200);
 }
@@ -283,30 +393,88 @@ async function showOperators(current: Session): Promise<void> {
     `<td class="num">${formatDuration(r.self_cpu_us)}</td><td class="num">${formatDuration(r.cpu_total_us)}</td>` +
     `<td class="num">${formatDuration(r.self_device_us)}</td><td class="num">${formatDuration(r.device_total_us)}</td>` +
     `<td class="num">${r.count}</td></tr>`).join('');
-  current.operatorsPage.innerHTML = `<div class="profiles"><p class="muted">Key averages (${escapeHtml(data.source)}). ` +
+  current.pages.operators.innerHTML = `<div class="profiles"><p class="muted">Key averages (${escapeHtml(data.source)}). ` +
     `Click a row to highlight its events on the timeline.</p><table class="grid" data-testid="operator-table"><tr>${head}</tr>` +
     `${body}</table><p>Self CPU time total: ${formatDuration(data.self_cpu_total_us)}<br>Self ${escapeHtml(data.device)} ` +
     `time total: ${formatDuration(data.self_device_total_us)}</p></div>`;
-  current.operatorsPage.querySelectorAll<HTMLElement>('th[data-key]').forEach((th) =>
+  current.pages.operators.querySelectorAll<HTMLElement>('th[data-key]').forEach((th) =>
     th.addEventListener('click', () => {
       current.sort = nextSort(current.sort, th.dataset.key as SortKey);
       void track(showOperators(current));
     }));
-  current.operatorsPage.querySelectorAll<HTMLElement>('tr[data-name]').forEach((tr) =>
+  current.pages.operators.querySelectorAll<HTMLElement>('tr[data-name]').forEach((tr) =>
     tr.addEventListener('click', () => {
       current.timeline.highlightNames([tr.dataset.name ?? '']);
       switchTab('timeline');
     }));
 }
 
-function switchTab(tab: 'timeline' | 'operators'): void {
+// ---- Summary and roofline -------------------------------------------------------------------------
+
+function summaryOf(current: Session): Promise<SummaryAnswer> {
+  current.summary ??= api.summary(current.profile);
+  current.summary.catch(() => {
+    if (session === current) current.summary = undefined; // a failed request is retried next time
+  });
+  return current.summary;
+}
+
+async function showSummary(current: Session): Promise<void> {
+  const page = current.pages.summary;
+  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the summary…</p>';
+  const summary = await summaryOf(current);
+  if (session === current) renderSummary(page, summary);
+}
+
+async function showRoofline(current: Session): Promise<void> {
+  const page = current.pages.roofline;
+  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the roofline…</p>';
+  const summary = await summaryOf(current);
+  if (session !== current) return;
+  renderRoofline(page, summary.roofline, (op) => {
+    current.timeline.highlightNames([op]);
+    switchTab('timeline');
+  });
+}
+
+function switchTab(tab: Tab): void {
   tabs.querySelectorAll<HTMLButtonElement>('button').forEach((b) => b.classList.toggle('active', b.dataset.tab === tab));
   if (!session) return;
-  session.timelinePage.hidden = tab !== 'timeline';
-  session.operatorsPage.hidden = tab !== 'operators';
+  session.tab = tab;
+  for (const name of TABS) session.pages[name].hidden = name !== tab;
   toolbar.hidden = tab !== 'timeline';
   if (tab === 'operators') void track(showOperators(session));
+  else if (tab === 'summary') void track(showSummary(session));
+  else if (tab === 'roofline') void track(showRoofline(session));
   else session.timeline.requestDraw();
+  scheduleRouteUpdate();
+}
+
+// ---- Compare --------------------------------------------------------------------------------------
+
+async function showCompare(route: Route): Promise<void> {
+  leaveViews();
+  const pick = route.compare ?? {};
+  title.textContent = pick.a && pick.b ? `${pick.a} vs ${pick.b}` : '';
+  const { profiles } = await api.profiles();
+  const range = route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end } : undefined;
+  let rangeTimer: number | undefined;
+  const view = new CompareView(app, profiles, { ...pick, range }, {
+    onPick: (a, b) => {
+      location.hash = formatRoute({ compare: { a, b } });
+    },
+    onRangeChange: (changed) => {
+      window.clearTimeout(rangeTimer);
+      rangeTimer = window.setTimeout(() => {
+        if (comparison !== view) return;
+        const hash = formatRoute({ compare: { a: view.pick.a, b: view.pick.b }, start: changed.start, end: changed.end });
+        if (location.hash !== hash) history.replaceState(null, '', hash);
+      }, 200);
+    },
+    track,
+  });
+  comparison = view;
+  await view.load();
 }
 
 // ---- Search ---------------------------------------------------------------------------------------
@@ -335,17 +503,26 @@ async function searchStep(direction: 1 | -1): Promise<void> {
 async function route(): Promise<void> {
   clearError();
   const next = parseRoute(location.hash);
+  if (next.compare) {
+    const current = comparison?.pick;
+    if (current && current.a === next.compare.a && current.b === next.compare.b) return;
+    await showCompare(next);
+    return;
+  }
   if (!next.profile) {
     await showProfiles();
     return;
   }
-  if (session?.profile === next.profile) return;
+  if (session?.profile === next.profile) {
+    if ((next.tab ?? 'timeline') !== session.tab) switchTab(next.tab ?? 'timeline');
+    return;
+  }
   await openProfile(next);
 }
 
 tabs.addEventListener('click', (e) => {
   const tab = (e.target as HTMLElement).dataset.tab;
-  if (tab === 'timeline' || tab === 'operators') switchTab(tab);
+  if (tab && (TABS as readonly string[]).includes(tab)) switchTab(tab as Tab);
 });
 (document.getElementById('grouping') as HTMLSelectElement).addEventListener('change', (e) =>
   session?.timeline.setGrouping((e.target as HTMLSelectElement).value as GroupingMode));
@@ -361,8 +538,13 @@ searchInput.addEventListener('keydown', (e) => {
 });
 document.addEventListener('keydown', (e) => {
   const target = e.target as HTMLElement;
-  if (!session || ['INPUT', 'SELECT', 'TEXTAREA'].includes(target.tagName) || target.tagName === 'CANVAS' &&
+  if (['INPUT', 'SELECT', 'TEXTAREA'].includes(target.tagName) || target.tagName === 'CANVAS' &&
       target.dataset.testid === 'device-timeline' || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (comparison) {
+    if (comparison.handleKey(e)) e.preventDefault();
+    return;
+  }
+  if (!session || session.tab !== 'timeline') return;
   if (e.key === 'Escape') void track(selectEvent(undefined));
   else if (e.key.toLowerCase() === 'f') session.timeline.zoomToSelection();
   else if (session.timeline.handleKey(e)) e.preventDefault();

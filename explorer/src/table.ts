@@ -1,4 +1,4 @@
-// Operator table data: sorting key-average rows by any column.
+// Table sorting: key-average rows by any column, and the ordering rules the other tables share.
 
 import type { KeyAverageRow } from './api';
 
@@ -14,19 +14,25 @@ export const COLUMNS: { key: SortKey; label: string; numeric: boolean }[] = [
   { key: 'count', label: '# of Calls', numeric: true },
 ];
 
-export function sortRows(rows: readonly KeyAverageRow[], key: SortKey, direction: SortDirection): KeyAverageRow[] {
-  const sign = direction === 'asc' ? 1 : -1;
-  return [...rows].sort((a, b) => {
-    const x = a[key];
-    const y = b[key];
-    const order = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
-    return order * sign || a.name.localeCompare(b.name);
-  });
+// Ascending order of two cell values: numbers by value (infinities included), anything else as text.
+export function compareValues(x: unknown, y: unknown): number {
+  if (typeof x === 'number' && typeof y === 'number') return x === y ? 0 : x < y ? -1 : 1;
+  return String(x).localeCompare(String(y));
 }
 
-// Clicking the sorted column flips its direction; another column starts descending (numbers) or
-// ascending (names).
+// Clicking the sorted column flips its direction; another column starts in `initial`.
+export function toggleSort<K>(current: { key: K; direction: SortDirection }, clicked: K, initial: SortDirection):
+    { key: K; direction: SortDirection } {
+  if (current.key === clicked) return { key: clicked, direction: current.direction === 'asc' ? 'desc' : 'asc' };
+  return { key: clicked, direction: initial };
+}
+
+export function sortRows(rows: readonly KeyAverageRow[], key: SortKey, direction: SortDirection): KeyAverageRow[] {
+  const sign = direction === 'asc' ? 1 : -1;
+  return [...rows].sort((a, b) => compareValues(a[key], b[key]) * sign || a.name.localeCompare(b.name));
+}
+
+// Numbers start descending, names ascending.
 export function nextSort(current: { key: SortKey; direction: SortDirection }, clicked: SortKey) {
-  if (current.key === clicked) return { key: clicked, direction: current.direction === 'asc' ? 'desc' : 'asc' } as const;
-  return { key: clicked, direction: clicked === 'name' ? 'asc' : 'desc' } as const;
+  return toggleSort(current, clicked, clicked === 'name' ? 'asc' : 'desc');
 }

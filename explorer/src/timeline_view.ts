@@ -7,11 +7,15 @@ import { MERGED_COLOR, colorFor } from './colors';
 import {
   GROUP_HEADER_HEIGHT, ROW_HEIGHT, groupLanes, layoutLanes, type GroupingMode, type LaneGroup, type Layout,
 } from './lanes';
+import { recordFrame } from './frames';
+import { escapeHtml } from './html';
 import { hitTest } from './merge';
 import {
   clampView, fit, focusOn, formatDuration, keyAction, pan, paddedWindow, span, ticks, timeToX, windowCovers,
   xToTime, zoom, type FetchWindow, type Viewport,
 } from './timeline_math';
+
+export { escapeHtml };
 
 export const LABEL_WIDTH = 280;
 const AXIS_HEIGHT = 24;
@@ -39,16 +43,24 @@ export interface TimelineCallbacks {
   onViewChange(view: Viewport): void;
 }
 
+export interface TimelineOptions {
+  initial?: Viewport; // the first view; the whole profile when absent
+  // Length of the time axis from the profile's start, when it must match another timeline's (Compare
+  // stacks two profiles on one axis); the profile's own span when absent.
+  span?: number;
+  testid?: string;
+}
+
 export class TimelineView {
   readonly canvas: HTMLCanvasElement;
   private readonly tooltip: HTMLDivElement;
-  private readonly bounds: Viewport;
+  readonly bounds: Viewport;
   view: Viewport;
   private groups: LaneGroup[] = [];
   private layout: Layout = { lanes: [], groups: [], height: 0 };
   private readonly collapsed = new Set<string>();
   private cached?: { window: FetchWindow; data: WindowAnswer };
-  private generation = 0;
+  private fetching = false;
   private drawn: DrawnBox[] = [];
   private selected?: EventSummary;
   private flows: FlowArrow[] = [];
@@ -62,13 +74,14 @@ export class TimelineView {
     private readonly profile: string,
     private readonly lanes: LanesAnswer,
     private readonly callbacks: TimelineCallbacks,
-    initial?: Viewport,
+    options: TimelineOptions = {},
   ) {
-    this.bounds = { start: lanes.start, end: Math.max(lanes.end, lanes.start + 1) };
-    this.view = initial ? clampView(initial, this.bounds) : fit(this.bounds);
+    const span = Math.max(options.span ?? lanes.end - lanes.start, 1);
+    this.bounds = { start: lanes.start, end: lanes.start + span };
+    this.view = options.initial ? clampView(options.initial, this.bounds) : fit(this.bounds);
     this.canvas = document.createElement('canvas');
     this.canvas.className = 'timeline-canvas';
-    this.canvas.dataset.testid = 'system-timeline';
+    this.canvas.dataset.testid = options.testid ?? 'system-timeline';
     this.tooltip = document.createElement('div');
     this.tooltip.className = 'tooltip';
     container.append(this.canvas, this.tooltip);
@@ -91,9 +104,10 @@ export class TimelineView {
     return Math.max(100, this.container.clientWidth - LABEL_WIDTH);
   }
 
-  setView(view: Viewport): void {
+  // notify = false when the change comes from a timeline this one follows (no echo back).
+  setView(view: Viewport, notify = true): void {
     this.view = clampView(view, this.bounds);
-    this.callbacks.onViewChange(this.view);
+    if (notify) this.callbacks.onViewChange(this.view);
     this.requestDraw();
   }
 
@@ -211,15 +225,22 @@ export class TimelineView {
     return hitTest(row, px, 2);
   }
 
+  // One window query at a time: while it runs, frames draw what is cached; its answer triggers a draw,
+  // which asks for the view of that moment if it moved on meanwhile. (Asking on every frame of a pan
+  // would queue a query per frame on the server and leave the newest behind all of them.) A failed
+  // query does not retry by itself; the next change of view does.
   private ensureData(): void {
     const width = this.plotWidth();
-    if (this.cached && windowCovers(this.cached.window, this.view, width)) return;
+    if (this.fetching || (this.cached && windowCovers(this.cached.window, this.view, width))) return;
     const window = paddedWindow(this.view, width);
-    const generation = ++this.generation;
+    this.fetching = true;
     this.lastFetch = api.events(this.profile, window.start, window.end, window.widthPx).then((data) => {
-      if (generation !== this.generation) return;
+      this.fetching = false;
       this.cached = { window, data };
       this.requestDraw();
+    }, (error: unknown) => {
+      this.fetching = false;
+      throw error;
     });
   }
 
@@ -237,6 +258,7 @@ export class TimelineView {
   }
 
   draw(): void {
+    const started = performance.now();
     this.ensureData();
     const dpr = window.devicePixelRatio || 1;
     const width = this.container.clientWidth;
@@ -301,18 +323,38 @@ export class TimelineView {
     ctx.clip();
     const data = this.cached?.data;
     if (data) {
+      // The cached window is twice the view: boxes off screen are skipped, not drawn into the clip.
+      const visible = (x0: number, x1: number) => x1 >= LABEL_WIDTH && x0 <= LABEL_WIDTH + plot;
       for (const laneData of data.lanes) {
         const laneTop = this.laneY(laneData.lane);
         if (laneTop === undefined) continue;
+        // Merged boxes share one colour and, zoomed out, lie about a pixel apart: each row's run of boxes
+        // with sub-pixel gaps becomes one rectangle, all filled at once. (Rasterizing thousands of
+        // one-pixel rectangles costs far more than recording them.)
+        ctx.fillStyle = MERGED_COLOR;
+        ctx.beginPath();
+        const runs = new Map<number, { start: number; end: number; height: number }>();
         for (const m of laneData.merged) {
-          const box = this.box(x(m.ts), x(m.ts + m.dur), AXIS_HEIGHT + laneTop + 2 + m.depth * ROW_HEIGHT, m.name, m.count,
-            m.ts, m.dur);
-          ctx.fillStyle = MERGED_COLOR;
-          ctx.fillRect(box.start + LABEL_WIDTH, box.y, box.end - box.start, box.height);
+          const x0 = x(m.ts);
+          const x1 = x(m.ts + m.dur);
+          if (!visible(x0, x1)) continue;
+          const box = this.box(x0, x1, AXIS_HEIGHT + laneTop + 2 + m.depth * ROW_HEIGHT, m.name, m.count, m.ts, m.dur);
+          const run = runs.get(box.y);
+          if (run && box.start <= run.end + 1 && box.end >= run.start - 1) {
+            run.start = Math.min(run.start, box.start);
+            run.end = Math.max(run.end, box.end);
+            continue;
+          }
+          if (run) ctx.rect(run.start + LABEL_WIDTH, box.y, run.end - run.start, run.height);
+          runs.set(box.y, { start: box.start, end: box.end, height: box.height });
         }
+        for (const [y, run] of runs) ctx.rect(run.start + LABEL_WIDTH, y, run.end - run.start, run.height);
+        ctx.fill();
         for (const e of laneData.events) {
-          const box = this.box(x(e.ts), x(e.ts + e.dur), AXIS_HEIGHT + laneTop + 2 + e.depth * ROW_HEIGHT, e.name, 1,
-            e.ts, e.dur, e.id);
+          const x0 = x(e.ts);
+          const x1 = x(e.ts + e.dur);
+          if (!visible(x0, x1)) continue;
+          const box = this.box(x0, x1, AXIS_HEIGHT + laneTop + 2 + e.depth * ROW_HEIGHT, e.name, 1, e.ts, e.dur, e.id);
           const dim = this.highlighted.size > 0 && !this.highlighted.has(e.name);
           ctx.globalAlpha = dim ? 0.25 : 1;
           ctx.fillStyle = colorFor(e.name);
@@ -334,6 +376,8 @@ export class TimelineView {
     }
     this.drawFlows(ctx, x);
     ctx.restore();
+    const complete = this.cached !== undefined && windowCovers(this.cached.window, this.view, plot);
+    recordFrame({ at: started, drawMs: performance.now() - started, complete, boxes: this.drawn.length });
   }
 
   private box(x0: number, x1: number, y: number, label: string, count: number, ts: number, dur: number, id?: number) {
@@ -382,8 +426,4 @@ export function fitText(ctx: CanvasRenderingContext2D, text: string, width: numb
     else hi = mid - 1;
   }
   return lo > 0 ? `${text.slice(0, lo)}…` : '';
-}
-
-export function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] ?? c);
 }

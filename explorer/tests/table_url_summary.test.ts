@@ -45,3 +45,15 @@ describe('device box selection', () => {
     expect(formatBytes(2048)).toBe('2.0 KiB');
   });
 });
+
+describe('deep links to the new views', () => {
+  it('round-trips a tab and a comparison with a range of the shared axis', () => {
+    expect(parseRoute(formatRoute({ profile: 'naive', tab: 'summary' }))).toMatchObject({ profile: 'naive', tab: 'summary' });
+    expect(formatRoute({ profile: 'naive', tab: 'timeline' })).toBe('#/p/naive');
+    expect(parseRoute('#/p/naive?tab=bogus').tab).toBeUndefined();
+    const hash = formatRoute({ compare: { a: 'naive', b: 'fused' }, start: 0, end: 120.5 });
+    expect(hash).toBe('#/compare?a=naive&b=fused&start=0.000&end=120.500');
+    expect(parseRoute(hash)).toMatchObject({ compare: { a: 'naive', b: 'fused' }, start: 0, end: 120.5 });
+    expect(parseRoute('#/compare')).toMatchObject({ compare: { a: undefined, b: undefined } });
+  });
+});

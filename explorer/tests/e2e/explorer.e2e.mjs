@@ -1,37 +1,31 @@
 // End-to-end test of the Explorer: headless Debian chromium driven by playwright-core against a running
-// sightline-serve. Usage: node tests/e2e/explorer.e2e.mjs http://127.0.0.1:PORT/
+// `sightline serve`. Usage: node tests/e2e/explorer.e2e.mjs http://127.0.0.1:PORT/ PROFILE_ROOT
 // Opens the naive RMSNorm profile, selects an aten::mul on the timeline, follows the dependency chain to
-// nc_exec_running, opens the device timeline and checks its engine rows; screenshots go to test-results/.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+// nc_exec_running, opens the device timeline and checks its engine rows; then the summary (insights),
+// the roofline, Compare naive vs fused, and uploads from the browser (the fused directory under a new
+// name, and a malformed pair that the server refuses). PROFILE_ROOT is the served directory, where the
+// fused profile's files are read from for the upload. Screenshots go to test-results/.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { launchBrowser } from './browser.mjs';
 
-const baseUrl = process.argv[2];
-if (!baseUrl) {
-  console.error('usage: explorer.e2e.mjs BASE_URL');
+const [baseUrl, profileRoot] = process.argv.slice(2);
+if (!baseUrl || !profileRoot) {
+  console.error('usage: explorer.e2e.mjs BASE_URL PROFILE_ROOT');
   process.exit(2);
 }
 const here = dirname(fileURLToPath(import.meta.url));
 const results = join(here, '..', '..', 'test-results');
 mkdirSync(results, { recursive: true });
-const chromiumPath = process.env.SIGHTLINE_CHROMIUM ?? '/usr/bin/chromium';
-const userData = mkdtempSync(join(tmpdir(), 'sightline-e2e-chromium-'));
 
 function check(condition, message) {
   if (!condition) throw new Error(`check failed: ${message}`);
   console.log(`ok - ${message}`);
 }
 
-const context = await chromium.launchPersistentContext(userData, {
-  executablePath: chromiumPath,
-  headless: true,
-  viewport: { width: 1600, height: 1000 },
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--force-device-scale-factor=1'],
-});
+const { context, close } = await launchBrowser('sightline-e2e');
 let failed = false;
 try {
   const page = context.pages()[0] ?? (await context.newPage());
@@ -125,14 +119,115 @@ try {
   await page.goto(`${baseUrl}#/p/no-such-profile`);
   await page.waitForSelector('#error:not([hidden])');
   check((await page.textContent('#error')).includes("no profile named 'no-such-profile'"), 'unknown profile shows the server message');
+
+  // Summary of the naive profile: six tiny executions with the device idle between them.
+  await page.goto(`${baseUrl}#/p/naive?tab=summary`);
+  await page.waitForSelector('[data-testid="insights"] li.insight');
+  const insights = await page.$$eval('[data-testid="insights"] li.insight', (items) => items.map((i) => i.dataset.insight));
+  check(insights.includes('idle_gaps') || insights.includes('tiny_executions'),
+    `summary lists the idle-gap / tiny-executions insight (${insights.join(', ')})`);
+  const evidence = await page.textContent('[data-insight="idle_gaps"], [data-insight="tiny_executions"]');
+  check(/Evidence:.*\d/.test(evidence) && evidence.includes('Fix:'), 'the insight shows its evidence and fix');
+  const engines = await page.$$eval('[data-testid="engine-bars"] .bar-row', (rows) => rows.map((r) => r.dataset.engine));
+  check(['tensor', 'vector', 'scalar', 'gpsimd', 'dma'].every((e) => engines.includes(e)), `engine bars (${engines.join(', ')})`);
+  check((await page.textContent('[data-testid="verdict"]')).startsWith('Memory-bound'), 'naive RMSNorm is memory-bound');
+  check(await page.isVisible('[data-metric="mfu_estimated_percent"]') && await page.isVisible('[data-metric="mbu_estimated_percent"]'),
+    'MFU and MBU are shown');
+  await shot('07-summary.png');
+
+  // Roofline: a circle per executable and op, hover shows its values.
+  await page.click('#tabs button[data-tab="roofline"]');
+  await page.waitForSelector('circle.roofline-point');
+  const circles = await page.$$eval('circle.roofline-point', (c) => c.length);
+  const tableRows = await page.$$eval('[data-testid="roofline-table"] tr', (r) => r.length - 1);
+  check(circles > 0 && circles === tableRows, `roofline has ${circles} points, one per table row`);
+  await page.waitForFunction(() => location.hash.includes('tab=roofline'));
+  check(true, 'the roofline tab is in the deep link');
+  await page.hover('circle.roofline-point >> nth=-1');
+  await page.waitForSelector('.roofline-plot .tooltip', { state: 'visible' });
+  check((await page.textContent('.roofline-plot .tooltip')).includes('FLOP/B'), 'hovering a point shows its values');
+  await shot('08-roofline.png');
+  const mulPoint = await page.$$eval('circle.roofline-point', (circles) =>
+    circles.find((c) => c.textContent.startsWith('aten::mul (op)'))?.dataset.index);
+  // Circles overlap; the click goes to this one whatever lies on top of it.
+  await page.locator(`circle.roofline-point[data-index="${mulPoint}"]`).dispatchEvent('click');
+  await page.waitForSelector('#tabs button.active[data-tab="timeline"]');
+  check(await page.isVisible('[data-testid="system-timeline"]'), "clicking aten::mul's point shows it on the timeline");
+
+  // Compare naive (A) vs fused (B): the removed executables rank first, both timelines share one axis.
+  await page.goto(`${baseUrl}#/compare?a=naive&b=fused`);
+  await page.waitForSelector('[data-testid="compare-table"] tr[data-kind]');
+  const ranked = await page.$$eval('[data-testid="compare-table"] tr[data-kind]', (rows) =>
+    rows.map((r) => `${r.dataset.kind}:${r.dataset.status}`));
+  const firstOther = ranked.findIndex((r) => r !== 'executable:removed');
+  check(ranked[0] === 'executable:removed' && ranked.slice(firstOther).every((r) => r !== 'executable:removed'),
+    `removed executables are listed first (${ranked.slice(0, 8).join(', ')}, ...)`);
+  check(ranked.includes('executable:added'), 'the fused executable is listed as added');
+  await page.waitForFunction(() => window.__explorer.compare?.timelines.length === 2);
+  check(await page.isVisible('[data-testid="compare-timeline-a"]') && await page.isVisible('[data-testid="compare-timeline-b"]'),
+    'both system timelines are stacked');
+  const relative = () => page.evaluate(() => window.__explorer.compare.timelines.map((t) =>
+    [t.view.start - t.bounds.start, t.view.end - t.bounds.start]));
+  const [beforeA] = await relative();
+  await page.focus('body');
+  await page.keyboard.press('w');
+  await page.keyboard.press('d');
+  const [afterA, afterB] = await relative();
+  check(afterA[1] - afterA[0] < beforeA[1] - beforeA[0] && Math.abs(afterA[0] - afterB[0]) < 1e-6 &&
+    Math.abs(afterA[1] - afterB[1]) < 1e-6, 'zoom and pan move both timelines together on the shared axis');
+  await page.waitForFunction(() => location.hash.includes('start='));
+  await page.click('[data-testid="compare-table"] th[data-key="delta_ns"]');
+  const deltas = await page.$$eval('[data-testid="compare-table"] tr[data-kind]', (rows) => rows.map((r) => r.children[8].textContent));
+  const values = deltas.map((d) => (d === '0' ? 0 : (d.startsWith('−') ? -1 : 1) * parseFloat(d.slice(1)) *
+    (d.endsWith(' ms') ? 1000 : d.endsWith(' ns') ? 0.001 : 1)));
+  check(values.every((v, i) => i === 0 || values[i - 1] >= v), 'sorting by delta orders the rows');
+  await page.click('[data-testid="compare-table"] th[data-key="rank"]');
+  await page.click('[data-testid="compare-fit"]');
+  await page.mouse.move(5, 5);
+  await shot('09-compare.png');
+
+  // Upload the fused profile's directory under a new name from the browser.
+  await page.goto(baseUrl);
+  await page.waitForSelector('[data-testid="upload"]');
+  await page.setInputFiles('[data-testid="upload-directory"]', join(profileRoot, 'fused'));
+  check((await page.inputValue('[data-testid="upload-name"]')) === 'fused', 'the folder name is suggested as the name');
+  await page.fill('[data-testid="upload-name"]', 'fused-uploaded');
+  await page.click('[data-testid="upload-submit"]');
+  await page.waitForSelector('a[data-profile="fused-uploaded"]');
+  check((await page.textContent('[data-testid="upload-status"]')).includes("Uploaded 'fused-uploaded'"),
+    'the uploaded profile is listed with a confirmation');
+  await shot('10-upload.png');
+
+  // Uploading it again under the same name is refused by the server, whose message is shown.
+  await page.setInputFiles('[data-testid="upload-directory"]', join(profileRoot, 'fused'));
+  await page.fill('[data-testid="upload-name"]', 'fused-uploaded');
+  await page.click('[data-testid="upload-submit"]');
+  await page.waitForSelector('[data-testid="upload-status"].error');
+  const taken = await page.textContent('[data-testid="upload-status"]');
+  check(taken.startsWith('Upload failed: ') && taken.includes('fused-uploaded') && !taken.includes('the server answered'),
+    `a taken name shows the server's error (${taken})`);
+
+  // A malformed executable + trace pair: the server's error text is shown, nothing is listed.
+  const junk = mkdtempSync(join(tmpdir(), 'sightline-e2e-upload-'));
+  writeFileSync(join(junk, 'neff_0123456789abcdef.neff'), 'this is not an executable');
+  writeFileSync(join(junk, '0123456789abcdef_instid_0_vnc_0.ntff'), 'nor an instruction trace');
+  await page.setInputFiles('[data-testid="upload-pair"]', [join(junk, 'neff_0123456789abcdef.neff'),
+    join(junk, '0123456789abcdef_instid_0_vnc_0.ntff')]);
+  await page.fill('[data-testid="upload-name"]', 'malformed');
+  await page.click('[data-testid="upload-submit"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="upload-status"]')?.textContent?.includes('Upload failed'));
+  const refused = await page.textContent('[data-testid="upload-status"]');
+  rmSync(junk, { recursive: true, force: true });
+  check(!refused.includes('the server answered') && refused.length > 'Upload failed: '.length,
+    `a malformed pair shows the server's error (${refused})`);
+  check(!(await page.isVisible('a[data-profile="malformed"]')), 'the malformed upload is not listed');
   check(consoleErrors.length === 0, `no uncaught page errors (${consoleErrors.join('; ')})`);
 } catch (error) {
   failed = true;
   console.error(`not ok - ${error instanceof Error ? error.stack : error}`);
   for (const page of context.pages()) await page.screenshot({ path: join(results, 'failure.png'), fullPage: true }).catch(() => {});
 } finally {
-  await context.close();
-  rmSync(userData, { recursive: true, force: true });
+  await close();
 }
 console.log(failed ? 'e2e FAILED' : 'e2e passed');
 process.exit(failed ? 1 : 0);

@@ -1,0 +1,53 @@
+// The Summary page of one profile: ranked insights with their evidence and fix, key metrics with
+// units, per-engine active time as bars, MFU/MBU, and the arithmetic intensity against the ridge point
+// (reference/neuron.md §4.2, Summary Viewer).
+
+import type { SummaryAnswer } from './api';
+import { escapeHtml } from './html';
+import { formatDuration } from './timeline_math';
+import {
+  METRIC_GROUPS, engineBars, formatMetric, intensityVerdict, numberMetric, rankInsights,
+} from './summary_data';
+
+export function renderSummary(container: HTMLElement, summary: SummaryAnswer): void {
+  const insights = rankInsights(summary.insights ?? []);
+  const insightItems = insights.map((insight, index) => `<li class="insight" data-insight="${escapeHtml(insight.id)}">
+      <div class="insight-head"><span class="rank">${index + 1}</span><b>${escapeHtml(insight.title)}</b>
+        <span class="saving">could save ${formatDuration(insight.potential_saving_us)}</span></div>
+      <div><span class="muted">Evidence:</span> ${escapeHtml(insight.evidence)}</div>
+      <div><span class="muted">Fix:</span> ${escapeHtml(insight.fix)}</div></li>`).join('');
+
+  const bars = engineBars(summary).map((bar) => `<div class="bar-row" data-engine="${bar.engine}">
+      <span class="bar-label">${bar.label}</span>
+      <span class="bar-track"><span class="bar-fill" style="width:${bar.percent.toFixed(2)}%"></span></span>
+      <span class="bar-value">${formatMetric(bar.percent, 'percent')}${bar.activeUs !== undefined
+        ? ` <span class="muted">(${formatDuration(bar.activeUs)})</span>` : ''}</span></div>`).join('');
+
+  const utilization = ['mfu_estimated_percent', 'mbu_estimated_percent', 'hfu_estimated_percent']
+    .map((key) => ({ key, value: numberMetric(summary, key) }))
+    .filter((m) => m.value !== undefined)
+    .map((m) => `<div class="gauge" data-metric="${m.key}"><div class="gauge-value">${formatMetric(m.value, 'percent')}</div>
+      <div class="muted">${m.key.slice(0, 3).toUpperCase()}</div></div>`).join('');
+
+  const verdict = intensityVerdict(summary);
+  const groups = METRIC_GROUPS.map((group) => {
+    const rows = group.metrics
+      .filter((m) => summary[m.key] !== undefined)
+      .map((m) => `<tr data-metric="${m.key}"><td>${escapeHtml(m.label)}</td>` +
+        `<td class="num">${escapeHtml(formatMetric(summary[m.key], m.unit, m.key))}</td></tr>`)
+      .join('');
+    return rows ? `<div class="metric-group"><h3>${group.title}</h3><table class="grid">${rows}</table></div>` : '';
+  }).join('');
+
+  container.innerHTML = `<div class="summary" data-testid="summary">
+    <section><h2>Insights</h2>${insights.length > 0
+      ? `<ol class="insights" data-testid="insights">${insightItems}</ol>`
+      : '<p class="muted" data-testid="insights">No findings: nothing in this profile crossed an insight threshold.</p>'}</section>
+    <section class="summary-columns">
+      <div><h2>Engines</h2><p class="muted">Active time as a share of the device time.</p>
+        <div class="bars" data-testid="engine-bars">${bars || '<p class="muted">No engine metrics.</p>'}</div>
+        <div class="gauges">${utilization}</div>
+        <h2>Arithmetic intensity</h2><p class="verdict ${verdict.bound}" data-testid="verdict">${escapeHtml(verdict.text)}</p></div>
+      <div class="metric-groups">${groups}</div>
+    </section></div>`;
+}
