@@ -9,7 +9,7 @@ scripts/setup.sh build
 echo "== tests (Release, -Werror)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== Explorer: unit tests (Vitest) and end-to-end tests (headless chromium against `sightline serve`)"
+echo "== Explorer: unit tests (Vitest) and end-to-end tests (headless chromium against sightline serve)"
 (cd explorer && npx vitest run)
 explorer/run-e2e.sh build
 
