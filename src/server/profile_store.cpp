@@ -6,6 +6,7 @@
 #include <fcntl.h>   // AT_FDCWD
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cmath>
 #include <cerrno>
@@ -213,6 +214,23 @@ ProfileStore::ProfileStore(fs::path root) {
   if (error || !fs::is_directory(root_)) {
     throw RequestError(400, fmt::format("profile root '{}' is not a readable directory", root.string()));
   }
+  remove_abandoned_uploads();
+}
+
+void ProfileStore::remove_abandoned_uploads() {
+  // A staging directory outlives its upload only when the server died mid-upload. One that has not
+  // been written for an hour cannot belong to an upload still in flight (even from another server
+  // on the same root), so it goes; it was never listed and nothing refers to it.
+  constexpr auto kAbandonedAfter = std::chrono::hours(1);
+  std::error_code error;
+  const auto now = fs::file_time_type::clock::now();
+  for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(kUploadStagingPrefix) || !entry.is_directory(error)) continue;
+    const auto written = entry.last_write_time(error);
+    if (error || now - written < kAbandonedAfter) continue;
+    fs::remove_all(entry.path(), error);
+  }
 }
 
 fs::path ProfileStore::profile_path(std::string_view name) const {
@@ -401,7 +419,7 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
     }
   }
 
-  StagingDirectory staging{root_ / fmt::format(".upload-{}", random_suffix())};
+  StagingDirectory staging{root_ / fmt::format("{}{}", kUploadStagingPrefix, random_suffix())};
   fs::create_directory(staging.path, error);
   if (error) {
     throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",

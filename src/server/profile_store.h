@@ -52,6 +52,10 @@ struct UploadOptions {
   std::string device = "trn2";  // spec of an executable + instruction-trace pair (builtin name)
 };
 
+// Upload staging directories are "<root>/.upload-<random>"; one left by a server that died mid-upload
+// is removed when a store opens the root an hour or more after it was last written.
+inline constexpr std::string_view kUploadStagingPrefix = ".upload-";
+
 class ProfileStore {
  public:
   explicit ProfileStore(std::filesystem::path root);
@@ -79,6 +83,8 @@ class ProfileStore {
   std::filesystem::path profile_path(std::string_view name) const;
 
  private:
+  void remove_abandoned_uploads();
+
   std::shared_ptr<const analysis::ProfileDir> analysis(std::string_view name);
   void forget(std::string_view name);  // drops what is cached for `name`; caller holds mutex_
   // Bumped by forget(): a load that started before a delete or upload is not cached after it.

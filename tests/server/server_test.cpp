@@ -248,6 +248,24 @@ TEST_F(ServerTest, DeleteRemovesOnlyProfiles) {
   EXPECT_EQ(status_of([&] { store.open("good"); }), 404);
 }
 
+TEST_F(ServerTest, OpeningTheRootRemovesOnlyAbandonedUploadStaging) {
+  const fs::path abandoned = root_ / ".upload-abandoned";
+  const fs::path in_flight = root_ / ".upload-in-flight";
+  const fs::path hidden = root_ / ".keep-me";
+  for (const fs::path& dir : {abandoned, in_flight, hidden}) {
+    fs::create_directories(dir);
+    std::ofstream(dir / "trace.json") << "{}";
+  }
+  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(abandoned, two_hours_ago);
+  fs::last_write_time(hidden, two_hours_ago);
+  ProfileStore store(root_);
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_TRUE(fs::exists(in_flight / "trace.json"));  // may be another server's upload in progress
+  EXPECT_TRUE(fs::exists(hidden / "trace.json"));     // not ours to touch
+  EXPECT_TRUE(fs::exists(root_ / "good"));
+}
+
 TEST_F(ServerTest, HttpApiAnswersJsonAndRefusesTraversal) {
   ExplorerServer server({.profile_root = root_, .static_dir = {}, .host = "127.0.0.1", .port = 0});
   const int port = server.bind();
