@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "common/device_cost.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
 #include "profiler/profile.h"
@@ -31,6 +32,8 @@
 #include "sightline/sightline.h"
 
 using namespace sightline;
+using sightline::examples::DeviceCost;
+using sightline::examples::device_cost;
 
 namespace {
 
@@ -76,35 +79,7 @@ std::vector<Tensor> decoder_args(const Dimensions& dims, Device device) {
 
 using BlockFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
-// What the device did in the active step, from the runtime's events.
-struct DeviceCost {
-  int executions = 0;
-  double busy_us = 0;        // sum of nc_exec_running
-  double span_us = 0;        // first to last device activity
-  double host_ms = 0;        // the step on the host, synchronize included, minus simulation overhead
-  double simulation_ms = 0;  // host time spent waiting for the simulator itself (not modeled time)
-  std::string output_dir;
-};
-
-DeviceCost device_cost(const runtime::Captured& c) {
-  DeviceCost d;
-  int64_t first = INT64_MAX, last = INT64_MIN;
-  for (const runtime::Event& e : c.events) {
-    if (e.kind == runtime::EventKind::simulation_overhead) {
-      d.simulation_ms += static_cast<double>(e.end_ns - e.start_ns) / 1e6;
-    }
-    if (!runtime::event_kind_is_device(e.kind)) continue;
-    first = std::min(first, e.start_ns);
-    last = std::max(last, e.end_ns);
-    if (e.kind == runtime::EventKind::exec_running) {
-      ++d.executions;
-      d.busy_us += static_cast<double>(e.end_ns - e.start_ns) / 1e3;
-    }
-  }
-  if (first <= last) d.span_us = static_cast<double>(last - first) / 1e3;
-  return d;
-}
-
+// Profiles four steps of `fn` (the active one is the fourth) and prints its table.
 DeviceCost profile_variant(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& args,
                            const std::string& out_dir, int row_limit, Tensor& result) {
   auto cfg = std::make_shared<neuron::NeuronConfig>();
