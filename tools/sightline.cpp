@@ -7,7 +7,7 @@
 //   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
 //   sightline ntff dump profiles/fused/0123456789abcdef_instid_0_vnc_0.ntff
 //   sightline serve profiles --port 8600                  # the Explorer over a directory of profiles
-//   sightline upload profiles/fused --name fused          # into a running Explorer server
+//   sightline upload profiles/fused --name fused --server 'http://127.0.0.1:8600/?token=...'  # what serve printed
 //
 // Exit codes (docs/analysis.md): 0 success, 1 usage error (unknown command or option, missing
 // argument), 2 bad input (missing or incomplete profile directory, corrupt NEFF/NTFF, malformed
@@ -152,12 +152,23 @@ int serve(const server::ServerOptions& options) {
     fail("{}; pass a directory of profile output directories", error.what());
   }
   server::ExplorerServer& explorer = *created;
-  const int port = explorer.bind();
+  explorer.bind();
   if (!fs::is_directory(options.static_dir)) {
     fmt::print(stderr, "sightline serve: no built UI at '{}' (run scripts/explorer.sh); serving the API only\n",
                options.static_dir.string());
   }
-  fmt::print("sightline Explorer: http://{}:{}/ serving profiles from {}\n", options.host, port,
+  if (!server::is_loopback_host(options.host)) {
+    fmt::print(stderr,
+               "sightline serve: warning: listening on {}, which other machines may reach: anyone who can open "
+               "the URL below (it holds the token) can read, upload and delete profiles. Clients must name the "
+               "server as 127.0.0.1, localhost{} or a name given with --allow-host.\n",
+               options.host,
+               options.host == "0.0.0.0" || options.host == "::" ? "" : fmt::format(", {}", options.host));
+  } else if (!options.require_token) {
+    fmt::print(stderr, "sightline serve: warning: --no-token: any program on this machine can upload and delete "
+                       "profiles\n");
+  }
+  fmt::print("sightline Explorer: {} serving profiles from {}\n", explorer.url(),
              fs::absolute(options.profile_root).lexically_normal().string());
   std::fflush(stdout);
   std::thread watcher([&explorer, stop_signals] {
@@ -172,9 +183,9 @@ int serve(const server::ServerOptions& options) {
   return 0;
 }
 
-int upload(const std::string& dir, const std::string& name, const std::string& server_url) {
+int upload(const std::string& dir, const std::string& name, const std::string& server_url, const std::string& token) {
   const std::vector<server::UploadFile> files = server::upload_files_from_directory(dir);
-  const nlohmann::json stored = server::upload_to_server(server_url, name, files);
+  const nlohmann::json stored = server::upload_to_server(server_url, name, files, token);
   fmt::print("uploaded {} as '{}': {} files, {} bytes\n", dir, stored.value("uploaded", name),
              stored.value("files", uint64_t{0}), stored.value("bytes", uint64_t{0}));
   return 0;
@@ -246,6 +257,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   serve_cmd->add_option("--host", serve_options.host, "address to bind; keep 127.0.0.1 unless others must reach it")
       ->capture_default_str();
+  serve_cmd->add_option("--token", serve_options.token,
+                        "the write token (default: a random one per run, printed in the URL)");
+  bool no_token = false;
+  serve_cmd->add_flag("--no-token", no_token, "uploads and deletes need no token (loopback --host only)");
+  serve_cmd->add_option("--allow-host", serve_options.allowed_hosts,
+                        "another name clients may reach the server by (repeatable; for --host 0.0.0.0)");
   serve_cmd->add_option("--ui", serve_ui, "the built Explorer UI (default: $SIGHTLINE_EXPLORER_DIST or the source "
                         "tree's explorer/dist)");
   serve_cmd->add_option("--max-upload-mb", max_upload_mb, "largest upload accepted, in MiB")
@@ -255,6 +272,7 @@ int main(int argc, char** argv) {
     serve_options.profile_root = serve_root;
     serve_options.static_dir = serve_ui;
     serve_options.max_upload_bytes = max_upload_mb << 20;
+    serve_options.require_token = !no_token;
     status = serve(serve_options);
   });
 
@@ -264,8 +282,11 @@ int main(int argc, char** argv) {
   upload_cmd->add_option("dir", dir, "profile output directory, or a directory with one .neff and its .ntff")
       ->required();
   upload_cmd->add_option("--name", upload_name, "name of the new profile on the server")->required();
-  upload_cmd->add_option("--server", server_url, "the server's address")->capture_default_str();
-  upload_cmd->callback([&] { status = upload(dir, upload_name, server_url); });
+  upload_cmd->add_option("--server", server_url, "the server's address, or the URL `sightline serve` printed "
+                         "(with its ?token=)")->capture_default_str();
+  std::string upload_token;
+  upload_cmd->add_option("--token", upload_token, "the server's write token (default: the one in --server)");
+  upload_cmd->callback([&] { status = upload(dir, upload_name, server_url, upload_token); });
 
   try {
     app.parse(argc, argv);

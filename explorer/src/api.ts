@@ -214,8 +214,46 @@ export function errorMessage(path: string, status: number, text: string): string
   return `${path}: the server answered HTTP ${status}${text.trim() ? ` (${text.trim().slice(0, 200)})` : ''}`;
 }
 
+// The server's per-run token, which it requires on uploads and deletes (and on every request when it
+// listens beyond loopback): `sightline serve` prints http://127.0.0.1:PORT/?token=..., so the page's
+// own query holds it. It is kept for the tab, so a reload or a deep link without it still works.
+export const TOKEN_HEADER = 'X-Sightline-Token';
+const TOKEN_KEY = 'sightline-token';
+
+interface TokenStorage {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+}
+
+export function tokenFromPage(search: string, storage?: TokenStorage): string | undefined {
+  const fromUrl = new URLSearchParams(search).get('token') || undefined;
+  try {
+    if (fromUrl) storage?.setItem(TOKEN_KEY, fromUrl);
+    return fromUrl ?? storage?.getItem(TOKEN_KEY) ?? undefined;
+  } catch {
+    return fromUrl; // storage refused (private mode): the URL's token still works
+  }
+}
+
+let pageToken: string | undefined | null = null;
+function serverToken(): string | undefined {
+  if (pageToken === null) {
+    pageToken =
+      typeof window === 'undefined' ? undefined : tokenFromPage(window.location.search, window.sessionStorage);
+  }
+  return pageToken;
+}
+
+function withToken(init?: RequestInit): RequestInit | undefined {
+  const token = serverToken();
+  if (!token) return init;
+  const headers = new Headers(init?.headers);
+  headers.set(TOKEN_HEADER, token);
+  return { ...init, headers };
+}
+
 async function request<T>(path: string, init?: RequestInit): Promise<T> {
-  const response = await fetch(path, init);
+  const response = await fetch(path, withToken(init));
   const text = await response.text();
   if (!response.ok) throw new ApiError(errorMessage(path, response.status, text), response.status);
   let body: unknown;
@@ -262,6 +300,8 @@ function upload(name: string, files: readonly File[], onProgress?: (sent: number
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open('POST', path);
+    const token = serverToken();
+    if (token) xhr.setRequestHeader(TOKEN_HEADER, token);
     xhr.upload.addEventListener('progress', (e) => onProgress?.(e.loaded, e.lengthComputable ? e.total : 0));
     xhr.addEventListener('load', () => {
       if (xhr.status < 200 || xhr.status >= 300) {

@@ -1,14 +1,19 @@
 #include "server/http_server.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
+#include <set>
 #include <string_view>
+#include <thread>
 
 #include "server/profile_store.h"
 #include "sightline/error.h"
@@ -20,6 +25,11 @@ using nlohmann::json;
 
 constexpr size_t kDefaultSearchLimit = 200;
 constexpr size_t kMaxSearchLimit = 10000;
+constexpr size_t kMaxLaneIds = 4096;       // a longer lanes= list is refused before any work
+constexpr size_t kMaxUploadParts = 1024;   // files in one upload (cpp-httplib's own multipart limit)
+// Past the upload limit the body is still read, and dropped, for this many bytes, so that a client
+// a little over the limit gets the 413 answer rather than a reset connection.
+constexpr uint64_t kDrainPastLimit = uint64_t{8} << 20;
 
 void send_json(httplib::Response& response, const json& body, int status = 200) {
   response.status = status;
@@ -27,7 +37,72 @@ void send_json(httplib::Response& response, const json& body, int status = 200) 
   // With the charset named, cpp-httplib (0.11) leaves the body uncompressed: it compresses an exact
   // "application/json" with brotli at its slowest setting whenever the browser accepts br, which took
   // seconds for a 2 MB window answer on 127.0.0.1, where compression buys nothing.
-  response.set_content(body.dump(), "application/json; charset=utf-8");
+  // Text from files (names, error messages quoting a damaged manifest) may hold invalid UTF-8: it is
+  // replaced by U+FFFD rather than turning the answer into an exception.
+  response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json; charset=utf-8");
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+// "name", "name:port", "[v6]" or "[v6]:port" (a Host header, or an Origin without its scheme).
+struct HostPort {
+  std::string name;  // lowercased; IPv6 keeps its brackets
+  std::optional<int> port;
+};
+
+std::optional<HostPort> split_host_port(std::string_view text) {
+  HostPort out;
+  std::string_view rest;
+  if (text.starts_with('[')) {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    out.name = lowercase(text.substr(0, close + 1));
+    rest = text.substr(close + 1);
+  } else {
+    const size_t colon = text.find(':');
+    out.name = lowercase(text.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon);
+  }
+  if (out.name.empty()) return std::nullopt;
+  if (!rest.empty()) {
+    if (rest.front() != ':' || rest.size() == 1) return std::nullopt;
+    int port = 0;
+    auto [end, error] = std::from_chars(rest.data() + 1, rest.data() + rest.size(), port);
+    if (error != std::errc{} || end != rest.data() + rest.size() || port <= 0 || port > 65535) return std::nullopt;
+    out.port = port;
+  }
+  return out;
+}
+
+// The name a client types for `host`: IPv6 addresses in brackets.
+std::string host_name_of(std::string_view host) {
+  if (host.find(':') != std::string_view::npos && !host.starts_with('[')) return lowercase(fmt::format("[{}]", host));
+  return lowercase(host);
+}
+
+bool is_wildcard_host(std::string_view host) { return host == "0.0.0.0" || host == "::" || host == "[::]"; }
+
+std::string random_token() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", static_cast<uint32_t>(device()));
+  return token;
+}
+
+// Compares without stopping at the first difference, so response time does not reveal the token.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char difference = 0;
+  for (size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+bool is_state_changing(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
 }
 
 std::optional<double> parse_double(std::string_view text) {
@@ -62,6 +137,9 @@ uint64_t optional_unsigned(const httplib::Request& request, const char* key, uin
 std::vector<uint32_t> parse_lane_list(std::string_view text) {
   std::vector<uint32_t> lanes;
   while (!text.empty()) {
+    if (lanes.size() == kMaxLaneIds) {
+      throw RequestError(400, fmt::format("lanes lists more than {} lane ids; ask for fewer lanes", kMaxLaneIds));
+    }
     const size_t comma = text.find(',');
     auto lane = parse_unsigned(text.substr(0, comma));
     if (!lane || *lane > UINT32_MAX)
@@ -74,13 +152,136 @@ std::vector<uint32_t> parse_lane_list(std::string_view text) {
 
 }  // namespace
 
+bool is_loopback_host(std::string_view host) {
+  if (host.starts_with('[') && host.ends_with(']')) host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
 struct ExplorerServer::State {
   ServerOptions options;
   ProfileStore store;
   httplib::Server http;
+  std::set<std::string> host_names;  // what a Host header may name
+  int port = 0;                      // after bind()
 
   explicit State(ServerOptions server_options)
-      : options(std::move(server_options)), store(options.profile_root) {}
+      : options(std::move(server_options)), store(options.profile_root) {
+    const bool loopback = is_loopback_host(options.host);
+    if (!options.require_token && !loopback) {
+      throw Error(fmt::format("the server on {} would accept uploads and deletes from anyone who reaches it; "
+                              "a token is required on an address that is not loopback",
+                              options.host));
+    }
+    if (options.token.empty()) options.token = random_token();
+    host_names = {"127.0.0.1", "localhost", "[::1]"};
+    if (!is_wildcard_host(options.host)) host_names.insert(host_name_of(options.host));
+    for (const std::string& name : options.allowed_hosts) host_names.insert(host_name_of(name));
+  }
+
+  bool names_this_server(std::string_view text) const {
+    const std::optional<HostPort> host = split_host_port(text);
+    if (!host || !host_names.contains(host->name)) return false;
+    return host->port ? *host->port == port : port == 80;
+  }
+
+  bool token_required(const httplib::Request& request) const {
+    if (!options.require_token) return false;
+    return is_state_changing(request.method) || (!is_loopback_host(options.host) && request.path.starts_with("/api/"));
+  }
+
+  // What every request passes before routing, so nothing is read or done for one that fails: Host,
+  // Origin and token checks, and no body except on an upload. Throws RequestError.
+  void admit(const httplib::Request& request) const {
+    const std::string host = request.get_header_value("Host");
+    if (!names_this_server(host)) {
+      throw RequestError(403, fmt::format("Host '{}' does not name this server (it answers to {} on port {}); open "
+                                          "the URL `sightline serve` printed, or restart it with --allow-host NAME",
+                                          host, fmt::join(host_names, ", "), port));
+    }
+    if (is_state_changing(request.method) && request.has_header("Origin")) {
+      const std::string origin = request.get_header_value("Origin");
+      const bool same_site = origin.starts_with("http://") && names_this_server(std::string_view(origin).substr(7));
+      if (!same_site) {
+        throw RequestError(403, fmt::format("cross-origin {} refused: the request comes from a page at '{}', not "
+                                            "from the Explorer this server serves",
+                                            request.method, origin));
+      }
+    }
+    if (token_required(request)) {
+      const std::string sent = request.has_header(std::string(kTokenHeader).c_str())
+                                   ? request.get_header_value(std::string(kTokenHeader).c_str())
+                                   : request.get_param_value("token");
+      if (!same_secret(sent, options.token)) {
+        throw RequestError(403, fmt::format("{} {} needs this server's token{}: open the URL `sightline serve` "
+                                            "printed (it ends in ?token=...), or pass that URL or --token to "
+                                            "`sightline upload`",
+                                            request.method, request.path,
+                                            sent.empty() ? "" : " (a wrong one was sent)"));
+      }
+    }
+    const bool has_body = request.has_header("Transfer-Encoding") ||
+                          (request.has_header("Content-Length") && request.get_header_value("Content-Length") != "0");
+    if (has_body && !(request.method == "POST" && request.path == "/api/profiles")) {
+      throw RequestError(400, fmt::format("{} {} takes no request body", request.method, request.path));
+    }
+  }
+
+  std::string upload_limit_message() const {
+    return fmt::format("the request body is larger than this server's upload limit of {:g} MB ({} bytes); "
+                       "restart `sightline serve` with a larger --max-upload-mb",
+                       static_cast<double>(options.max_upload_bytes) / (1 << 20), options.max_upload_bytes);
+  }
+
+  // The multipart upload, read part by part: the bytes counted are those after any Content-Encoding
+  // is undone, whether the body came with a Content-Length or chunked, so neither a chunked nor a
+  // compressed body gets past max_upload_bytes.
+  std::vector<UploadFile> read_upload(const httplib::Request& request, httplib::Response& response,
+                                      const httplib::ContentReader& content_reader) const {
+    if (!request.is_multipart_form_data()) {
+      throw RequestError(400, "an upload is a multipart/form-data body with one 'file' part per file");
+    }
+    std::vector<UploadFile> files;
+    uint64_t received = 0;
+    bool over_limit = false, too_many = false;
+    std::optional<std::string> unexpected_field;
+    const bool complete = content_reader(
+        [&](const httplib::MultipartFormData& part) {
+          if (over_limit) return true;
+          if (part.name != "file") {
+            unexpected_field = part.name;
+            return false;
+          }
+          if (files.size() == kMaxUploadParts) {
+            too_many = true;
+            return false;
+          }
+          files.push_back({part.filename, {}});
+          return true;
+        },
+        [&](const char* data, size_t size) {
+          received += size;
+          if (received > options.max_upload_bytes) {
+            over_limit = true;
+            files.clear();
+            return received - options.max_upload_bytes <= kDrainPastLimit;
+          }
+          files.back().content.append(data, size);
+          return true;
+        });
+    if (!complete) response.set_header("Connection", "close");  // the rest of the body is not read
+    if (over_limit || response.status == 413) throw RequestError(413, upload_limit_message());
+    if (unexpected_field) {
+      throw RequestError(400, fmt::format("unexpected form field '{}': send every file as a 'file' part",
+                                          *unexpected_field));
+    }
+    if (too_many) throw RequestError(400, fmt::format("an upload holds at most {} files", kMaxUploadParts));
+    if (!complete) {
+      throw RequestError(400, "the upload body could not be read: the connection closed early or the multipart "
+                              "body is malformed");
+    }
+    response.status = -1;  // read_content may have set it; the handler's answer decides
+    return files;
+  }
 
   // Runs a handler and turns refusals and failures into JSON errors the UI can show.
   httplib::Server::Handler guarded(std::function<void(const httplib::Request&, httplib::Response&)> handler) {
@@ -155,42 +356,48 @@ struct ExplorerServer::State {
                }
                send_json(response, store.compare(request.get_param_value("a"), request.get_param_value("b")));
              }));
-    http.Post("/api/profiles", guarded([this](const httplib::Request& request, auto& response) {
-                if (!request.has_param("name") || request.get_param_value("name").empty()) {
-                  throw RequestError(400, "query parameter 'name' (the new profile's name) is required");
-                }
-                if (!request.is_multipart_form_data()) {
-                  throw RequestError(400, "an upload is a multipart/form-data body with one 'file' part per file");
-                }
-                std::vector<UploadFile> files;
-                for (const auto& [field, part] : request.files) {
-                  if (field != "file") {
-                    throw RequestError(400, fmt::format("unexpected form field '{}': send every file as a "
-                                                        "'file' part",
-                                                        field));
-                  }
-                  files.push_back({part.filename, part.content});
-                }
-                UploadOptions upload_options;
-                if (request.has_param("device")) upload_options.device = request.get_param_value("device");
-                send_json(response, store.upload(request.get_param_value("name"), std::move(files), upload_options),
-                          201);
-              }));
+    http.Post("/api/profiles", [this](const httplib::Request& request, httplib::Response& response,
+                                      const httplib::ContentReader& content_reader) {
+      guarded([&](const httplib::Request&, httplib::Response&) {
+        if (!request.has_param("name") || request.get_param_value("name").empty()) {
+          throw RequestError(400, "query parameter 'name' (the new profile's name) is required");
+        }
+        std::vector<UploadFile> files = read_upload(request, response, content_reader);
+        UploadOptions upload_options;
+        if (request.has_param("device")) upload_options.device = request.get_param_value("device");
+        send_json(response, store.upload(request.get_param_value("name"), std::move(files), upload_options), 201);
+      })(request, response);
+    });
     http.Delete(R"(/api/profiles/([^/]+))", guarded([this](const httplib::Request& request, auto& response) {
                   const std::string name = request.matches[1].str();
                   store.remove(name);
                   send_json(response, {{"deleted", name}});
                 }));
     http.set_payload_max_length(options.max_upload_bytes);
+    http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
+      try {
+        admit(request);
+      } catch (const RequestError& refusal) {
+        response.set_header("Connection", "close");  // an unread body must not be taken for the next request
+        send_json(response, {{"error", refusal.what()}}, refusal.status());
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Slow clients: each read or write waits at most io_timeout, an idle keep-alive connection is
+    // closed after it too, and a pool larger than the default 8 workers keeps light requests answered
+    // while some workers wait on slow clients or compute heavy windows.
+    const auto timeout = options.io_timeout;
+    http.set_read_timeout(timeout);
+    http.set_write_timeout(timeout);
+    http.set_keep_alive_timeout(std::max<time_t>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    const unsigned workers =
+        options.worker_threads != 0 ? options.worker_threads : std::max(64u, 4 * std::thread::hardware_concurrency());
+    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
     http.set_error_handler([this](const httplib::Request& request, httplib::Response& response) {
       if (!response.body.empty()) return;
       if (response.status == 413) {
-        send_json(response,
-                  {{"error", fmt::format("the request body is larger than this server's upload limit of {:g} MB "
-                                         "({} bytes); restart `sightline serve` with a larger --max-upload-mb",
-                                         static_cast<double>(options.max_upload_bytes) / (1 << 20),
-                                         options.max_upload_bytes)}},
-                  413);
+        send_json(response, {{"error", upload_limit_message()}}, 413);
         return;
       }
       const std::string what = request.path.starts_with("/api/") ? "no such API endpoint" : "no such file";
@@ -218,7 +425,17 @@ int ExplorerServer::bind() {
     throw Error(fmt::format("cannot listen on {}:{}: the address is in use or not local; pick another --port",
                             options.host, options.port));
   }
+  state_->port = port;
   return port;
+}
+
+const std::string& ExplorerServer::token() const { return state_->options.token; }
+
+std::string ExplorerServer::url() const {
+  const ServerOptions& options = state_->options;
+  const std::string host = is_wildcard_host(options.host) ? "127.0.0.1" : host_name_of(options.host);
+  return fmt::format("http://{}:{}/{}", host, state_->port,
+                     options.require_token ? fmt::format("?token={}", options.token) : "");
 }
 
 void ExplorerServer::serve() { state_->http.listen_after_bind(); }

@@ -2,7 +2,22 @@
 //
 //   ExplorerServer server({.profile_root = "profiles", .static_dir = "explorer/dist"});
 //   int port = server.bind();  // 127.0.0.1 unless told otherwise; port 0 picks a free one
+//   std::string url = server.url();  // http://127.0.0.1:PORT/?token=... (what the user opens)
 //   server.serve();            // blocks until stop()
+//
+// Who may do what (docs/security.md):
+//   - every request must name this server in its Host header: 127.0.0.1, localhost or [::1], the
+//     --host value, or a name in allowed_hosts, with the bound port (DNS rebinding gets 403);
+//   - a state-changing request (POST, PUT, PATCH, DELETE) is refused (403) when its Origin header
+//     names another site, and must carry the per-run token, as the header X-Sightline-Token or the
+//     query parameter token; on an address that is not loopback every /api/ request needs it;
+//   - no request other than an upload may carry a body; an upload's body is counted as it is read,
+//     after any Content-Encoding is undone and whatever its Transfer-Encoding, and refused (413) past
+//     max_upload_bytes;
+//   - a window answer is bounded: lane ids are deduplicated and at most kMaxWindowEntries events and
+//     merged boxes are sent (more is a 400 that says how to ask for less);
+//   - reads and writes time out (io_timeout) and requests are served by a pool of worker_threads, so a
+//     few slow clients do not hold every worker.
 //
 // API (every error is a 4xx/5xx JSON object {"error": message} that the UI shows as it is):
 //   GET    /api/profiles                           list with manifest metadata
@@ -36,18 +51,36 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace sightline::server {
 
 struct ServerOptions {
   std::filesystem::path profile_root;
-  std::filesystem::path static_dir;  // the built UI; empty or missing: the API only
+  std::filesystem::path static_dir{};  // the built UI; empty or missing: the API only
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
   uint64_t max_upload_bytes = uint64_t{1024} << 20;  // request bodies larger than this are refused (413)
+  // The per-run secret that writes carry; empty: a random one is made (ExplorerServer::token()).
+  std::string token{};
+  // false: writes need no token. Only allowed on a loopback host; the constructor refuses it elsewhere.
+  bool require_token = true;
+  // Host names clients may use besides 127.0.0.1, localhost, [::1] and `host` (for --host 0.0.0.0:
+  // the machine's name or address as others type it).
+  std::vector<std::string> allowed_hosts{};
+  unsigned worker_threads = 0;                  // 0: max(64, 4 x hardware threads)
+  std::chrono::milliseconds io_timeout{5000};  // per read or write on a connection
 };
+
+// Header that carries the token on writes (the query parameter "token" works too).
+inline constexpr std::string_view kTokenHeader = "X-Sightline-Token";
+
+// true for 127.0.0.1 (and 127.x.y.z), ::1 and localhost: addresses other machines cannot reach.
+bool is_loopback_host(std::string_view host);
 
 class ExplorerServer {
  public:
@@ -59,6 +92,10 @@ class ExplorerServer {
   int bind();    // returns the bound port; throws sightline::Error when the address is taken
   void serve();  // after bind(); returns once stop() is called
   void stop();
+
+  const std::string& token() const;
+  // After bind(): http://HOST:PORT/ with ?token=... when writes need one; the URL to open.
+  std::string url() const;
 
  private:
   struct State;

@@ -887,14 +887,27 @@ nlohmann::json ProfileIndex::window(const WindowQuery& query) const {
     throw RequestError(400, "window width must be between 1 and 100000 pixels");
   }
   const double pixel_us = (query.end_us - query.start_us) / query.width_px;
-  std::vector<uint32_t> lane_ids = query.lanes;
+  // Each lane once, in the order first asked: repeating an id must not repeat the work.
+  std::vector<uint32_t> lane_ids;
+  std::vector<bool> listed(lanes_.size(), false);
+  for (uint32_t lane_id : query.lanes) {
+    if (lane_id >= lanes_.size()) throw RequestError(400, fmt::format("lane {} does not exist", lane_id));
+    if (!listed[lane_id]) lane_ids.push_back(lane_id);
+    listed[lane_id] = true;
+  }
   if (lane_ids.empty()) {
     for (uint32_t i = 0; i < lanes_.size(); ++i) lane_ids.push_back(i);
   }
   json result_lanes = json::array();
   size_t event_count = 0, merged_count = 0;
+  auto check_size = [&](size_t pending) {
+    if (event_count + merged_count + pending > query.max_entries) {
+      throw RequestError(400, fmt::format("the window holds more than {} events and merged boxes; ask for a "
+                                          "shorter time range, fewer lanes or a smaller width",
+                                          query.max_entries));
+    }
+  };
   for (uint32_t lane_id : lane_ids) {
-    if (lane_id >= lanes_.size()) throw RequestError(400, fmt::format("lane {} does not exist", lane_id));
     const Lane& lane = lanes_[lane_id];
     json visible = json::array();
     json merged = json::array();
@@ -905,6 +918,7 @@ nlohmann::json ProfileIndex::window(const WindowQuery& query) const {
     };
     std::vector<Aggregate> open(lane.max_depth + 1);
     auto emit_event = [&](uint32_t id) {
+      check_size(visible.size() + merged.size() + 1);
       const TraceEvent& event = events_[id];
       visible.push_back({{"id", id},
                          {"ts", event.ts_us},
@@ -916,6 +930,7 @@ nlohmann::json ProfileIndex::window(const WindowQuery& query) const {
       Aggregate& box = open[depth];
       if (box.count == 1) emit_event(box.first);
       if (box.count > 1) {
+        check_size(visible.size() + merged.size() + 1);
         json entry = {
             {"ts", box.start}, {"dur", box.end - box.start}, {"depth", depth}, {"count", box.count}};
         entry["name"] = box.one_name ? names_[events_[box.first].name] : fmt::format("{} events", box.count);

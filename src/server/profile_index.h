@@ -68,11 +68,16 @@ struct Flow {
   uint32_t to = 0;       // event id of the "f" end
 };
 
+// The most events plus merged boxes one window answer holds (about 100 bytes of JSON each): a larger
+// answer is refused with a message saying how to ask for less, rather than built.
+inline constexpr size_t kMaxWindowEntries = 250'000;
+
 struct WindowQuery {
   double start_us = 0;
   double end_us = 0;
-  std::vector<uint32_t> lanes;  // empty: every lane
+  std::vector<uint32_t> lanes;  // empty: every lane; a lane listed twice is answered once
   uint32_t width_px = 1000;
+  size_t max_entries = kMaxWindowEntries;
 };
 
 // How trace.json is read: large files are split into runs of whole events (at line starts of the

@@ -10,6 +10,7 @@
 #include "formats/manifest.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
+#include "server/http_server.h"
 #include "sightline/error.h"
 
 namespace sightline::server {
@@ -34,6 +35,25 @@ std::string percent_encoded(std::string_view text) {
     out += plain ? std::string(1, c) : fmt::format("%{:02X}", static_cast<unsigned char>(c));
   }
   return out;
+}
+
+// "http://host:port/path?token=T" -> ("http://host:port", "T"): httplib's client takes only the first.
+std::pair<std::string, std::string> split_server_url(const std::string& url) {
+  const size_t scheme_end = url.find("://");
+  const size_t path_at = url.find_first_of("/?#", scheme_end == std::string::npos ? 0 : scheme_end + 3);
+  if (path_at == std::string::npos) return {url, {}};
+  std::string token;
+  const size_t query_at = url.find('?', path_at);
+  if (query_at != std::string::npos) {
+    std::string_view query = std::string_view(url).substr(query_at + 1);
+    query = query.substr(0, query.find('#'));
+    while (!query.empty()) {
+      const std::string_view pair = query.substr(0, query.find('&'));
+      if (pair.starts_with("token=")) token = std::string(pair.substr(6));
+      query = pair.size() == query.size() ? std::string_view{} : query.substr(pair.size() + 1);
+    }
+  }
+  return {url.substr(0, path_at), token};
 }
 
 }  // namespace
@@ -77,13 +97,17 @@ std::vector<UploadFile> upload_files_from_directory(const fs::path& dir) {
   return files;
 }
 
-json upload_to_server(const std::string& server_url, std::string_view name, const std::vector<UploadFile>& files) {
+json upload_to_server(const std::string& url, std::string_view name, const std::vector<UploadFile>& files,
+                      const std::string& token) {
+  const auto [server_url, url_token] = split_server_url(url);
   httplib::Client client(server_url);
   SIGHTLINE_CHECK(client.is_valid(), "'{}' is not a server address; use the form http://127.0.0.1:8600",
                   server_url);
   client.set_connection_timeout(std::chrono::seconds(10));
   client.set_read_timeout(std::chrono::minutes(10));  // a large profile is validated before the answer
   client.set_write_timeout(std::chrono::minutes(10));
+  const std::string& write_token = token.empty() ? url_token : token;
+  if (!write_token.empty()) client.set_default_headers({{std::string(kTokenHeader), write_token}});
   httplib::MultipartFormDataItems items;
   for (const UploadFile& file : files) {
     items.push_back({"file", file.content, file.name, "application/octet-stream"});

@@ -4,7 +4,7 @@
 // file; http_server.h).
 //
 //   auto files = server::upload_files_from_directory("profiles/fused");   // validates first
-//   nlohmann::json stored = server::upload_to_server("http://127.0.0.1:8600", "fused", files);
+//   nlohmann::json stored = server::upload_to_server("http://127.0.0.1:8600/?token=...", "fused", files);
 #pragma once
 
 #include <filesystem>
@@ -23,10 +23,12 @@ namespace sightline::server {
 // sightline::Error naming the file and the problem.
 std::vector<UploadFile> upload_files_from_directory(const std::filesystem::path& dir);
 
-// Posts `files` as profile `name` to the server at `server_url` ("http://127.0.0.1:8600") and returns
-// its answer ({"uploaded", "files", "bytes"}). Throws sightline::Error when no server answers (saying
-// how to start one) or when the server refuses the upload (with its message).
+// Posts `files` as profile `name` to the server at `server_url` and returns its answer ({"uploaded",
+// "files", "bytes"}). `server_url` is "http://127.0.0.1:8600" or the URL `sightline serve` printed,
+// "http://127.0.0.1:8600/?token=..."; the server's write token is `token` when not empty, else the
+// one in the URL. Throws sightline::Error when no server answers (saying how to start one) or when
+// the server refuses the upload (with its message).
 nlohmann::json upload_to_server(const std::string& server_url, std::string_view name,
-                                const std::vector<UploadFile>& files);
+                                const std::vector<UploadFile>& files, const std::string& token = {});
 
 }  // namespace sightline::server

@@ -79,11 +79,16 @@ class UploadTest : public ::testing::Test {
   }
 
   httplib::Client& start(uint64_t max_upload_bytes = uint64_t{64} << 20) {
-    server_ = std::make_unique<ExplorerServer>(ServerOptions{
-        .profile_root = root_, .static_dir = {}, .host = "127.0.0.1", .port = 0, .max_upload_bytes = max_upload_bytes});
+    server_ = std::make_unique<ExplorerServer>(ServerOptions{.profile_root = root_,
+                                                             .static_dir = {},
+                                                             .host = "127.0.0.1",
+                                                             .port = 0,
+                                                             .max_upload_bytes = max_upload_bytes,
+                                                             .token = "upload-test-token"});
     const int port = server_->bind();
     serving_ = std::thread([this] { server_->serve(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    client_->set_default_headers({{std::string(kTokenHeader), "upload-test-token"}});  // writes need it
     client_->set_connection_timeout(std::chrono::seconds(5));
     client_->set_read_timeout(std::chrono::seconds(60));
     return *client_;

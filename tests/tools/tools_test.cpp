@@ -185,7 +185,8 @@ TEST(SightlineCli, MalformedInputsAreClearErrorsWithExitCode2) {
 
 namespace {
 
-// `sightline serve ROOT --port 0` as a child process; the URL comes from its first stdout line.
+// `sightline serve ROOT --port 0` as a child process; the URL (with its ?token=) comes from its first
+// stdout line.
 class ServeProcess {
  public:
   explicit ServeProcess(const fs::path& root) : log_(root.parent_path() / (root.filename().string() + ".serve.log")) {
@@ -205,7 +206,7 @@ class ServeProcess {
       const std::string text = slurp(log_);
       const size_t at = text.find("http://");
       if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-        url_ = text.substr(at, text.find('/', at + 7) - at);
+        url_ = text.substr(at, text.find_first_of(" \n", at) - at);
         first_line_ = text.substr(0, text.find('\n'));
         return;
       }
@@ -246,7 +247,7 @@ fs::path fresh_dir(const std::string& name) {
 TEST(SightlineCli, ServeHelpAndBadOptionsAreUsageErrors) {
   const CliRun help = run_cli("serve --help");
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* option : {"--port", "--host", "--ui", "--max-upload-mb"}) {
+  for (const char* option : {"--port", "--host", "--ui", "--max-upload-mb", "--token", "--no-token", "--allow-host"}) {
     EXPECT_NE(help.out.find(option), std::string::npos) << option << " missing from: " << help.out;
   }
   EXPECT_EQ(run_cli("serve --port 70000").exit_code, 1);
@@ -257,7 +258,13 @@ TEST(SightlineCli, ServeHelpAndBadOptionsAreUsageErrors) {
                                       " --port 0");
   EXPECT_EQ(missing_root.exit_code, 2);
   EXPECT_NE(missing_root.err.find("not a readable directory"), std::string::npos) << missing_root.err;
-  EXPECT_EQ(run_cli("upload --help").exit_code, 0);
+  const CliRun open_network = run_cli("serve " + shell_quoted(test_profiles::generate().root) +
+                                      " --port 0 --host 0.0.0.0 --no-token");
+  EXPECT_EQ(open_network.exit_code, 2);
+  EXPECT_NE(open_network.err.find("a token is required"), std::string::npos) << open_network.err;
+  const CliRun upload_help = run_cli("upload --help");
+  EXPECT_EQ(upload_help.exit_code, 0);
+  EXPECT_NE(upload_help.out.find("--token"), std::string::npos) << upload_help.out;
   EXPECT_EQ(run_cli("upload " + shell_quoted(test_profiles::generate().fused.dir)).exit_code, 1);  // no --name
 }
 
@@ -267,10 +274,26 @@ TEST(SightlineCli, ServeUploadAndStop) {
   ServeProcess server(root);
   ASSERT_FALSE(server.url().empty());
   EXPECT_EQ(server.first_line().rfind("sightline Explorer: http://127.0.0.1:", 0), 0u) << server.first_line();
+  const size_t token_at = server.url().find("/?token=");
+  ASSERT_NE(token_at, std::string::npos) << server.url();
+  const std::string bare_url = server.url().substr(0, token_at);
+  const std::string token = server.url().substr(token_at + 8);
+  EXPECT_EQ(token.size(), 32u) << server.url();
+
+  // Without the token the server refuses to store anything; --token passes it with a bare URL.
+  const CliRun no_token = run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + bare_url);
+  EXPECT_EQ(no_token.exit_code, 2);
+  EXPECT_NE(no_token.err.find("token"), std::string::npos) << no_token.err;
+  EXPECT_FALSE(fs::exists(root / "fused"));
+  const CliRun with_flag = run_cli("upload " + shell_quoted(g.fused.dir) + " --name flagged --server " + bare_url +
+                                   " --token " + token);
+  EXPECT_EQ(with_flag.exit_code, 0) << with_flag.err;
+  EXPECT_TRUE(fs::exists(root / "flagged" / "manifest.json"));
   EXPECT_NE(server.first_line().find("serving profiles from " + root.string()), std::string::npos)
       << server.first_line();
 
-  const CliRun uploaded = run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + server.url());
+  const CliRun uploaded =
+      run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + shell_quoted(server.url()));
   ASSERT_EQ(uploaded.exit_code, 0) << uploaded.err;
   EXPECT_NE(uploaded.out.find("as 'fused'"), std::string::npos) << uploaded.out;
   EXPECT_TRUE(fs::exists(root / "fused" / "manifest.json"));
@@ -289,15 +312,18 @@ TEST(SightlineCli, ServeUploadAndStop) {
       break;
     }
   }
-  const CliRun pair_uploaded = run_cli("upload " + shell_quoted(pair) + " --name pair --server " + server.url());
+  const CliRun pair_uploaded =
+      run_cli("upload " + shell_quoted(pair) + " --name pair --server " + shell_quoted(server.url()));
   EXPECT_EQ(pair_uploaded.exit_code, 0) << pair_uploaded.err;
   EXPECT_TRUE(fs::exists(root / "pair" / "trace.json"));
 
   // Refusals come back with the server's message and exit code 2.
-  const CliRun taken = run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + server.url());
+  const CliRun taken =
+      run_cli("upload " + shell_quoted(g.fused.dir) + " --name fused --server " + shell_quoted(server.url()));
   EXPECT_EQ(taken.exit_code, 2);
   EXPECT_NE(taken.err.find("already exists"), std::string::npos) << taken.err;
-  const CliRun bad_name = run_cli("upload " + shell_quoted(g.fused.dir) + " --name .hidden --server " + server.url());
+  const CliRun bad_name =
+      run_cli("upload " + shell_quoted(g.fused.dir) + " --name .hidden --server " + shell_quoted(server.url()));
   EXPECT_EQ(bad_name.exit_code, 2);
   EXPECT_NE(bad_name.err.find("not a profile name"), std::string::npos) << bad_name.err;
 
@@ -313,13 +339,15 @@ TEST(SightlineCli, UploadChecksLocallyAndExplainsAMissingServer) {
     stopped_url = server.url();
     EXPECT_EQ(server.stop(), 0);
   }
-  const CliRun no_server = run_cli("upload " + shell_quoted(g.fused.dir) + " --name x --server " + stopped_url);
+  const CliRun no_server =
+      run_cli("upload " + shell_quoted(g.fused.dir) + " --name x --server " + shell_quoted(stopped_url));
   EXPECT_EQ(no_server.exit_code, 2);
   EXPECT_NE(no_server.err.find("start one with `sightline serve DIR`"), std::string::npos) << no_server.err;
 
   // Problems a server would refuse are found before any connection is made.
   const fs::path empty = fresh_dir("empty_upload");
-  const CliRun not_profile = run_cli("upload " + shell_quoted(empty) + " --name x --server " + stopped_url);
+  const CliRun not_profile =
+      run_cli("upload " + shell_quoted(empty) + " --name x --server " + shell_quoted(stopped_url));
   EXPECT_EQ(not_profile.exit_code, 2);
   EXPECT_NE(not_profile.err.find("has no manifest.json"), std::string::npos) << not_profile.err;
   const fs::path truncated = fresh_dir("truncated_upload");
@@ -328,7 +356,8 @@ TEST(SightlineCli, UploadChecksLocallyAndExplainsAMissingServer) {
   for (const auto& entry : fs::directory_iterator(truncated)) {
     if (entry.path().extension() == ".ntff") fs::resize_file(entry.path(), 100);
   }
-  const CliRun corrupt = run_cli("upload " + shell_quoted(truncated) + " --name x --server " + stopped_url);
+  const CliRun corrupt =
+      run_cli("upload " + shell_quoted(truncated) + " --name x --server " + shell_quoted(stopped_url));
   EXPECT_EQ(corrupt.exit_code, 2);
   EXPECT_NE(corrupt.err.find(".ntff"), std::string::npos) << corrupt.err;
   EXPECT_EQ(corrupt.err.find("start one"), std::string::npos) << corrupt.err;

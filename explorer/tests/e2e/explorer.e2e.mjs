@@ -1,5 +1,6 @@
 // End-to-end test of the Explorer: headless Debian chromium driven by playwright-core against a running
-// `sightline serve`. Usage: node tests/e2e/explorer.e2e.mjs http://127.0.0.1:PORT/ PROFILE_ROOT
+// `sightline serve`. Usage: node tests/e2e/explorer.e2e.mjs http://127.0.0.1:PORT/?token=TOKEN PROFILE_ROOT
+// (the URL the server printed: the page takes the write token from it, as a user's browser does).
 // Opens the naive RMSNorm profile, selects an aten::mul on the timeline, follows the dependency chain to
 // nc_exec_running, opens the device timeline and checks its engine rows; then the summary (insights),
 // the roofline, Compare naive vs fused, and uploads from the browser (the fused directory under a new
