@@ -1,6 +1,7 @@
 // The dispatcher: observer hooks, output allocation, and one array load to find the kernel.
 #include <vector>
 
+#include "core/host_clock.h"
 #include "ops/view_ops.h"
 #include "sightline/backend.h"
 
@@ -51,6 +52,9 @@ Device op_device(const OpCall& call) {
 }
 
 Tensor run(const OpCall& call) {
+  // The op's own host cost on the modeled host clock (framework dispatch, shape logic); what it
+  // calls (allocation, runtime calls, copies) adds its own.
+  host_clock::charge_framework_op();
   const OpInfo& info = op_info(call.op);
   if (info.is_view) return apply_view_op(call);
   const Device device = op_device(call);
@@ -64,6 +68,8 @@ Tensor run(const OpCall& call) {
   if (kernel == nullptr) missing_kernel(call.op, device);
   Tensor out = empty(meta.shape, TensorOptions(meta.dtype, device));
   kernel(call, out);
+  // A host kernel is host work: modeled as its output streamed through host memory.
+  if (device.is_cpu()) host_clock::advance(host_clock::copy_ns(out.nbytes()));
   return out;
 }
 

@@ -1,12 +1,14 @@
 // compile(): guards on the input signature, the per-function cache of compiled programs, and calls.
 #include "sightline/compile.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
 #include <fmt/format.h>
 
 #include "compiler/capture.h"
+#include "core/host_clock.h"
 #include "compiler/device_program.h"
 #include "compiler/execute.h"
 #include "compiler/passes.h"
@@ -25,7 +27,12 @@ constexpr int kLoweringVersion = 2;
 struct Program {
   compiler::Graph graph;
   std::shared_ptr<const compiler::DeviceProgram> device;
+  profiler::NameId region_name = 0;  // "Torch-Compiled Region: <frame>/<compile>", as torch names it
 };
+
+// torch numbers compiled frames in the order they are first compiled, and each frame's compilations
+// (one per guard signature) from 0; its profiler row is "Torch-Compiled Region: frame/compile".
+std::atomic<int> g_next_frame_id{0};
 
 // The guard key: every argument's dtype, shape and device ("f32[4, 8]@cpu|bf16[8]@neuron:0").
 std::string signature_of(const std::vector<Tensor>& inputs) {
@@ -64,17 +71,13 @@ std::string device_cache_key(const compiler::Graph& graph, const std::vector<Ten
 // The profiler row of a compiled call: device work queued inside carries its correlation id.
 class CompiledRegionScope {
  public:
-  CompiledRegionScope()
-      : handle_(profiler::record_scope_begin(profiler::EventKind::user_annotation, name())) {}
+  explicit CompiledRegionScope(profiler::NameId name)
+      : handle_(profiler::record_scope_begin(profiler::EventKind::user_annotation, name)) {}
   ~CompiledRegionScope() { profiler::record_scope_end(handle_); }
   CompiledRegionScope(const CompiledRegionScope&) = delete;
   CompiledRegionScope& operator=(const CompiledRegionScope&) = delete;
 
  private:
-  static profiler::NameId name() {
-    static const profiler::NameId id = profiler::intern("CompiledFunction");
-    return id;
-  }
   profiler::ScopeHandle handle_;
 };
 
@@ -84,6 +87,7 @@ struct CompiledFunctionState {
   TensorListFunction fn;
   CompileOptions options;
   int arity = -1;
+  int frame_id = g_next_frame_id.fetch_add(1, std::memory_order_relaxed);
   std::mutex mutex;  // guards the fields below
   std::map<std::string, std::shared_ptr<const Program>> programs;
   CompileStats stats;
@@ -109,8 +113,9 @@ struct CompiledFunctionState {
     std::shared_ptr<const compiler::DeviceProgram> device_program;
     compiler::CacheOutcome outcome = compiler::CacheOutcome::lowered;
     if (is_neuron(device)) device_program = lower_for_device(graph, inputs, device, outcome);
-    auto program = std::make_shared<const Program>(Program{std::move(graph), std::move(device_program)});
     std::lock_guard lock(mutex);
+    const auto region = profiler::intern(fmt::format("Torch-Compiled Region: {}/{}", frame_id, programs.size()));
+    auto program = std::make_shared<const Program>(Program{std::move(graph), std::move(device_program), region});
     auto [it, inserted] = programs.emplace(key, program);
     if (inserted) {  // a racing thread may have compiled the same signature first
       ++stats.compilations;
@@ -139,8 +144,9 @@ struct CompiledFunctionState {
 };
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) const {
-  const CompiledRegionScope scope;
   const std::shared_ptr<const Program> program = state_->program_for(inputs, true);
+  const CompiledRegionScope scope(program->region_name);
+  host_clock::charge_framework_op();  // the call itself: guard check and launch, like one framework op
   std::vector<Tensor> bound;
   bound.reserve(inputs.size());
   for (const Tensor& t : inputs) bound.push_back(t.contiguous());

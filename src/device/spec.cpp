@@ -167,6 +167,10 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
   s.runtime.executable_switch_ns = r.non_negative("runtime.executable_switch_ns");
   s.runtime.completion_ns = r.non_negative("runtime.completion_ns");
   s.runtime.first_load_ns = r.non_negative("runtime.first_load_ns");
+  s.host.framework_op_ns = r.non_negative("host.framework_op_ns");
+  s.host.runtime_call_ns = r.non_negative("host.runtime_call_ns");
+  s.host.allocation_ns = r.non_negative("host.allocation_ns");
+  s.host.copy_bytes_per_ns = r.positive("host.copy_bytes_per_ns");
   r.reject_unknown();
 
   SIGHTLINE_CHECK(s.psum_bytes_per_partition % s.psum_banks == 0,

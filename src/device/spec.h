@@ -62,6 +62,14 @@ struct RuntimeCostSpec {
   double first_load_ns = 0;         // first execution of an executable on a core
 };
 
+// Host-side costs of the modeled host clock (core/host_clock.h; derivations in docs/host-model.md).
+struct HostCostSpec {
+  double framework_op_ns = 0;    // one dispatched framework op
+  double runtime_call_ns = 0;    // one runtime call that queues work (execute, write, read, load)
+  double allocation_ns = 0;      // one device allocation
+  double copy_bytes_per_ns = 0;  // host memory copies (staging writes, CPU kernels)
+};
+
 struct Spec {
   std::string name;          // "trn2", "trn1", or the user's
   std::string core_version;  // "NeuronCore-v3"
@@ -80,6 +88,7 @@ struct Spec {
   DmaSpec dma;
   HbmSpec hbm;
   RuntimeCostSpec runtime;
+  HostCostSpec host;
 
   uint32_t psum_bank_bytes() const { return psum_bytes_per_partition / psum_banks; }
   uint64_t sbuf_bytes() const { return uint64_t{sbuf_bytes_per_partition} * partitions; }

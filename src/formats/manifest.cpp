@@ -70,6 +70,12 @@ class Object {
     return static_cast<uint32_t>(v);
   }
 
+  bool boolean(std::string_view key) const {
+    const Json& v = at(key);
+    if (!v.is_boolean()) error("{} must be true or false, found {}", path_of(key), v.type_name());
+    return v.get<bool>();
+  }
+
   double number(std::string_view key) const {
     const Json& v = at(key);
     if (!v.is_number()) error("{} must be a number, found {}", path_of(key), v.type_name());
@@ -147,6 +153,10 @@ Json device_json(const device::Spec& s) {
                       {"executable_switch_ns", s.runtime.executable_switch_ns},
                       {"completion_ns", s.runtime.completion_ns},
                       {"first_load_ns", s.runtime.first_load_ns}};
+  j["host"] = Json{{"framework_op_ns", s.host.framework_op_ns},
+                   {"runtime_call_ns", s.host.runtime_call_ns},
+                   {"allocation_ns", s.host.allocation_ns},
+                   {"copy_bytes_per_ns", s.host.copy_bytes_per_ns}};
   return j;
 }
 
@@ -183,6 +193,13 @@ device::Spec device_of(const Object& o) {
   s.runtime.executable_switch_ns = runtime.number("executable_switch_ns");
   s.runtime.completion_ns = runtime.number("completion_ns");
   s.runtime.first_load_ns = runtime.number("first_load_ns");
+  if (o.has("host")) {  // written since the modeled host clock; older manifests have no host costs
+    const Object host = o.object("host");
+    s.host.framework_op_ns = host.number("framework_op_ns");
+    s.host.runtime_call_ns = host.number("runtime_call_ns");
+    s.host.allocation_ns = host.number("allocation_ns");
+    s.host.copy_bytes_per_ns = host.number("copy_bytes_per_ns");
+  }
   return s;
 }
 
@@ -296,6 +313,14 @@ std::string manifest_serialize(const Manifest& m) {
   }
   j["dropped"] =
       Json{{"framework", m.dropped.framework}, {"per_core", per_core}, {"total", m.dropped.total()}};
+  if (!m.timing.host_clock.empty()) {
+    j["timing"] = Json{{"host_clock", m.timing.host_clock},
+                     {"functional", m.timing.functional},
+                     {"simulation_wall_ns", m.timing.simulation_wall_ns},
+                     {"host_blocked_wall_ns", m.timing.host_blocked_wall_ns},
+                     {"not_completed", m.timing.not_completed},
+                     {"earlier_steps", m.timing.earlier_steps}};
+  }
   Json files = Json::array();
   for (const auto& f : m.files) {
     const std::string problem = file_problem(f);
@@ -355,6 +380,19 @@ Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
   const uint64_t total = dropped.u64("total");
   if (total != m.dropped.total()) {
     top.error("$.dropped.total is {}, but framework and per_core add up to {}", total, m.dropped.total());
+  }
+  if (top.has("timing")) {
+    const Object timing = top.object("timing");
+    m.timing.host_clock = timing.string("host_clock");
+    if (m.timing.host_clock != "modeled" && m.timing.host_clock != "measured") {
+      timing.error("{} is \"{}\", expected \"modeled\" or \"measured\"", timing.path_of("host_clock"),
+                   m.timing.host_clock);
+    }
+    m.timing.functional = timing.boolean("functional");
+    m.timing.simulation_wall_ns = timing.u64("simulation_wall_ns");
+    m.timing.host_blocked_wall_ns = timing.u64("host_blocked_wall_ns");
+    m.timing.not_completed = timing.u64("not_completed");
+    m.timing.earlier_steps = timing.u64("earlier_steps");
   }
   const Json& files = top.array("files");
   for (size_t i = 0; i < files.size(); ++i) {

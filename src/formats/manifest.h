@@ -75,6 +75,19 @@ struct ManifestDropped {
   bool operator==(const ManifestDropped&) const = default;
 };
 
+// Which clocks the profile's numbers come from, and what the simulator cost (measured, never part of
+// any timestamp). Older manifests have no "timing" object: the defaults below stand for "unknown".
+struct ManifestTiming {
+  std::string host_clock;             // "modeled" or "measured"; empty when the writer did not say
+  bool functional = true;             // false: timing-only simulation, results were not computed
+  uint64_t simulation_wall_ns = 0;    // wall time the simulator's workers spent during the trace
+  uint64_t host_blocked_wall_ns = 0;  // wall time host threads waited for the simulator
+  uint64_t not_completed = 0;         // device activities of the step still running at trace stop (left out)
+  uint64_t earlier_steps = 0;         // device activities launched before the trace (left out)
+
+  bool operator==(const ManifestTiming&) const = default;
+};
+
 struct Manifest {
   int format_version = kManifestVersion;
   std::string sightline_version = sightline_version_string();
@@ -84,6 +97,7 @@ struct Manifest {
   device::Spec device;                   // every field but `path` is written
   ManifestEventCounts events;
   ManifestDropped dropped;
+  ManifestTiming timing;
   std::vector<ManifestFile> files;  // every file of the directory except manifest.json itself
 };
 

@@ -104,6 +104,13 @@ class NeuronBackend final : public Backend {
  public:
   NeuronBackend() : Backend("neuron") {
     register_profiling();
+    // The modeled host clock charges host work by the spec's host costs, on the host side of every
+    // program, CPU-only ones included. The runtime installs them again from the spec it starts with;
+    // a spec that cannot be read here is reported there, at the first use of a device.
+    try {
+      runtime::install_host_costs(load_spec(state().options.spec));
+    } catch (const Error&) {
+    }
     for (const OpInfo& info : kOpTable) {
       if (!info.is_view && info.id != OpId::copy) kernels[static_cast<size_t>(info.id)] = &eager_kernel;
     }
@@ -151,6 +158,7 @@ void configure(const Options& options) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   SIGHTLINE_CHECK(!s.rt, "neuron::configure must be called before the first use of a neuron device");
+  runtime::install_host_costs(load_spec(options.spec));  // also checks the spec now, not at first use
   s.options = options;
 }
 

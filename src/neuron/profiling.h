@@ -52,6 +52,16 @@ struct NeuronCapture {
   runtime::Captured captured;
   int64_t window_start_ns = 0;
   int64_t window_end_ns = 0;
+  // Left out of `captured` (see NeuronSource::collect): device activities of the trace not complete
+  // when it stopped, and activities launched before it started.
+  uint64_t not_completed = 0;
+  uint64_t earlier_steps = 0;
+  // Measured, apart from every modeled time: the simulator's wall time during the trace and the host's
+  // wall-time waits for it.
+  int64_t simulation_wall_ns = 0;
+  int64_t host_blocked_wall_ns = 0;
+  std::string host_clock;  // "modeled" or "measured"
+  bool functional = true;
 };
 // The capture of the most recent trace that used the neuron source (nullptr before any).
 std::shared_ptr<const NeuronCapture> last_capture();

@@ -109,6 +109,12 @@ std::string NeuronProfiler::export_trace(profiler::profile& prof) {
       }
     }
     manifest.dropped.framework = trace.dropped;
+    manifest.timing.host_clock = capture->host_clock;
+    manifest.timing.functional = capture->functional;
+    manifest.timing.simulation_wall_ns = static_cast<uint64_t>(std::max<int64_t>(capture->simulation_wall_ns, 0));
+    manifest.timing.host_blocked_wall_ns = static_cast<uint64_t>(std::max<int64_t>(capture->host_blocked_wall_ns, 0));
+    manifest.timing.not_completed = capture->not_completed;
+    manifest.timing.earlier_steps = capture->earlier_steps;
 
     if (config_->has(ProfileMode::RUNTIME)) {
       write_system_trace(staging / "system_trace.json", *capture, trace);

@@ -2,7 +2,9 @@
 // recorded into profiler events (see profiling.h).
 #include <algorithm>
 #include <mutex>
+#include <unordered_set>
 
+#include "core/host_clock.h"
 #include "formats/neff.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
@@ -52,34 +54,92 @@ class NeuronSource final : public profiler::ActivitySource {
     }
     rt.drain();  // nothing from before the trace
     window_start_ns_ = runtime::now_ns();
+    simulation_wall_start_ns_ = rt.simulation_wall_ns();
+    host_blocked_start_ns_ = host_clock::blocked_ns();
     rt.set_capture(cap);
   }
 
-  bool synchronize() override {
-    runtime::Runtime& rt = runtime();
-    if (rt.in_flight() == 0) return false;
-    rt.synchronize_all();
-    return true;
-  }
-
   void stop() override {
-    runtime().set_capture({});
+    runtime::Runtime& rt = runtime();
+    // The trace ends now in host time. The simulator may still be behind; waiting for it in wall time
+    // (never host time) makes the modeled end of everything launched known, so that what had not
+    // completed by the end is left out the same way on every machine.
     window_end_ns_ = runtime::now_ns();
+    rt.wait_simulated();
+    rt.set_capture({});
+    simulation_wall_ns_ = rt.simulation_wall_ns() - simulation_wall_start_ns_;
+    host_blocked_ns_ = host_clock::blocked_ns() - host_blocked_start_ns_;
   }
 
   profiler::ActivityBatch collect() override {
+    runtime::Runtime& rt = runtime();
     auto capture = std::make_shared<NeuronCapture>();
     capture->config = config_;
-    capture->captured = runtime().drain();
+    capture->captured = rt.drain();
     capture->window_start_ns = window_start_ns_;
     capture->window_end_ns = window_end_ns_;
+    capture->simulation_wall_ns = simulation_wall_ns_;
+    capture->host_blocked_wall_ns = host_blocked_ns_;
+    capture->host_clock = std::string(host_clock::mode_name(host_clock::mode()));
+    capture->functional = rt.functional();
+    keep_the_window(*capture);
     profiler::ActivityBatch batch = to_batch(*capture);
+    const std::string backend = "neuron";
+    if (capture->not_completed > 0) {
+      batch.notes.push_back(fmt::format(
+          "{} {} device activities launched in the trace had not completed when it stopped; they are not in the "
+          "table or the trace. Call neuron::synchronize() before prof.step() or prof.stop() to include them",
+          capture->not_completed, backend));
+    }
+    if (capture->earlier_steps > 0) {
+      batch.notes.push_back(fmt::format(
+          "{} {} device activities launched before the trace started (skipped or warmup steps) ran during it; they "
+          "are not attributed to the profiled steps and are left out. Call neuron::synchronize() at the end of each "
+          "step to keep steps apart",
+          capture->earlier_steps, backend));
+    }
     std::lock_guard lock(g_capture_mutex);
     g_last_capture = std::move(capture);
     return batch;
   }
 
  private:
+  // Keeps what the trace can honestly show: device activities launched by a runtime call inside the
+  // trace that completed (in modeled time) by its end. Anything else is counted, not shown.
+  static void keep_the_window(NeuronCapture& capture) {
+    auto key = [](int core, uint64_t seq) { return (static_cast<uint64_t>(core) << 48) | seq; };
+    std::unordered_set<uint64_t> launched;
+    for (const runtime::Event& e : capture.captured.events) {
+      if (e.kind == runtime::EventKind::execute_schedule || e.kind == runtime::EventKind::tensor_write ||
+          e.kind == runtime::EventKind::tensor_read) {
+        launched.insert(key(e.core, e.seq));
+      }
+    }
+    std::unordered_set<uint64_t> left_out;
+    std::vector<runtime::Event> kept;
+    kept.reserve(capture.captured.events.size());
+    for (const runtime::Event& e : capture.captured.events) {
+      if (runtime::event_kind_is_device(e.kind)) {
+        const bool counted = e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
+                             e.kind == runtime::EventKind::copy_out;
+        if (!launched.contains(key(e.core, e.seq))) {
+          capture.earlier_steps += counted ? 1 : 0;
+          left_out.insert(key(e.core, e.seq));
+          continue;
+        }
+        if (e.end_ns > capture.window_end_ns) {
+          capture.not_completed += counted ? 1 : 0;
+          left_out.insert(key(e.core, e.seq));
+          continue;
+        }
+      }
+      kept.push_back(e);
+    }
+    capture.captured.events = std::move(kept);
+    std::erase_if(capture.captured.traces,
+                  [&](const runtime::ExecutionTrace& t) { return left_out.contains(key(t.core, t.seq)); });
+  }
+
   profiler::ActivityBatch to_batch(const NeuronCapture& capture) const {
     runtime::Runtime& rt = runtime();
     profiler::ActivityBatch batch;
@@ -145,6 +205,10 @@ class NeuronSource final : public profiler::ActivitySource {
   std::shared_ptr<const NeuronConfig> config_;
   int64_t window_start_ns_ = 0;
   int64_t window_end_ns_ = 0;
+  int64_t simulation_wall_start_ns_ = 0;
+  int64_t simulation_wall_ns_ = 0;
+  int64_t host_blocked_start_ns_ = 0;
+  int64_t host_blocked_ns_ = 0;
 };
 
 }  // namespace

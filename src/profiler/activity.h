@@ -50,8 +50,9 @@ class ActivitySource {
   // Warmup: arm whatever takes time to set up, without keeping events yet.
   virtual void prepare() {}
   virtual void start() = 0;
-  // Waits for work still in flight so that stop() sees all of it; returns true when it had to wait.
-  virtual bool synchronize() { return false; }
+  // Ends the trace at the current host time. It does not wait for the device in host time: work of the
+  // trace that is not complete at that time is left out of collect(), and said so in its notes (as a
+  // real device profile has no record of what had not finished).
   virtual void stop() = 0;
   // The events of the trace between start() and stop(); called once, after stop().
   virtual ActivityBatch collect() = 0;

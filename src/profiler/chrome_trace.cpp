@@ -123,6 +123,8 @@ void write_memory_event(JsonWriter& json, const MemoryEvent& memory, std::int64_
   json.key("Bytes").value(memory.bytes).key("Addr").value(memory.address);
   json.key("Device Type").value(memory.device_index < 0 ? kTorchDeviceTypeCpu : kTorchDeviceTypePrivateUse1);
   json.key("Device Id").value(memory.device_index);
+  // The op it belongs to (0: none was open); absent when the source did not know.
+  if (memory.scope_known) json.key("External id").value(memory.scope_id);
   json.end_object();
   json.end_object();
 }

@@ -43,6 +43,8 @@ MemoryEvent memory_from_record(const CollectedRecord& collected, const Collectio
   memory.device_index = record.device;
   memory.address = record.correlation_id;
   memory.bytes = static_cast<std::int64_t>(record.value);
+  memory.scope_id = record.external_id;
+  memory.scope_known = true;
   if (collected.memory != 0) {
     const MemoryTotals& totals = collection.memory_totals[collected.memory - 1];
     memory.total_allocated = totals.allocated;
@@ -51,15 +53,27 @@ MemoryEvent memory_from_record(const CollectedRecord& collected, const Collectio
   return memory;
 }
 
-// Gives each memory record its owner: the innermost host event on its thread whose [start, end]
-// holds it. The last event on the thread to start at or before it is that owner or nested in it, so
-// walking up from there finds it.
+// Gives each memory record its owner: the op or scope that was open when it was recorded (scope_id),
+// else the innermost host event on its thread whose [start, end] holds it. The last event on the
+// thread to start at or before it is that owner or nested in it, so walking up from there finds it.
 void attribute_memory(std::vector<FunctionEvent>& events, std::vector<MemoryEvent>& memory) {
   std::unordered_map<std::int64_t, std::vector<std::int64_t>> starts_by_thread;  // in start order
+  std::unordered_map<std::uint64_t, std::int64_t> scopes;  // correlation id of an op or scope -> index
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (is_host_event(events[i])) starts_by_thread[events[i].thread].push_back(static_cast<std::int64_t>(i));
+    if (opens_correlation(events[i].kind) && events[i].id != 0) scopes.emplace(events[i].id, static_cast<std::int64_t>(i));
   }
   for (MemoryEvent& record : memory) {
+    if (record.scope_known) {
+      const auto scope = scopes.find(record.scope_id);
+      if (record.scope_id == 0) continue;  // recorded outside every op and scope: no owner
+      if (scope != scopes.end()) {
+        record.owner = scope->second;
+        FunctionEvent& owner = events[static_cast<std::size_t>(scope->second)];
+        (record.device_index < 0 ? owner.self_cpu_memory_usage : owner.self_device_memory_usage) += record.bytes;
+        continue;
+      }
+    }
     auto thread = starts_by_thread.find(record.thread);
     if (thread == starts_by_thread.end()) continue;
     const std::vector<std::int64_t>& order = thread->second;
@@ -222,6 +236,7 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
     std::move(batch.resources.begin(), batch.resources.end(), std::back_inserter(trace.resources));
     if (window.include_cpu) std::move(batch.memory.begin(), batch.memory.end(), std::back_inserter(trace.memory));
     trace.dropped += batch.dropped;
+    for (std::string& note : batch.notes) trace.notes.push_back(std::move(note));
   }
 
   std::stable_sort(trace.events.begin(), trace.events.end(),

@@ -75,7 +75,13 @@ struct MemoryEvent {
   std::int64_t bytes = 0;
   std::int64_t total_allocated = 0;  // the device's bytes in use after the event
   std::int64_t total_reserved = 0;
-  std::int64_t owner = -1;  // filled by build_trace: the innermost host event containing it, -1: none
+  // The innermost op or user scope open on its thread when it was recorded (its correlation id), 0
+  // when none was or the source did not say. Attribution uses it first: with a modeled host clock an
+  // allocation often falls exactly on an event's boundary, where time alone cannot tell.
+  std::uint64_t scope_id = 0;
+  bool scope_known = false;  // scope_id was recorded (0 then means no scope was open)
+  std::int64_t owner = -1;  // filled by build_trace: the scope_id's event, else the innermost host
+                            // event containing it in time; -1: none
 };
 
 // A device shown as a process in the trace (Kineto DeviceInfo).
@@ -101,6 +107,9 @@ struct ActivityBatch {
   std::vector<ResourceLane> resources{};
   std::vector<MemoryEvent> memory{};
   std::uint64_t dropped = 0;  // events the source refused (its own caps)
+  // What the source left out and why (device work not complete when the trace stopped, work of
+  // earlier steps); warned at stop, printed under the table, written in the trace.
+  std::vector<std::string> notes{};
 };
 
 struct HostThread {
@@ -119,6 +128,7 @@ struct CollectedTrace {
   std::int64_t window_end_ns = 0;
   std::int64_t wall_clock_at_window_start_ns = 0;  // system clock, for absolute trace timestamps
   std::uint64_t dropped = 0;                       // records and activities lost to caps
+  std::vector<std::string> notes{};                // what the sources left out and why
 };
 
 struct TraceWindow {

@@ -132,13 +132,6 @@ void profile::start_trace() {
 void profile::stop_trace() {
   if (!tracing_) return;
   tracing_ = false;
-  for (auto& source : sources_) {
-    if (source->synchronize()) {
-      warn(fmt::format(
-          "device work of '{}' was still in flight when the trace stopped; waited for it to finish",
-          source->name()));
-    }
-  }
   stop_op_recording();
   recording_stop();
   for (auto& source : sources_) source->stop();
@@ -151,6 +144,7 @@ void profile::stop_trace() {
                      wants(options_.activities, ProfilerActivity::CPU),
                      wants(options_.activities, ProfilerActivity::PrivateUse1), options_.profile_memory};
   trace_ = build_trace(collection, std::move(batches), window);
+  for (const std::string& note : trace_->notes) warn(note);
   if (trace_->dropped > 0) {
     warn(fmt::format("{} events were dropped because the event cap was reached (max_events = {})",
                      trace_->dropped, options_.max_events));

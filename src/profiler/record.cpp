@@ -1,5 +1,7 @@
 #include "profiler/record.h"
 
+#include "core/host_clock.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -93,6 +95,7 @@ thread_local bool tls_thread_exited = false;
 thread_local std::uint64_t tls_current_correlation_id = 0;
 thread_local std::uint64_t tls_next_id = 0;
 thread_local std::uint64_t tls_id_end = 0;
+thread_local std::uint32_t tls_id_session = 0;  // the session epoch the thread's id block belongs to
 
 // Marks the thread's buffer as orphaned when the thread exits; the collector drains and frees it.
 struct ThreadExitGuard {
@@ -126,8 +129,11 @@ ThreadBuffer* this_thread_buffer() {
   return buffer != nullptr ? buffer : register_thread();
 }
 
+// Ids restart at 1 in each session, so that a profile's ids depend only on what it recorded.
 std::uint64_t next_correlation_id() noexcept {
-  if (tls_next_id == tls_id_end) {
+  const std::uint32_t session = detail::recording_state.load(std::memory_order_relaxed) >> 1;
+  if (tls_next_id == tls_id_end || tls_id_session != session) {
+    tls_id_session = session;
     tls_next_id = g_next_correlation_id.fetch_add(kCorrelationBlock, std::memory_order_relaxed);
     tls_id_end = tls_next_id + kCorrelationBlock;
   }
@@ -267,11 +273,7 @@ std::string_view interned_name(NameId id) {
   return table.names[id];
 }
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+std::int64_t now_ns() noexcept { return host_clock::now_ns(); }
 
 ScopeHandle record_scope_begin(EventKind kind, NameId name, PayloadId payload, std::uint64_t value) noexcept {
   ScopeHandle scope;
@@ -407,6 +409,7 @@ void recording_start(const RecordingOptions& options) {
   g_record_shapes.store(options.record_shapes, std::memory_order_relaxed);
   g_profile_memory.store(options.profile_memory, std::memory_order_relaxed);
   const std::uint32_t epoch = (detail::recording_state.load(std::memory_order_relaxed) >> 1) + 1;
+  g_next_correlation_id.store(1, std::memory_order_relaxed);
   detail::recording_state.store((epoch << 1) | 1u, std::memory_order_release);
 }
 

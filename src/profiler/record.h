@@ -3,7 +3,8 @@
 // tables or exporters; those live above it in src/profiler/ and read what this layer collected.
 //
 // Recording is a handful of stores into a thread-local buffer of fixed-size POD records. Names are
-// interned once per call site, times come from a monotonic nanosecond clock, and every formatting
+// interned once per call site, times come from the host clock (core/host_clock.h: modeled by
+// default, so a profile does not depend on how fast this machine runs), and every formatting
 // step happens after capture. When no profile is running, every entry point returns after one
 // relaxed atomic load.
 //
@@ -55,7 +56,8 @@ NameId intern(std::string_view name);
 // The text of an interned name. The view stays valid for the life of the process.
 std::string_view interned_name(NameId id);
 
-// Monotonic clock in nanoseconds (CLOCK_MONOTONIC); the time base of every record.
+// The host clock in nanoseconds (host_clock::now_ns(): this thread's modeled or measured host time);
+// the time base of every record.
 std::int64_t now_ns() noexcept;
 
 // ---------------------------------------------------------------------------------------------

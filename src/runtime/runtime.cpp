@@ -8,12 +8,21 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "profiler/record.h"
+#include "core/host_clock.h"
 #include "sightline/error.h"
 
 namespace sightline::runtime {
 
-int64_t now_ns() { return profiler::now_ns(); }
+int64_t now_ns() { return host_clock::now_ns(); }
+
+void install_host_costs(const device::Spec& spec) {
+  host_clock::Costs costs;
+  costs.framework_op_ns = static_cast<int64_t>(spec.host.framework_op_ns + 0.5);
+  costs.runtime_call_ns = static_cast<int64_t>(spec.host.runtime_call_ns + 0.5);
+  costs.allocation_ns = static_cast<int64_t>(spec.host.allocation_ns + 0.5);
+  costs.host_copy_bytes_per_ns = spec.host.copy_bytes_per_ns;
+  host_clock::set_costs(costs);
+}
 
 std::string_view event_kind_name(EventKind kind) {
   switch (kind) {
@@ -25,7 +34,6 @@ std::string_view event_kind_name(EventKind kind) {
     case EventKind::free: return "nrt_tensor_free";
     case EventKind::exec_wait: return "kbl_exec_wait";
     case EventKind::queue_full_wait: return "nrt_queue_full_wait";
-    case EventKind::simulation_overhead: return "simulation_overhead";
     case EventKind::copy_in: return "dmem_buf_copyin";
     case EventKind::copy_out: return "dmem_buf_copyout";
     case EventKind::model_switch: return "nc_model_switch";
@@ -42,17 +50,36 @@ bool event_kind_is_device(EventKind kind) {
 
 namespace {
 
-void sleep_until_ns(int64_t t) {
-  while (true) {
-    const int64_t now = now_ns();
-    if (now >= t) return;
-    std::this_thread::sleep_for(std::chrono::nanoseconds(t - now));
+// Modeled completion times of a core's items by sequence number, the oldest forgotten. Completion
+// times never decrease along a core's in-order queue, so a forgotten item completed no later than
+// the newest forgotten one.
+class CompletionLog {
+ public:
+  void push(uint64_t seq, int64_t done_ns) {
+    if (done_.empty()) first_seq_ = seq;
+    if (!done_.empty()) done_ns = std::max(done_ns, done_.back());
+    done_.push_back(done_ns);
+    if (done_.size() > kKeep) {
+      forgotten_done_ns_ = done_.front();
+      done_.pop_front();
+      ++first_seq_;
+    }
   }
-}
+  int64_t at(uint64_t seq) const {
+    if (done_.empty() || seq < first_seq_) return forgotten_done_ns_;
+    return done_[std::min<uint64_t>(seq - first_seq_, done_.size() - 1)];
+  }
+
+ private:
+  static constexpr size_t kKeep = size_t{1} << 16;
+  std::deque<int64_t> done_;
+  uint64_t first_seq_ = 1;
+  int64_t forgotten_done_ns_ = 0;
+};
 
 }  // namespace
 
-// One queued unit of a core's in-order work.
+// One queued unit of a core's in-order work. Frees do not hold a slot of the modeled queue.
 struct Runtime::Item {
   enum class Kind { write, execute, read, free } kind = Kind::execute;
   uint64_t seq = 0;
@@ -76,10 +103,11 @@ struct Runtime::CoreState {
   std::mutex mutex;
   std::condition_variable changed;  // queue, completion or stop
   std::deque<std::unique_ptr<Item>> queue;
-  uint64_t next_seq = 1;         // sequence number of the next queued item
-  uint64_t completed_seq = 0;    // every item <= this has run (in wall time)
-  int64_t modeled_done_ns = 0;   // modeled host time at which the last completed item is visible
-  std::exception_ptr failure;    // first failure not yet reported to a waiter
+  uint64_t next_seq = 1;        // sequence number of the next queued item
+  uint64_t completed_seq = 0;   // every item <= this has been simulated (wall-time state)
+  CompletionLog completions;    // modeled host time at which each simulated item is complete
+  std::deque<uint64_t> in_flight_work;  // host side: seqs of the last queue_capacity executions/copies
+  std::exception_ptr failure;   // first failure not yet reported to a waiter
   bool stop = false;
 
   // Worker-only state (modeled timeline of the core).
@@ -94,6 +122,7 @@ Runtime::Runtime(device::Spec spec, RuntimeOptions options) : spec_(std::move(sp
   const int n = options_.cores > 0 ? options_.cores : static_cast<int>(spec_.cores_per_instance);
   SIGHTLINE_CHECK(n >= 1 && n <= 1024, "runtime: core count must be 1..1024, got {}", n);
   SIGHTLINE_CHECK(options_.queue_capacity >= 1, "runtime: queue capacity must be at least 1");
+  install_host_costs(spec_);
   events_per_core_.assign(static_cast<size_t>(n), 0);
   captured_.dropped_events_per_core.assign(static_cast<size_t>(n), 0);
   captured_.dropped_traces_per_core.assign(static_cast<size_t>(n), 0);
@@ -187,6 +216,7 @@ ExecutableId Runtime::load(int core, std::shared_ptr<const device::Executable> e
     id = static_cast<ExecutableId>(executables_.size());
     executables_.push_back(std::move(exe));
   }
+  host_clock::advance(host_clock::costs().runtime_call_ns);
   record({EventKind::load, static_cast<int16_t>(core), thread_index(), t0, now_ns(), 0, 0, 0, id});
   return id;
 }
@@ -202,11 +232,14 @@ uint64_t Runtime::allocate(int core, uint64_t bytes, uint64_t correlation) {
   const int64_t t0 = now_ns();
   uint64_t address;
   try {
+    // Backing simulated HBM with host memory is the simulator's work, not the host's.
+    const host_clock::Unmodeled simulator;
     address = c.core->hbm_allocate(bytes);
   } catch (const Error& e) {
     fail("device memory exhausted on neuron core {}: {} Free tensors you no longer need, or use smaller shapes",
          core, e.what());
   }
+  host_clock::advance(host_clock::costs().allocation_ns);
   record({EventKind::allocate, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
           kNoExecutable});
   return address;
@@ -223,17 +256,32 @@ void Runtime::free(int core, uint64_t address) {
 
 uint64_t Runtime::enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t correlation) {
   item->correlation = correlation;
+  const bool work = item->kind != Item::Kind::free;
   std::unique_lock lock(c.mutex);
-  if (c.queue.size() >= options_.queue_capacity) {
+  if (work && c.in_flight_work.size() >= options_.queue_capacity) {
+    // Modeled back-pressure: the oldest of the last queue_capacity items must have completed in
+    // modeled time. Learning when it completes may take a wall-time wait for the simulator (which
+    // also bounds the host memory staged writes hold); only the modeled part is host time.
+    const uint64_t oldest = c.in_flight_work.front();
+    c.in_flight_work.pop_front();
+    int64_t done;
+    {
+      const host_clock::Unmodeled simulator;
+      c.changed.wait(lock, [&] { return c.completed_seq >= oldest; });
+      done = c.completions.at(oldest);
+    }
     const int64_t t0 = now_ns();
-    c.changed.wait(lock, [&] { return c.queue.size() < options_.queue_capacity; });
-    lock.unlock();
-    record({EventKind::queue_full_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, 0,
-            0, kNoExecutable});
-    lock.lock();
+    if (done > t0) {
+      lock.unlock();
+      host_clock::wait_until(done);
+      record({EventKind::queue_full_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation,
+              oldest, 0, kNoExecutable});
+      lock.lock();
+    }
   }
   item->submitted_ns = now_ns();
   const uint64_t seq = item->seq = c.next_seq++;
+  if (work) c.in_flight_work.push_back(seq);
   c.queue.push_back(std::move(item));
   lock.unlock();
   c.changed.notify_all();
@@ -249,8 +297,9 @@ void Runtime::write(int core, uint64_t address, const void* src, uint64_t bytes,
   item->bytes = bytes;
   item->staged.resize(bytes);
   std::memcpy(item->staged.data(), src, bytes);
-  enqueue(c, std::move(item), correlation);
-  record({EventKind::tensor_write, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
+  host_clock::advance(host_clock::costs().runtime_call_ns + host_clock::copy_ns(bytes));
+  const uint64_t seq = enqueue(c, std::move(item), correlation);
+  record({EventKind::tensor_write, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
           kNoExecutable});
 }
 
@@ -262,8 +311,10 @@ void Runtime::read(int core, void* dst, uint64_t address, uint64_t bytes, uint64
   item->address = address;
   item->bytes = bytes;
   item->read_dst = dst;
+  host_clock::advance(host_clock::costs().runtime_call_ns);
   const uint64_t seq = enqueue(c, std::move(item), correlation);
   wait_for(c, seq, correlation);
+  host_clock::advance(host_clock::copy_ns(bytes));  // out of the DMA buffer into the caller's memory
   record({EventKind::tensor_read, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
           kNoExecutable});
 }
@@ -278,6 +329,7 @@ uint64_t Runtime::execute_schedule(int core, ExecutableId exe, std::vector<uint6
                     io_addresses.size());
   }
   const int64_t t0 = now_ns();
+  host_clock::advance(host_clock::costs().runtime_call_ns);
   auto item = std::make_unique<Item>();
   item->kind = Item::Kind::execute;
   item->exe = exe;
@@ -288,38 +340,39 @@ uint64_t Runtime::execute_schedule(int core, ExecutableId exe, std::vector<uint6
   return seq;
 }
 
-bool Runtime::is_completed(int core, uint64_t seq) const {
+bool Runtime::is_completed(int core, uint64_t seq) {
+  // Complete at this host time, whatever the simulator's pace.
+  return completion_ns(core, seq) <= now_ns();
+}
+
+int64_t Runtime::simulated_completion(CoreState& c, uint64_t seq) {
+  const host_clock::Unmodeled simulator;
+  std::unique_lock lock(c.mutex);
+  c.changed.wait(lock, [&] { return c.completed_seq >= seq; });
+  return c.completions.at(seq);
+}
+
+int64_t Runtime::completion_ns(int core, uint64_t seq) {
   CoreState& c = core_state(core);
-  std::lock_guard lock(c.mutex);
-  return c.completed_seq >= seq && now_ns() >= c.modeled_done_ns;
+  {
+    std::lock_guard lock(c.mutex);
+    SIGHTLINE_CHECK(seq < c.next_seq, "runtime: core {} has queued no item with sequence number {} (last is {})",
+                    core, seq, c.next_seq - 1);
+  }
+  return simulated_completion(c, seq);
 }
 
 void Runtime::wait_for(CoreState& c, uint64_t seq, uint64_t correlation) {
-  const int64_t t0 = now_ns();
-  int64_t modeled_done;
+  const int64_t done = simulated_completion(c, seq);
   std::exception_ptr failure;
   {
-    std::unique_lock lock(c.mutex);
-    c.changed.wait(lock, [&] { return c.completed_seq >= seq; });
-    modeled_done = c.modeled_done_ns;
+    std::lock_guard lock(c.mutex);
     failure = std::exchange(c.failure, nullptr);
   }
-  const int64_t simulated = now_ns();
-  if (simulated > modeled_done && modeled_done > t0) {
-    // The simulator finished after the modeled completion: the host would have been released at
-    // modeled_done; the rest of the wait is the simulator's, not the device's.
-    record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, modeled_done, correlation, seq, 0,
-            kNoExecutable});
-    record({EventKind::simulation_overhead, static_cast<int16_t>(c.index), thread_index(), modeled_done, simulated,
-            correlation, seq, 0, kNoExecutable});
-  } else if (simulated > modeled_done) {
-    record({EventKind::simulation_overhead, static_cast<int16_t>(c.index), thread_index(), t0, simulated, correlation,
-            seq, 0, kNoExecutable});
-  } else {
-    sleep_until_ns(modeled_done);
-    record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, seq, 0,
-            kNoExecutable});
-  }
+  const int64_t t0 = now_ns();
+  host_clock::wait_until(done);
+  record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, seq, 0,
+          kNoExecutable});
   if (failure) std::rethrow_exception(failure);
 }
 
@@ -329,7 +382,7 @@ void Runtime::synchronize(int core) {
   {
     std::lock_guard lock(c.mutex);
     last = c.next_seq - 1;
-    if (last == 0 || (c.completed_seq >= last && c.failure == nullptr && now_ns() >= c.modeled_done_ns)) return;
+    if (last == 0) return;
   }
   wait_for(c, last, 0);
 }
@@ -337,6 +390,20 @@ void Runtime::synchronize(int core) {
 void Runtime::synchronize_all() {
   for (int i = 0; i < core_count(); ++i) synchronize(i);
 }
+
+void Runtime::wait_simulated() {
+  for (int i = 0; i < core_count(); ++i) {
+    CoreState& c = *cores_[static_cast<size_t>(i)];
+    uint64_t last;
+    {
+      std::lock_guard lock(c.mutex);
+      last = c.next_seq - 1;
+    }
+    if (last > 0) simulated_completion(c, last);
+  }
+}
+
+int64_t Runtime::simulation_wall_ns() const { return simulation_wall_ns_.load(std::memory_order_relaxed); }
 
 uint64_t Runtime::in_flight() const {
   uint64_t n = 0;
@@ -359,15 +426,21 @@ void Runtime::worker(CoreState& c) {
       c.queue.pop_front();
     }
     std::exception_ptr error;
+    const int64_t wall_start = host_clock::wall_now_ns();
     try {
       run_item(c, *item);
     } catch (...) {
       error = std::current_exception();
     }
+    simulation_wall_ns_.fetch_add(host_clock::wall_now_ns() - wall_start, std::memory_order_relaxed);
     {
       std::lock_guard lock(c.mutex);
       c.completed_seq = item->seq;
-      c.modeled_done_ns = c.device_free_ns + static_cast<int64_t>(spec_.runtime.completion_ns);
+      // A free completes with the work before it; everything else is visible to the host after the
+      // completion notification.
+      const bool work = item->kind != Item::Kind::free;
+      const int64_t done = c.device_free_ns + (work ? static_cast<int64_t>(spec_.runtime.completion_ns) : 0);
+      c.completions.push(item->seq, std::max(done, item->submitted_ns));
       if (error && !c.failure) c.failure = error;
     }
     c.changed.notify_all();
@@ -385,7 +458,8 @@ void Runtime::run_item(CoreState& c, Item& item) {
     case Item::Kind::write: {
       const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
       const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
-      c.core->hbm_write(item.address, item.staged.data(), item.bytes);
+      // Timing-only: no result is computed, so the data is never needed on the device.
+      if (options_.functional) c.core->hbm_write(item.address, item.staged.data(), item.bytes);
       c.device_free_ns = start + dur;
       record({EventKind::copy_in, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
               kNoExecutable});
@@ -394,7 +468,11 @@ void Runtime::run_item(CoreState& c, Item& item) {
     case Item::Kind::read: {
       const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
       const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
-      c.core->hbm_read(item.address, item.read_dst, item.bytes);
+      if (options_.functional) {
+        c.core->hbm_read(item.address, item.read_dst, item.bytes);
+      } else {
+        std::memset(item.read_dst, 0xff, item.bytes);  // not computed: NaN in every float dtype
+      }
       c.device_free_ns = start + dur;
       record({EventKind::copy_out, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
               kNoExecutable});

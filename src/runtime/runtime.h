@@ -10,16 +10,17 @@
 //
 // One worker thread per core runs that core's queue in order: staged host-to-device writes,
 // executions, reads, and stream-ordered frees (a tensor freed by the host is released only after the
-// work queued before the free has run). The queue is bounded: a full queue blocks the submitting thread
-// (back-pressure), and the wait is an event of its own.
+// work queued before the free has run).
 //
-// Two clocks. Host time is the process's steady clock in ns. Device time comes from the simulator in
-// ns from the start of an execution, and is placed on the host timeline by a sync point per execution:
+// Time (docs/architecture.md, "the one rule of time"): host calls take their timestamps from the host
+// clock (core/host_clock.h) and advance it by the spec's host costs; the worker places device work on
+// the core's modeled timeline with a sync point per execution:
 //   start = max(submission + submission cost, core free) + executable switch + first load
-// so modeled timestamps never depend on how fast the simulator runs. A host that waits for a result
-// (read, synchronize) waits until the modeled completion; when the simulator itself finishes later
-// than that, the extra host wait is recorded as `simulation_overhead`, apart from device and runtime
-// time.
+// A host that needs a result (read, synchronize, is_completed) first waits, in wall time and outside
+// host time, for the simulator to reach it, then waits in host time until its modeled completion. The
+// queue is bounded in modeled time: at most queue_capacity executions/copies are in flight on a core;
+// the next call waits (nrt_queue_full_wait) until the oldest completes in modeled time. So how fast the
+// simulator runs never moves a timestamp; its cost is reported apart (simulation_wall_ns).
 //
 // Events (when capture is on) are kept per core up to a cap; events past the cap are counted as
 // dropped, never silently lost. The profiler drains them; the runtime does not know the profiler.
@@ -42,7 +43,7 @@
 
 namespace sightline::runtime {
 
-// The host clock every layer uses for timestamps: the profiler's monotonic clock, in ns.
+// The host clock every layer uses for timestamps (host_clock::now_ns()), in ns.
 int64_t now_ns();
 
 enum class EventKind : uint8_t {
@@ -54,8 +55,7 @@ enum class EventKind : uint8_t {
   allocate,             // nrt_dma_mem_alloc: device memory allocated
   free,                 // a device allocation released (stream-ordered)
   exec_wait,            // kbl_exec_wait: the host waits for modeled completion (synchronize / read)
-  queue_full_wait,      // the host waits because the core's queue is full (back-pressure)
-  simulation_overhead,  // the host waits past modeled completion because the simulator ran late
+  queue_full_wait,      // the host waits because the core's queue is full (modeled back-pressure)
   // Device-side activity on the core's modeled timeline (lane neuron_hw).
   copy_in,       // dmem_buf_copyin: host-to-device DMA
   copy_out,      // dmem_buf_copyout: device-to-host DMA
@@ -63,7 +63,7 @@ enum class EventKind : uint8_t {
   first_load,    // first execution of an executable on this core (library load)
   exec_running,  // nc_exec_running: one execution
 };
-inline constexpr int kEventKindCount = 14;
+inline constexpr int kEventKindCount = 13;
 std::string_view event_kind_name(EventKind kind);  // the Neuron name, e.g. "nc_exec_running"
 bool event_kind_is_device(EventKind kind);
 
@@ -106,10 +106,13 @@ struct Captured {
 };
 
 struct RuntimeOptions {
-  int cores = 0;              // 0: the spec's cores_per_instance
-  size_t queue_capacity = 64;  // per core: items queued before execute/write block
-  bool functional = true;     // false: timing only (no data computed)
+  int cores = 0;               // 0: the spec's cores_per_instance
+  size_t queue_capacity = 64;  // per core: executions and copies in flight (modeled) before a call waits
+  bool functional = true;      // false: timing only (no data computed; reads return NaN bytes 0xff)
 };
+
+// Installs the spec's host costs into the host clock (core/host_clock.h).
+void install_host_costs(const device::Spec& spec);
 
 class Runtime {
  public:
@@ -140,11 +143,22 @@ class Runtime {
   // Queues an execution with one HBM address per exe.io entry; returns its sequence number.
   uint64_t execute_schedule(int core, ExecutableId exe, std::vector<uint64_t> io_addresses,
                             uint64_t correlation = 0);
-  bool is_completed(int core, uint64_t seq) const;
+  // Whether item `seq` is complete at this host time (waits for the simulator to know; host time does
+  // not move).
+  bool is_completed(int core, uint64_t seq);
   void synchronize(int core);
   void synchronize_all();
-  // Executions queued and not yet completed, over all cores.
+  // Items queued and not yet simulated, over all cores (wall-time state: for diagnostics only).
   uint64_t in_flight() const;
+  // Waits, in wall time and outside host time, until the simulator has run everything queued, so that
+  // every queued item's modeled times are known. Host time does not move.
+  void wait_simulated();
+  // The modeled host time at which item `seq` of `core` completes; waits (as wait_simulated) for the
+  // simulator to reach it. Host time does not move.
+  int64_t completion_ns(int core, uint64_t seq);
+  // Wall time the cores' workers have spent simulating, since the runtime started (measured).
+  int64_t simulation_wall_ns() const;
+  bool functional() const { return options_.functional; }
 
   // Event capture (the profiler's narrow interface).
   void set_capture(const CaptureOptions& options);
@@ -158,6 +172,7 @@ class Runtime {
   uint64_t enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t correlation);  // returns the seq
   void worker(CoreState& c);
   void run_item(CoreState& c, Item& item);
+  int64_t simulated_completion(CoreState& c, uint64_t seq);  // wall wait, then the modeled completion
   void wait_for(CoreState& c, uint64_t seq, uint64_t correlation);
   void record(const Event& e);
   void record_trace(ExecutionTrace&& t);
@@ -175,6 +190,7 @@ class Runtime {
   std::atomic<bool> capturing_{false};
   Captured captured_;
   std::vector<uint64_t> events_per_core_;
+  std::atomic<int64_t> simulation_wall_ns_{0};
 };
 
 }  // namespace sightline::runtime

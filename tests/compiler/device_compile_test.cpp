@@ -110,7 +110,7 @@ TEST(CompiledOnNeuron, OneCompiledRegionRowWithDeviceTime) {
   int compiled_rows = 0, aten_rows_with_device_time = 0;
   const auto averages = prof.key_averages();
   for (const auto& row : averages.rows()) {
-    if (row.key == "CompiledFunction") {
+    if (row.key.starts_with("Torch-Compiled Region: ") && row.key.ends_with("/0")) {  // frame/compile ids
       ++compiled_rows;
       EXPECT_EQ(row.count, 3);
       EXPECT_GT(row.device_time_total_ns, 0);

@@ -2,10 +2,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "core/host_clock.h"
 #include "profiler/record.h"
 
 namespace sightline::profiler {
@@ -160,11 +162,31 @@ TEST(profiler_record, threads_that_exited_are_drained) {
   EXPECT_EQ(collection.threads[collection.records[0].thread].os_thread_id, worker_tid);
 }
 
-TEST(profiler_record, clock_is_monotonic_nanoseconds) {
+TEST(profiler_record, clock_is_the_host_clock) {
+  // Modeled (the default): time moves only by modeled host work and waits, never by itself.
   const std::int64_t a = now_ns();
-  const std::int64_t b = now_ns();
-  EXPECT_LE(a, b);
-  EXPECT_GT(a, 0);
+  EXPECT_EQ(now_ns(), a);
+  host_clock::advance(1500);
+  EXPECT_EQ(now_ns(), a + 1500);
+  EXPECT_EQ(host_clock::wait_until(a + 1000), 0);  // already past
+  EXPECT_EQ(host_clock::wait_until(a + 4000), 2500);
+  EXPECT_EQ(now_ns(), a + 4000);
+  // Measured: the steady clock, monotonic, minus what Unmodeled scopes spent.
+  host_clock::set_mode(host_clock::Mode::measured);
+  const std::int64_t wall0 = host_clock::wall_now_ns();
+  const std::int64_t m0 = now_ns();
+  {
+    const host_clock::Unmodeled simulator;
+    const std::int64_t inside = now_ns();
+    EXPECT_GE(inside, m0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(now_ns(), inside);  // the clock stands still while the simulator works
+  }
+  const std::int64_t m1 = now_ns();
+  const std::int64_t wall1 = host_clock::wall_now_ns();
+  EXPECT_LE(m1 - m0, wall1 - wall0 - 20'000'000);  // the 20 ms sleep is not host time
+  EXPECT_GT(now_ns(), 0);
+  host_clock::set_mode(host_clock::Mode::modeled);
 }
 
 }  // namespace
