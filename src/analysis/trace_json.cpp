@@ -1,11 +1,16 @@
 #include "analysis/trace_json.h"
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 #include <unordered_map>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +23,12 @@ using nlohmann::json;
 using profiler::DeviceType;
 using profiler::EventKind;
 
-// "1234.567" (microseconds, three decimals, as JsonWriter::fixed3 writes them) to exact nanoseconds.
+// Times are kept within +-10^18 ns (31 years) of the trace's base, so that sums and differences of
+// them never overflow int64 wherever the trace is used.
+constexpr std::int64_t kMaxTimeNs = 1'000'000'000'000'000'000;
+
+// "1234.567" (microseconds, three decimals, as JsonWriter::fixed3 writes them) to exact nanoseconds;
+// false for any other text and for values beyond kMaxTimeNs.
 bool parse_thousandths(std::string_view text, std::int64_t& out) {
   const bool negative = !text.empty() && text.front() == '-';
   if (negative) text.remove_prefix(1);
@@ -26,30 +36,45 @@ bool parse_thousandths(std::string_view text, std::int64_t& out) {
   std::string_view whole = text.substr(0, dot), fraction = dot == std::string_view::npos ? "" : text.substr(dot + 1);
   if (whole.empty() || fraction.size() > 3) return false;
   std::int64_t w = 0, f = 0;
-  if (std::from_chars(whole.data(), whole.data() + whole.size(), w).ptr != whole.data() + whole.size()) return false;
-  if (!fraction.empty() &&
-      std::from_chars(fraction.data(), fraction.data() + fraction.size(), f).ptr != fraction.data() + fraction.size()) {
-    return false;
+  auto [whole_end, whole_error] = std::from_chars(whole.data(), whole.data() + whole.size(), w);
+  if (whole_error != std::errc{} || whole_end != whole.data() + whole.size()) return false;
+  if (!fraction.empty()) {
+    auto [fraction_end, fraction_error] = std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
+    if (fraction_error != std::errc{} || fraction_end != fraction.data() + fraction.size() || f < 0) return false;
   }
   for (std::size_t i = fraction.size(); i < 3; ++i) f *= 10;
+  if (w > kMaxTimeNs / 1000) return false;  // also keeps w * 1000 + f from overflowing
   out = (w * 1000 + f) * (negative ? -1 : 1);
   return true;
 }
 
 // The DOM builder of nlohmann, except that "ts" and "dur" become integer nanoseconds parsed from their
-// text (see the header for why).
+// text (see the header for why). A time out of range stays a float, which the reader refuses naming
+// the event and the field.
 class ExactTimeSax {
  public:
   explicit ExactTimeSax(json& root) : dom_(root, true) {}
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return time_key_ ? dom_.number_integer(v * 1000) : dom_.number_integer(v); }
+  bool number_integer(json::number_integer_t v) {
+    if (!time_key_) return dom_.number_integer(v);
+    if (v > kMaxTimeNs / 1000 || v < -kMaxTimeNs / 1000) return dom_.number_float(static_cast<double>(v), {});
+    return dom_.number_integer(v * 1000);
+  }
   bool number_unsigned(json::number_unsigned_t v) {
-    return time_key_ ? dom_.number_integer(static_cast<json::number_integer_t>(v) * 1000) : dom_.number_unsigned(v);
+    if (!time_key_) return dom_.number_unsigned(v);
+    if (v > static_cast<json::number_unsigned_t>(kMaxTimeNs / 1000)) {
+      return dom_.number_float(static_cast<double>(v), {});
+    }
+    return dom_.number_integer(static_cast<json::number_integer_t>(v) * 1000);
   }
   bool number_float(json::number_float_t v, const json::string_t& text) {
     std::int64_t ns = 0;
     if (time_key_ && parse_thousandths(text, ns)) return dom_.number_integer(ns);
+    // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
+    if (time_key_ && std::isfinite(v) && std::fabs(v) * 1000 <= static_cast<double>(kMaxTimeNs)) {
+      return dom_.number_integer(static_cast<std::int64_t>(std::llround(v * 1000)));
+    }
     return dom_.number_float(v, text);
   }
   bool string(json::string_t& v) { return dom_.string(v); }
@@ -113,16 +138,92 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-template <typename T>
-T field(const json& event, const char* key, const std::string& origin, std::size_t index) {
-  auto found = event.find(key);
-  SIGHTLINE_CHECK(found != event.end(), "{}: traceEvents[{}] has no \"{}\"; the trace is not one sightline "
-                  "wrote, re-export it with export_chrome_trace", origin, index, key);
-  try {
-    return found->get<T>();
-  } catch (const json::exception& e) {
-    fail("{}: traceEvents[{}].{} has the wrong type ({}); re-export the trace", origin, index, key, e.what());
+// Where a value sits, for errors: "trace.json: traceEvents[12].args.External id". Formatted only
+// when an error is raised.
+struct Where {
+  const std::string& origin;
+  std::size_t index = 0;
+  const char* object = nullptr;  // nullptr: the top-level object; "": the event; "args": its arguments
+
+  std::string operator()(std::string_view key) const {
+    if (object == nullptr) return fmt::format("{}: {}", origin, key);
+    return *object == '\0' ? fmt::format("{}: traceEvents[{}].{}", origin, index, key)
+                            : fmt::format("{}: traceEvents[{}].{}.{}", origin, index, object, key);
   }
+};
+
+const json& required(const json& object, const char* key, const Where& where) {
+  auto found = object.find(key);
+  SIGHTLINE_CHECK(found != object.end(), "{} is missing; the trace is not one sightline wrote, re-export it with "
+                  "export_chrome_trace", where(key));
+  return *found;
+}
+
+// An integer within T's range (never a float: converting one out of range is undefined).
+template <typename T>
+T integer_of(const json& value, const Where& where, std::string_view key) {
+  if (value.is_number_unsigned()) {
+    const auto v = value.get<json::number_unsigned_t>();
+    SIGHTLINE_CHECK(v <= static_cast<json::number_unsigned_t>(std::numeric_limits<T>::max()),
+                    "{} is {}, out of range (at most {})", where(key), v, std::numeric_limits<T>::max());
+    return static_cast<T>(v);
+  }
+  if (value.is_number_integer()) {
+    const auto v = value.get<json::number_integer_t>();
+    const bool fits = std::is_signed_v<T>
+                          ? v >= static_cast<json::number_integer_t>(std::numeric_limits<T>::min()) &&
+                                v <= static_cast<json::number_integer_t>(std::numeric_limits<T>::max())
+                          : v >= 0 && static_cast<json::number_unsigned_t>(v) <=
+                                          static_cast<json::number_unsigned_t>(std::numeric_limits<T>::max());
+    SIGHTLINE_CHECK(fits, "{} is {}, out of range ({} to {})", where(key), v, std::numeric_limits<T>::min(),
+                    std::numeric_limits<T>::max());
+    return static_cast<T>(v);
+  }
+  fail("{} must be an integer, found {} ({}); re-export the trace", where(key), value.type_name(),
+       value.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+template <typename T>
+T integer_field(const json& object, const char* key, const Where& where) {
+  return integer_of<T>(required(object, key, where), where, key);
+}
+
+template <typename T>
+T integer_or(const json& object, const char* key, T fallback, const Where& where) {
+  auto found = object.find(key);
+  return found == object.end() ? fallback : integer_of<T>(*found, where, key);
+}
+
+// "ts" or "dur" after ExactTimeSax: integer nanoseconds, or a float when the text was no time.
+std::int64_t time_field(const json& object, const char* key, const Where& where) {
+  const json& value = required(object, key, where);
+  SIGHTLINE_CHECK(value.is_number_integer(),
+                  "{} is {}, not a time in microseconds within {} s of the trace's base; re-export the trace",
+                  where(key), value.dump(-1, ' ', false, json::error_handler_t::replace), kMaxTimeNs / 1'000'000'000);
+  return value.get<std::int64_t>();
+}
+
+std::string string_field(const json& object, const char* key, const Where& where) {
+  const json& value = required(object, key, where);
+  SIGHTLINE_CHECK(value.is_string(), "{} must be a string, found {}; re-export the trace", where(key),
+                  value.type_name());
+  return value.get<std::string>();
+}
+
+std::string string_or(const json& object, const char* key, const Where& where) {
+  auto found = object.find(key);
+  if (found == object.end()) return {};
+  SIGHTLINE_CHECK(found->is_string(), "{} must be a string, found {}", where(key), found->type_name());
+  return found->get<std::string>();
+}
+
+// The event's "args", an object (empty when absent).
+const json& args_of(const json& event, const Where& where) {
+  static const json empty = json::object();
+  auto found = event.find("args");
+  if (found == event.end()) return empty;
+  SIGHTLINE_CHECK(found->is_object(), "{} must be an object, found {}", where("args"), found->type_name());
+  return *found;
 }
 
 bool kind_from_category(std::string_view category, EventKind& kind) {
@@ -173,12 +274,17 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
   std::map<std::int64_t, std::string> process_names;
   std::unordered_map<std::uint64_t, std::int64_t> fwd_flow_thread;  // runtime call id -> op thread
   constexpr std::uint64_t kOpToRuntimeFlowBit = std::uint64_t{1} << 61;  // profiler/chrome_trace.cpp
-  for (const json& event : events) {
-    const std::string ph = event.value("ph", "");
-    if (ph == "M" && event.value("name", "") == "process_name" && event.contains("args")) {
-      process_names[event.value("pid", std::int64_t{0})] = event["args"].value("name", "");
-    } else if (ph == "s" && event.value("cat", "") == "fwd") {
-      fwd_flow_thread[event.value("id", std::uint64_t{0}) ^ kOpToRuntimeFlowBit] = event.value("tid", std::int64_t{0});
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const json& event = events[i];
+    SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin, i);
+    const Where where{origin, i, ""};
+    const std::string ph = string_or(event, "ph", where);
+    if (ph == "M" && string_or(event, "name", where) == "process_name" && event.contains("args")) {
+      process_names[integer_or<std::int64_t>(event, "pid", 0, where)] =
+          string_or(args_of(event, where), "name", Where{origin, i, "args"});
+    } else if (ph == "s" && string_or(event, "cat", where) == "fwd") {
+      fwd_flow_thread[integer_or<std::uint64_t>(event, "id", 0, where) ^ kOpToRuntimeFlowBit] =
+          integer_or<std::int64_t>(event, "tid", 0, where);
     }
   }
   auto process_is = [&](std::int64_t pid, std::string_view suffix) {
@@ -191,60 +297,77 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
   std::int64_t next_unknown_thread = -1;  // runtime calls without a framework op: a lane of their own
   for (std::size_t i = 0; i < events.size(); ++i) {
     const json& event = events[i];
-    SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin, i);
-    const std::string ph = event.value("ph", "");
-    if (ph == "i" && event.value("name", "") == "Record Window End") window_end = event.value("ts", std::int64_t{0});
-    if (ph == "i" && event.value("name", "") == "[memory]") {
-      const json empty = json::object();
-      const json& args = event.contains("args") ? event["args"] : empty;
+    const Where where{origin, i, ""};
+    const Where in_args{origin, i, "args"};
+    const std::string ph = string_or(event, "ph", where);
+    if (ph == "i" && string_or(event, "name", where) == "Record Window End") {
+      window_end = time_field(event, "ts", where);
+    }
+    if (ph == "i" && string_or(event, "name", where) == "[memory]") {
+      const json& args = args_of(event, where);
       profiler::MemoryEvent memory;
-      memory.ts_ns = field<std::int64_t>(event, "ts", origin, i);
-      memory.thread = field<std::int64_t>(event, "tid", origin, i);
-      memory.bytes = field<std::int64_t>(args, "Bytes", origin, i);
-      memory.address = args.value("Addr", std::uint64_t{0});
-      memory.device_index = args.value("Device Id", -1);
-      memory.total_allocated = args.value("Total Allocated", std::int64_t{0});
-      memory.total_reserved = args.value("Total Reserved", std::int64_t{0});
+      memory.ts_ns = time_field(event, "ts", where);
+      memory.thread = integer_field<std::int64_t>(event, "tid", where);
+      memory.bytes = integer_field<std::int64_t>(args, "Bytes", in_args);
+      memory.address = integer_or<std::uint64_t>(args, "Addr", 0, in_args);
+      memory.device_index = integer_or<int>(args, "Device Id", -1, in_args);
+      memory.total_allocated = integer_or<std::int64_t>(args, "Total Allocated", 0, in_args);
+      memory.total_reserved = integer_or<std::int64_t>(args, "Total Reserved", 0, in_args);
+      memory.scope_known = args.contains("External id");
+      memory.scope_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
       batch.memory.push_back(memory);
       continue;
     }
     if (ph != "X") continue;
     profiler::FunctionEvent e;
-    const std::string category = field<std::string>(event, "cat", origin, i);
+    const std::string category = string_field(event, "cat", where);
     SIGHTLINE_CHECK(kind_from_category(category, e.kind), "{}: traceEvents[{}] has unknown category \"{}\"",
                     origin, i, category);
-    e.name = field<std::string>(event, "name", origin, i);
-    e.start_ns = field<std::int64_t>(event, "ts", origin, i);
-    e.end_ns = e.start_ns + field<std::int64_t>(event, "dur", origin, i);
-    const std::int64_t pid = field<std::int64_t>(event, "pid", origin, i);
-    const std::int64_t tid = field<std::int64_t>(event, "tid", origin, i);
-    const json empty = json::object();
-    const json& args = event.contains("args") ? event["args"] : empty;
-    e.external_id = args.value("External id", std::uint64_t{0});
-    e.id = profiler::opens_correlation(e.kind) ? e.external_id : args.value("correlation", std::uint64_t{0});
+    e.name = string_field(event, "name", where);
+    e.start_ns = time_field(event, "ts", where);
+    const std::int64_t duration_ns = time_field(event, "dur", where);
+    SIGHTLINE_CHECK(duration_ns >= 0, "{} is negative ({} ns); an event cannot end before it starts", where("dur"),
+                    duration_ns);
+    e.end_ns = e.start_ns + duration_ns;  // both within kMaxTimeNs: no overflow
+    const std::int64_t pid = integer_field<std::int64_t>(event, "pid", where);
+    const std::int64_t tid = integer_field<std::int64_t>(event, "tid", where);
+    const json& args = args_of(event, where);
+    e.external_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
+    e.id = profiler::opens_correlation(e.kind) ? e.external_id
+                                               : integer_or<std::uint64_t>(args, "correlation", 0, in_args);
     e.device_type = profiler::is_device_kind(e.kind) ? DeviceType::privateuse1 : DeviceType::cpu;
     if (e.device_type == DeviceType::privateuse1) {
-      e.device_index = args.value("device", -1);
-      e.resource = args.value("stream", std::int64_t{0});
+      e.device_index = integer_or<int>(args, "device", -1, in_args);
+      e.resource = integer_or<std::int64_t>(args, "stream", 0, in_args);
     } else if (e.kind == EventKind::runtime && process_is(pid, "_rt")) {
-      e.device_index = static_cast<int>(tid);
+      e.device_index = integer_of<int>(event["tid"], where, "tid");
       auto thread = fwd_flow_thread.find(e.id);
       e.thread = thread != fwd_flow_thread.end() ? thread->second : next_unknown_thread--;
     } else {
       e.thread = tid;
     }
     if (args.contains("Input Dims")) {
-      e.input_shapes = args["Input Dims"].get<std::vector<std::vector<std::int64_t>>>();
+      const json& dims = args["Input Dims"];
+      SIGHTLINE_CHECK(dims.is_array(), "{} must be an array of shapes", in_args("Input Dims"));
+      for (const json& shape : dims) {
+        SIGHTLINE_CHECK(shape.is_array(), "{} must be an array of shapes (arrays of integers)", in_args("Input Dims"));
+        std::vector<std::int64_t>& out = e.input_shapes.emplace_back();
+        for (const json& extent : shape) out.push_back(integer_of<std::int64_t>(extent, in_args, "Input Dims"));
+      }
     }
-    e.flops = args.value("flops", std::uint64_t{0});
-    e.bytes = args.value("bytes", std::uint64_t{0});
+    e.flops = integer_or<std::uint64_t>(args, "flops", 0, in_args);
+    e.bytes = integer_or<std::uint64_t>(args, "bytes", 0, in_args);
     batch.events.push_back(std::move(e));
   }
   profiler::TraceWindow window;
   window.end_ns = window_end;
-  window.wall_clock_at_start_ns = root.value("baseTimeNanoseconds", std::int64_t{0});
-  batch.dropped = root.value("dropped_events", std::uint64_t{0});
-  window.profile_memory = root.value("profile_memory", false);
+  const Where top{origin};
+  window.wall_clock_at_start_ns = integer_or<std::int64_t>(root, "baseTimeNanoseconds", 0, top);
+  batch.dropped = integer_or<std::uint64_t>(root, "dropped_events", 0, top);
+  if (auto found = root.find("profile_memory"); found != root.end()) {
+    SIGHTLINE_CHECK(found->is_boolean(), "{} must be true or false", top("profile_memory"));
+    window.profile_memory = found->get<bool>();
+  }
   return profiler::build_trace(profiler::Collection{}, {std::move(batch)}, window);
 }
 

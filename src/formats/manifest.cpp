@@ -1,5 +1,6 @@
 #include "formats/manifest.h"
 
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,30 @@ class Object {
     return v.get<double>();
   }
 
+  // Device-spec values, held to the ranges device::Spec::parse enforces on a spec file: a manifest's
+  // spec feeds the same arithmetic (a zero bandwidth divides, a negative clock gives negative MFU).
+  double positive(std::string_view key) const {
+    const double v = number(key);
+    if (!(v > 0) || !std::isfinite(v)) error("{} is {}, must be a positive number", path_of(key), v);
+    return v;
+  }
+
+  double non_negative(std::string_view key) const {
+    const double v = number(key);
+    if (!(v >= 0) || !std::isfinite(v)) error("{} is {}, must be a number >= 0", path_of(key), v);
+    return v;
+  }
+
+  uint64_t u64_in(std::string_view key, uint64_t min, uint64_t max) const {
+    const uint64_t v = u64(key);
+    if (v < min || v > max) error("{} is {}, must be in [{}, {}]", path_of(key), v, min, max);
+    return v;
+  }
+
+  uint32_t u32_in(std::string_view key, uint32_t min, uint32_t max) const {
+    return static_cast<uint32_t>(u64_in(key, min, max));
+  }
+
   uint64_t unsigned_of(const Json& v, const std::string& where) const {
     if (!v.is_number_unsigned()) {
       error("{} must be an unsigned integer, found {}", where,
@@ -117,11 +142,11 @@ Json engine_json(const device::EngineSpec& e) {
 
 device::EngineSpec engine_of(const Object& o) {
   device::EngineSpec e;
-  e.clock_ghz = o.number("clock_ghz");
-  e.elements_per_cycle_32bit = o.number("elements_per_cycle_32bit");
-  e.elements_per_cycle_16bit = o.number("elements_per_cycle_16bit");
-  e.static_overhead_cycles = o.u32("static_overhead_cycles");
-  e.accumulate_extra_cycles = o.u32("accumulate_extra_cycles");
+  e.clock_ghz = o.positive("clock_ghz");
+  e.elements_per_cycle_32bit = o.positive("elements_per_cycle_32bit");
+  e.elements_per_cycle_16bit = o.positive("elements_per_cycle_16bit");
+  e.static_overhead_cycles = o.u32_in("static_overhead_cycles", 0, 1u << 20);
+  e.accumulate_extra_cycles = o.u32_in("accumulate_extra_cycles", 0, 1u << 20);
   return e;
 }
 
@@ -164,41 +189,54 @@ device::Spec device_of(const Object& o) {
   device::Spec s;
   s.name = o.string("name");
   s.core_version = o.string("core_version");
-  s.cores_per_instance = o.u32("cores_per_instance");
-  s.base_clock_ghz = o.number("base_clock_ghz");
-  s.partitions = o.u32("partitions");
-  s.sbuf_bytes_per_partition = o.u32("sbuf_bytes_per_partition");
-  s.psum_bytes_per_partition = o.u32("psum_bytes_per_partition");
-  s.psum_banks = o.u32("psum_banks");
-  s.access_overhead_cycles = o.u32("access_overhead_cycles");
+  s.cores_per_instance = o.u32_in("cores_per_instance", 1, 1024);
+  s.base_clock_ghz = o.positive("base_clock_ghz");
+  s.partitions = o.u32_in("partitions", 1, 4096);
+  s.sbuf_bytes_per_partition = o.u32_in("sbuf_bytes_per_partition", 1, 1u << 30);
+  s.psum_bytes_per_partition = o.u32_in("psum_bytes_per_partition", 1, 1u << 30);
+  s.psum_banks = o.u32_in("psum_banks", 1, 1024);
+  s.access_overhead_cycles = o.u32_in("access_overhead_cycles", 0, 1u << 20);
   const Object tensor = o.object("tensor");
-  s.tensor.clock_ghz = tensor.number("clock_ghz");
-  s.tensor.array_rows = tensor.u32("array_rows");
-  s.tensor.array_cols = tensor.u32("array_cols");
-  s.tensor.moving_free_max = tensor.u32("moving_free_max");
-  s.tensor.mm_init_interval_cycles = tensor.u32("mm_init_interval_cycles");
-  s.tensor.fp32_cost_factor = tensor.u32("fp32_cost_factor");
+  s.tensor.clock_ghz = tensor.positive("clock_ghz");
+  s.tensor.array_rows = tensor.u32_in("array_rows", 1, 4096);
+  s.tensor.array_cols = tensor.u32_in("array_cols", 1, 4096);
+  s.tensor.moving_free_max = tensor.u32_in("moving_free_max", 1, 1u << 20);
+  s.tensor.mm_init_interval_cycles = tensor.u32_in("mm_init_interval_cycles", 0, 1u << 20);
+  s.tensor.fp32_cost_factor = tensor.u32_in("fp32_cost_factor", 1, 64);
   s.vector = engine_of(o.object("vector"));
   s.scalar = engine_of(o.object("scalar"));
   s.gpsimd = engine_of(o.object("gpsimd"));
   const Object dma = o.object("dma");
-  s.dma.queues = dma.u32("queues");
-  s.dma.fixed_cost_ns = dma.number("fixed_cost_ns");
-  s.dma.queue_bytes_per_ns = dma.number("queue_bytes_per_ns");
+  s.dma.queues = dma.u32_in("queues", 1, 255);
+  s.dma.fixed_cost_ns = dma.non_negative("fixed_cost_ns");
+  s.dma.queue_bytes_per_ns = dma.positive("queue_bytes_per_ns");
   const Object hbm = o.object("hbm");
-  s.hbm.capacity_bytes = hbm.u64("capacity_bytes");
-  s.hbm.bytes_per_ns = hbm.number("bytes_per_ns");
+  s.hbm.capacity_bytes = hbm.u64_in("capacity_bytes", 1, uint64_t{1} << 50);
+  s.hbm.bytes_per_ns = hbm.positive("bytes_per_ns");
   const Object runtime = o.object("runtime");
-  s.runtime.submission_ns = runtime.number("submission_ns");
-  s.runtime.executable_switch_ns = runtime.number("executable_switch_ns");
-  s.runtime.completion_ns = runtime.number("completion_ns");
-  s.runtime.first_load_ns = runtime.number("first_load_ns");
+  s.runtime.submission_ns = runtime.non_negative("submission_ns");
+  s.runtime.executable_switch_ns = runtime.non_negative("executable_switch_ns");
+  s.runtime.completion_ns = runtime.non_negative("completion_ns");
+  s.runtime.first_load_ns = runtime.non_negative("first_load_ns");
+  // The cross-field rules of device::Spec::parse.
+  if (s.psum_bytes_per_partition % s.psum_banks != 0) {
+    o.error("{} ({}) must be a multiple of {} ({})", o.path_of("psum_bytes_per_partition"),
+            s.psum_bytes_per_partition, o.path_of("psum_banks"), s.psum_banks);
+  }
+  if (s.tensor.array_rows > s.partitions || s.tensor.array_cols > s.partitions) {
+    o.error("{}.array_rows/array_cols ({}, {}) cannot exceed {} ({})", o.path_of("tensor"), s.tensor.array_rows,
+            s.tensor.array_cols, o.path_of("partitions"), s.partitions);
+  }
+  if (uint64_t{s.tensor.moving_free_max} * 4 > s.psum_bank_bytes()) {
+    o.error("{}.moving_free_max ({}) fp32 results must fit one PSUM bank ({} bytes)", o.path_of("tensor"),
+            s.tensor.moving_free_max, s.psum_bank_bytes());
+  }
   if (o.has("host")) {  // written since the modeled host clock; older manifests have no host costs
     const Object host = o.object("host");
-    s.host.framework_op_ns = host.number("framework_op_ns");
-    s.host.runtime_call_ns = host.number("runtime_call_ns");
-    s.host.allocation_ns = host.number("allocation_ns");
-    s.host.copy_bytes_per_ns = host.number("copy_bytes_per_ns");
+    s.host.framework_op_ns = host.non_negative("framework_op_ns");
+    s.host.runtime_call_ns = host.non_negative("runtime_call_ns");
+    s.host.allocation_ns = host.non_negative("allocation_ns");
+    s.host.copy_bytes_per_ns = host.positive("copy_bytes_per_ns");
   }
   return s;
 }

@@ -255,15 +255,19 @@ json ProfileStore::list() const {
   json profiles = json::array();
   std::vector<fs::path> directories;
   std::error_code error;
+  // Nothing about one entry (unreadable, a dangling link, a damaged manifest) may fail the listing:
+  // such a profile is listed with ok: false and its error.
   for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
     const std::string name = entry.path().filename().string();
-    if (name.empty() || name.front() == '.' || is_staging_name(name) || !entry.is_directory()) continue;
+    std::error_code entry_error;
+    if (name.empty() || name.front() == '.' || is_staging_name(name) || !entry.is_directory(entry_error)) continue;
     directories.push_back(entry.path());
   }
   std::sort(directories.begin(), directories.end());
   for (const fs::path& directory : directories) {
     const std::string name = directory.filename().string();
-    if (!fs::exists(directory / formats::kManifestFileName)) continue;
+    std::error_code exists_error;
+    if (!fs::exists(directory / formats::kManifestFileName, exists_error)) continue;
     json profile = {{"name", name}};
     try {
       profile["manifest"] = manifest_summary(formats::manifest_load(directory.string()));

@@ -177,6 +177,33 @@ TEST(Manifest, WrongTypesAndInconsistenciesAreRefused) {
   EXPECT_NE(error_of("[]").find("$ must be an object"), std::string::npos);
 }
 
+// A manifest's device spec feeds the same arithmetic as a spec file (issue 21: negative clocks gave
+// negative MFU, a zero bandwidth divides), so it is held to the same ranges.
+TEST(Manifest, DeviceSpecValuesAreValidatedLikeASpecFile) {
+  const std::pair<std::function<void(nlohmann::ordered_json&)>, const char*> cases[] = {
+      {[](auto& j) { j["device"]["base_clock_ghz"] = -1.4; }, "$.device.base_clock_ghz is -1.4, must be a positive"},
+      {[](auto& j) { j["device"]["tensor"]["clock_ghz"] = 0; }, "$.device.tensor.clock_ghz is 0, must be a positive"},
+      {[](auto& j) { j["device"]["vector"]["clock_ghz"] = -2; }, "$.device.vector.clock_ghz"},
+      {[](auto& j) { j["device"]["hbm"]["bytes_per_ns"] = 0; }, "$.device.hbm.bytes_per_ns is 0"},
+      {[](auto& j) { j["device"]["dma"]["queue_bytes_per_ns"] = 0.0; }, "$.device.dma.queue_bytes_per_ns"},
+      {[](auto& j) { j["device"]["dma"]["fixed_cost_ns"] = -5; },
+       "$.device.dma.fixed_cost_ns is -5, must be a number >= 0"},
+      {[](auto& j) { j["device"]["runtime"]["submission_ns"] = -1; }, "$.device.runtime.submission_ns"},
+      {[](auto& j) { j["device"]["psum_banks"] = 0; }, "$.device.psum_banks is 0, must be in [1, 1024]"},
+      {[](auto& j) { j["device"]["partitions"] = 0; }, "$.device.partitions is 0"},
+      {[](auto& j) { j["device"]["dma"]["queues"] = 0; }, "$.device.dma.queues is 0"},
+      {[](auto& j) { j["device"]["hbm"]["capacity_bytes"] = 0; }, "$.device.hbm.capacity_bytes is 0"},
+      {[](auto& j) { j["device"]["tensor"]["array_rows"] = 4096; }, "cannot exceed $.device.partitions"},
+      {[](auto& j) { j["device"]["host"]["copy_bytes_per_ns"] = 0; }, "$.device.host.copy_bytes_per_ns is 0"},
+      {[](auto& j) { j["device"]["host"]["framework_op_ns"] = -3; }, "$.device.host.framework_op_ns is -3"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string e = error_of(edited(edit));
+    EXPECT_NE(e.find(expected), std::string::npos) << "expected '" << expected << "' in: " << e;
+    EXPECT_NE(e.find("m.json"), std::string::npos) << e;
+  }
+}
+
 TEST(Manifest, UnknownFieldsAreIgnored) {
   const Manifest back = manifest_parse(edited([](auto& j) { j["added_later"] = {{"x", 1}}; }));
   EXPECT_EQ(back.files, sample().files);

@@ -1,0 +1,143 @@
+// trace.json read back from hostile input (issue 21): every malformed value is a sightline::Error that
+// names the file, the event and the field; no value makes the reader overflow, convert a float out of
+// range or throw anything else.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "analysis/trace_json.h"
+#include "sightline/error.h"
+
+using namespace sightline;
+using nlohmann::json;
+
+namespace {
+
+// One of each event kind the reader looks at, in the layout export_chrome_trace writes.
+json valid_trace() {
+  json events = json::array();
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 7}, {"tid", 0}, {"args", {{"name", "host"}}}});
+  events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mul"}, {"pid", 7}, {"tid", 1},
+                    {"ts", 10}, {"dur", 5},
+                    {"args", {{"External id", 1}, {"Input Dims", {{2, 3}, {3}}}, {"flops", 6}, {"bytes", 24}}}});
+  events.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "nc_exec_running"}, {"pid", 8}, {"tid", 0},
+                    {"ts", 12}, {"dur", 2}, {"args", {{"External id", 1}, {"correlation", 1}, {"device", 0},
+                                                      {"stream", 0}}}});
+  events.push_back({{"ph", "i"}, {"name", "[memory]"}, {"pid", 7}, {"tid", 1}, {"ts", 11},
+                    {"args", {{"Bytes", 24}, {"Addr", 4096}, {"Device Id", -1}, {"Total Allocated", 24},
+                              {"Total Reserved", 24}}}});
+  events.push_back({{"ph", "s"}, {"cat", "fwd"}, {"name", "fwd"}, {"id", 5}, {"pid", 7}, {"tid", 1}, {"ts", 10}});
+  events.push_back({{"ph", "i"}, {"name", "Record Window End"}, {"pid", 7}, {"tid", 1}, {"ts", 20}});
+  return {{"schemaVersion", 1}, {"baseTimeNanoseconds", 1000}, {"traceEvents", events}};
+}
+
+// Parses, and returns the error text ("" when accepted); any exception other than sightline::Error
+// fails the test.
+std::string parse_error(const std::string& text) {
+  try {
+    (void)analysis::trace_json_parse(text, "hostile/trace.json");
+    return "";
+  } catch (const Error& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "not a named error: " << error.what() << "\n  for: " << text.substr(0, 300);
+    return error.what();
+  }
+}
+
+}  // namespace
+
+TEST(TraceJsonHostile, TheValidBaseParses) {
+  EXPECT_EQ(parse_error(valid_trace().dump()), "");
+}
+
+// libFuzzer's crashes: signed overflow multiplying ts/dur to nanoseconds and float -> int64 of huge
+// values. Each is now an error naming the event and the field.
+TEST(TraceJsonHostile, OutOfRangeTimesAreNamedErrors) {
+  for (const char* value : {"9223372036854775807", "-9223372036854775808", "18446744073709551615",
+                            "9223372036854775.807", "1e300", "-1e300", "12345678901234567.000", "1e16"}) {
+    for (const char* key : {"ts", "dur"}) {
+      std::string text = valid_trace().dump();
+      const std::string field = fmt::format("\"{}\":{}", key, key == std::string("ts") ? "10" : "5");
+      const size_t at = text.find(field);
+      ASSERT_NE(at, std::string::npos);
+      text.replace(at, field.size(), fmt::format("\"{}\":{}", key, value));
+      const std::string error = parse_error(text);
+      EXPECT_NE(error.find(fmt::format("hostile/trace.json: traceEvents[1].{}", key)), std::string::npos)
+          << key << "=" << value << ": " << error;
+    }
+  }
+}
+
+// Another writer's times (more than three decimals, exponents) are rounded to the nanosecond, not
+// truncated to an integer count of microseconds taken for nanoseconds.
+TEST(TraceJsonHostile, TimesWithMoreDecimalsAreRoundedToNanoseconds) {
+  json trace = valid_trace();
+  trace["traceEvents"][1]["ts"] = 10.0004;
+  trace["traceEvents"][1]["dur"] = 5.0004;
+  const profiler::CollectedTrace parsed = analysis::trace_json_parse(trace.dump(), "other/trace.json");
+  bool found = false;
+  for (const profiler::FunctionEvent& e : parsed.events) {
+    if (e.name != "aten::mul") continue;
+    found = true;
+    EXPECT_EQ(e.end_ns - e.start_ns, 5000);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(TraceJsonHostile, NegativeDurationIsRefused) {
+  json trace = valid_trace();
+  trace["traceEvents"][1]["dur"] = -5;
+  const std::string error = parse_error(trace.dump());
+  EXPECT_NE(error.find("traceEvents[1].dur is negative"), std::string::npos) << error;
+}
+
+// Every field of every event, and of its args, replaced by a value of each other type: accepted or a
+// named error, never an "internal error" from a JSON type exception.
+TEST(TraceJsonHostile, EveryFieldOfTheWrongTypeIsANamedError) {
+  const std::vector<json> replacements = {json(nullptr), json(true), json("text"), json(-1), json(1.5),
+                                          json(1e300), json(18446744073709551615ull), json::array({1, "x"}),
+                                          json::object({{"k", 1}})};
+  const json base = valid_trace();
+  size_t mutations = 0, refused = 0;
+  for (size_t i = 0; i < base["traceEvents"].size(); ++i) {
+    const json& event = base["traceEvents"][i];
+    std::vector<std::vector<std::string>> paths;
+    for (const auto& [key, value] : event.items()) {
+      paths.push_back({key});
+      if (value.is_object()) {
+        for (const auto& [inner, unused] : value.items()) paths.push_back({key, inner});
+      }
+    }
+    for (const auto& path : paths) {
+      for (const json& replacement : replacements) {
+        json trace = base;
+        json& in_event = trace["traceEvents"][i];
+        json& target = path.size() == 1 ? in_event[path[0]] : in_event[path[0]][path[1]];
+        target = replacement;
+        ++mutations;
+        const std::string error = parse_error(trace.dump());
+        if (error.empty()) continue;
+        ++refused;
+        EXPECT_NE(error.find("hostile/trace.json"), std::string::npos) << error;
+        EXPECT_EQ(error.find("internal error"), std::string::npos) << error;
+      }
+    }
+  }
+  EXPECT_GT(mutations, 300u);
+  EXPECT_GT(refused, 100u);
+  // Top-level fields too.
+  for (const char* key : {"baseTimeNanoseconds", "dropped_events", "profile_memory"}) {
+    for (const json& replacement : replacements) {
+      json trace = base;
+      trace[key] = replacement;
+      const std::string error = parse_error(trace.dump());
+      if (!error.empty()) {
+        EXPECT_NE(error.find(fmt::format("hostile/trace.json: {}", key)), std::string::npos) << error;
+      }
+    }
+  }
+}
