@@ -429,9 +429,12 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
     throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",
                                         error.message()));
   }
+  // Each file's bytes are released once on disk: validation below reads the staged files, and holding
+  // the upload too would add its whole size to the peak memory of every upload.
   for (const auto& [file_name, content] : by_name) {
     formats::write_file_durably(staging.path / file_name,
                                 std::span(reinterpret_cast<const uint8_t*>(content->data()), content->size()));
+    std::string().swap(*content);
   }
 
   const std::string shown = std::string(name);
