@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/parallel.h"
 #include "device/validate.h"
 #include "sightline/error.h"
 
@@ -188,6 +189,69 @@ void apply_activation(ActFunc func, const float* in, float scale, float bias, fl
   }
 }
 
+// Sum of x[0..n) the way an 8-lane accumulator adds: lane l takes elements l, l + 8, ...; the tail and
+// then the lanes are added last. Independent lanes let the loop vectorize instead of waiting on one
+// serial chain of additions (the rounding differs from a serial sum by a few ulps at most).
+float sum_lanes(const float* x, size_t n) {
+  float lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t l = 0; l < 8; ++l) lanes[l] += x[i + l];
+  }
+  float sum = 0;
+  for (; i < n; ++i) sum += x[i];
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+bool ranges_overlap(const uint8_t* a, int64_t a_min, int64_t a_max, const uint8_t* b, int64_t b_min,
+                    int64_t b_max) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return static_cast<intptr_t>(x + a_min) < static_cast<intptr_t>(y + b_max) &&
+         static_cast<intptr_t>(y + b_min) < static_cast<intptr_t>(x + a_max);
+}
+
+// out[i, j] (+)= sum_p stationary[p][i] * moving[p][j] for rows i in [i0, i1), p ascending for every
+// element (the same additions in the same order as one p-i-j loop, so the same bits), four output rows
+// at a time so that each moving row is loaded once per four rows, in column blocks that stay in L1.
+void matmul_rows(const float* const* stationary, const float* const* moving, float* const* out, size_t k,
+                 size_t n, size_t i0, size_t i1) {
+  constexpr size_t kColumns = 256;
+  for (size_t i = i0; i < i1; i += 4) {
+    const size_t rows = std::min<size_t>(4, i1 - i);
+    for (size_t j0 = 0; j0 < n; j0 += kColumns) {
+      const size_t jn = std::min(kColumns, n - j0);
+      if (rows == 4) {
+        float* __restrict o0 = out[i] + j0;
+        float* __restrict o1 = out[i + 1] + j0;
+        float* __restrict o2 = out[i + 2] + j0;
+        float* __restrict o3 = out[i + 3] + j0;
+        for (size_t p = 0; p < k; ++p) {
+          const float* __restrict b = moving[p] + j0;
+          const float* s = stationary[p] + i;
+          const float w0 = s[0], w1 = s[1], w2 = s[2], w3 = s[3];
+          for (size_t j = 0; j < jn; ++j) {
+            const float x = b[j];
+            o0[j] += w0 * x;
+            o1[j] += w1 * x;
+            o2[j] += w2 * x;
+            o3[j] += w3 * x;
+          }
+        }
+        continue;
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        float* __restrict o = out[i + r] + j0;
+        for (size_t p = 0; p < k; ++p) {
+          const float* __restrict b = moving[p] + j0;
+          const float w = stationary[p][i + r];
+          for (size_t j = 0; j < jn; ++j) o[j] += w * b[j];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 FunctionalExecutor::FunctionalExecutor(const Executable& exe, OnChipMemory& sbuf, OnChipMemory& psum,
@@ -208,20 +272,32 @@ FunctionalExecutor::View FunctionalExecutor::view(const AccessPattern& ap, const
     v.strides[pad + d] = int64_t{ap.dims[d].stride} * es;
   }
   if (ap.dim_count == 0) v.strides[3] = es;
-  v.extent_end = operand_extent(ap, false).max;
+  const ByteExtent extent = operand_extent(ap, false);
+  v.extent_min = extent.min;
+  v.extent_max = extent.max;
+  v.contiguous = true;
+  int64_t expected = es;
+  for (int d = 3; d >= 0; --d) {
+    if (v.sizes[d] != 1 && v.strides[d] != expected) v.contiguous = false;
+    expected *= v.sizes[d];
+  }
   if (ap.memory == Memory::hbm) {
     v.tensor = ap.tensor;
     v.data = io_[ap.tensor].data + ap.offset;
-    v.written = io_[ap.tensor].written + ap.offset;
+    v.written = io_[ap.tensor].written;
+    v.written_base = io_[ap.tensor].offset + ap.offset;
     v.partition_stride = ap.partition_stride * es;
-    return v;
+  } else {
+    OnChipMemory& chip = ap.memory == Memory::sbuf ? sbuf_ : psum_;
+    v.chip = &chip;
+    v.first_partition = ap.partition_start;
+    v.data = chip.data(ap.partition_start) + ap.offset;
+    v.written = &chip.written();
+    v.written_base = uint64_t{ap.partition_start} * chip.bytes_per_partition() + ap.offset;
+    v.partition_stride = chip.bytes_per_partition();
   }
-  OnChipMemory& chip = ap.memory == Memory::sbuf ? sbuf_ : psum_;
-  v.chip = &chip;
-  v.first_partition = ap.partition_start;
-  v.data = chip.data(ap.partition_start) + ap.offset;
-  v.written = chip.written(ap.partition_start) + ap.offset;
-  v.partition_stride = chip.bytes_per_partition();
+  v.direct = v.dtype == DType::f32 && v.contiguous && reinterpret_cast<uintptr_t>(v.data) % 4 == 0 &&
+             v.partition_stride % 4 == 0;
   return v;
 }
 
@@ -234,19 +310,27 @@ void FunctionalExecutor::unwritten(const View& v, uint32_t p, int64_t byte) cons
        v.chip == &sbuf_ ? "SBUF" : "PSUM", v.first_partition + p, static_cast<int64_t>(v.offset) + byte);
 }
 
+void FunctionalExecutor::check(const View& v, uint32_t p, int64_t byte, int64_t bytes) const {
+  const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(v.written_base) + p * v.partition_stride + byte);
+  const uint64_t end = begin + static_cast<uint64_t>(bytes);
+  const uint64_t hole = v.written->first_unwritten(begin, end);
+  if (hole != end) unwritten(v, p, byte + static_cast<int64_t>(hole - begin));
+}
+
+void FunctionalExecutor::mark(const View& v, uint32_t p, int64_t byte, int64_t bytes) const {
+  const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(v.written_base) + p * v.partition_stride + byte);
+  v.written->mark(begin, begin + static_cast<uint64_t>(bytes));
+}
+
 void FunctionalExecutor::load(const View& v, uint32_t p, float* out) const {
   const int64_t es = static_cast<int64_t>(dtype_size(v.dtype));
   const int64_t row = p * v.partition_stride;
   const int64_t n = v.sizes[3], stride = v.strides[3];
   for_each_run(v, [&](int64_t off, int64_t index) {
-    const uint8_t* w = v.written + row + off;
     if (stride == es) {
-      const void* hole = std::memchr(w, 0, static_cast<size_t>(n * es));
-      if (hole) unwritten(v, p, off + (static_cast<const uint8_t*>(hole) - w));
+      check(v, p, off, n * es);
     } else {
-      for (int64_t i = 0; i < n; ++i) {
-        if (std::memchr(w + i * stride, 0, static_cast<size_t>(es))) unwritten(v, p, off + i * stride);
-      }
+      for (int64_t i = 0; i < n; ++i) check(v, p, off + i * stride, es);
     }
     decode_run(v.data + row + off, stride, n, v.dtype, out + index);
   });
@@ -258,14 +342,44 @@ void FunctionalExecutor::store(const View& v, uint32_t p, const float* in) const
   const int64_t n = v.sizes[3], stride = v.strides[3];
   for_each_run(v, [&](int64_t off, int64_t index) {
     encode_run(in + index, n, v.dtype, v.data + row + off, stride);
-    uint8_t* w = v.written + row + off;
     if (stride == es) {
-      std::memset(w, 1, static_cast<size_t>(n * es));
+      mark(v, p, off, n * es);
     } else {
-      for (int64_t i = 0; i < n; ++i) std::memset(w + i * stride, 1, static_cast<size_t>(es));
+      for (int64_t i = 0; i < n; ++i) mark(v, p, off + i * stride, es);
     }
   });
-  if (v.chip) v.chip->note_written_end(v.first_partition + p, v.offset + static_cast<uint64_t>(v.extent_end));
+}
+
+const float* FunctionalExecutor::load_f32(const View& v, uint32_t p, float* scratch) const {
+  if (!v.direct) {
+    load(v, p, scratch);
+    return scratch;
+  }
+  check(v, p, 0, int64_t{v.elements} * 4);
+  return reinterpret_cast<const float*>(v.data + p * v.partition_stride);
+}
+
+float* FunctionalExecutor::target(const View& v, uint32_t p, float* scratch,
+                                  std::initializer_list<const float*> inputs, size_t n) const {
+  if (!v.direct) return scratch;
+  float* row = reinterpret_cast<float*>(v.data + p * v.partition_stride);
+  const auto bytes = static_cast<int64_t>(n * 4);
+  for (const float* in : inputs) {
+    // An input that is exactly the output row is fine for element-wise work; a partial overlap is not.
+    if (in != row && ranges_overlap(reinterpret_cast<const uint8_t*>(in), 0, bytes,
+                                    reinterpret_cast<const uint8_t*>(row), 0, bytes)) {
+      return scratch;
+    }
+  }
+  return row;
+}
+
+void FunctionalExecutor::commit(const View& v, uint32_t p, const float* computed) const {
+  if (v.direct && computed == reinterpret_cast<const float*>(v.data + p * v.partition_stride)) {
+    mark(v, p, 0, int64_t{v.elements} * 4);
+    return;
+  }
+  store(v, p, computed);
 }
 
 void FunctionalExecutor::load_bytes(const View& v, uint32_t p, uint8_t* out) const {
@@ -274,16 +388,14 @@ void FunctionalExecutor::load_bytes(const View& v, uint32_t p, uint8_t* out) con
   const int64_t n = v.sizes[3], stride = v.strides[3];
   for_each_run(v, [&](int64_t off, int64_t index) {
     const uint8_t* src = v.data + row + off;
-    const uint8_t* w = v.written + row + off;
     uint8_t* dst = out + index * es;
     if (stride == es) {
-      const void* hole = std::memchr(w, 0, static_cast<size_t>(n * es));
-      if (hole) unwritten(v, p, off + (static_cast<const uint8_t*>(hole) - w));
+      check(v, p, off, n * es);
       std::memcpy(dst, src, static_cast<size_t>(n * es));
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
-      if (std::memchr(w + i * stride, 0, static_cast<size_t>(es))) unwritten(v, p, off + i * stride);
+      check(v, p, off + i * stride, es);
       std::memcpy(dst + i * es, src + i * stride, static_cast<size_t>(es));
     }
   });
@@ -295,19 +407,17 @@ void FunctionalExecutor::store_bytes(const View& v, uint32_t p, const uint8_t* i
   const int64_t n = v.sizes[3], stride = v.strides[3];
   for_each_run(v, [&](int64_t off, int64_t index) {
     uint8_t* dst = v.data + row + off;
-    uint8_t* w = v.written + row + off;
     const uint8_t* src = in + index * es;
     if (stride == es) {
       std::memcpy(dst, src, static_cast<size_t>(n * es));
-      std::memset(w, 1, static_cast<size_t>(n * es));
+      mark(v, p, off, n * es);
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
       std::memcpy(dst + i * stride, src + i * es, static_cast<size_t>(es));
-      std::memset(w + i * stride, 1, static_cast<size_t>(es));
+      mark(v, p, off + i * stride, es);
     }
   });
-  if (v.chip) v.chip->note_written_end(v.first_partition + p, v.offset + static_cast<uint64_t>(v.extent_end));
 }
 
 void FunctionalExecutor::execute(const Instruction& in) {
@@ -344,32 +454,42 @@ void FunctionalExecutor::elementwise(const Instruction& in) {
   b_.resize(n);
   c_.resize(n);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
-    load(a, p, a_.data());
+    const float* av = load_f32(a, p, a_.data());
     if (in.opcode == Opcode::tensor_copy) {
-      store(dst, p, a_.data());
+      if (!dst.direct) {
+        store(dst, p, av);
+        continue;
+      }
+      float* out = target(dst, p, c_.data(), {av}, n);
+      if (out != av) std::memcpy(out, av, n * 4);
+      commit(dst, p, out);
       continue;
     }
     if (in.opcode == Opcode::tensor_tensor) {
-      load(b, p, b_.data());
-      with_alu(in.alu(), [&](auto op) { map_binary(a_.data(), b_.data(), c_.data(), n, op); });
+      const float* bv = load_f32(b, p, b_.data());
+      float* out = target(dst, p, c_.data(), {av, bv}, n);
+      with_alu(in.alu(), [&](auto op) { map_binary(av, bv, out, n, op); });
+      commit(dst, p, out);
     } else {
       float s = in.imm0;
       if (has_b) load(b, p, &s);
       const bool reverse = (in.flags & kFlagReverse) != 0;
-      with_alu(in.alu(), [&](auto op) { map_scalar(a_.data(), s, c_.data(), n, reverse, op); });
+      float* out = target(dst, p, c_.data(), {av}, n);
+      with_alu(in.alu(), [&](auto op) { map_scalar(av, s, out, n, reverse, op); });
+      commit(dst, p, out);
     }
-    store(dst, p, c_.data());
   }
 }
 
 void FunctionalExecutor::reduce(const Instruction& in) {
   const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
-  a_.resize(a.elements);
+  const size_t n = a.elements;
+  a_.resize(n);
   for (uint32_t p = 0; p < a.partitions; ++p) {
-    load(a, p, a_.data());
+    const float* av = load_f32(a, p, a_.data());
     float acc = reduce_identity(in.alu());
     with_alu(in.alu(), [&](auto op) {
-      for (float x : a_) acc = op(acc, x);
+      for (size_t i = 0; i < n; ++i) acc = op(acc, av[i]);
     });
     store(dst, p, &acc);
   }
@@ -377,16 +497,16 @@ void FunctionalExecutor::reduce(const Instruction& in) {
 
 void FunctionalExecutor::stats(const Instruction& in) {
   const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
-  a_.resize(a.elements);
+  const size_t n = a.elements;
+  a_.resize(n);
   for (uint32_t p = 0; p < a.partitions; ++p) {
-    load(a, p, a_.data());
+    const float* av = load_f32(a, p, a_.data());
     double sum = 0;
-    for (float x : a_) sum += x;
-    const double mean = sum / static_cast<double>(a_.size());
+    for (size_t i = 0; i < n; ++i) sum += av[i];
+    const double mean = sum / static_cast<double>(n);
     double squares = 0;
-    for (float x : a_) squares += (x - mean) * (x - mean);
-    const float out[2] = {static_cast<float>(mean),
-                          static_cast<float>(squares / static_cast<double>(a_.size()))};
+    for (size_t i = 0; i < n; ++i) squares += (av[i] - mean) * (av[i] - mean);
+    const float out[2] = {static_cast<float>(mean), static_cast<float>(squares / static_cast<double>(n))};
     store(dst, p, out);
   }
 }
@@ -399,14 +519,14 @@ void FunctionalExecutor::activation(const Instruction& in) {
   a_.resize(n);
   c_.resize(n);
   for (uint32_t p = 0; p < a.partitions; ++p) {
-    load(a, p, a_.data());
+    const float* av = load_f32(a, p, a_.data());
     float s = in.imm0;
     if (in.src1.present()) load(scale, p, &s);
-    apply_activation(in.act(), a_.data(), s, in.imm1, c_.data(), n);
-    store(dst, p, c_.data());
+    float* out = target(dst, p, c_.data(), {av}, n);
+    apply_activation(in.act(), av, s, in.imm1, out, n);
+    commit(dst, p, out);
     if (in.aux.present()) {
-      float sum = 0;
-      for (float x : c_) sum += x;
+      const float sum = sum_lanes(out, n);
       store(acc, p, &sum);
     }
   }
@@ -414,11 +534,13 @@ void FunctionalExecutor::activation(const Instruction& in) {
 
 void FunctionalExecutor::iota_fill(const Instruction& in) {
   const View dst = view(in.dst, "dst");
-  c_.resize(dst.elements);
+  const size_t n = dst.elements;
+  c_.resize(n);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     const float start = in.imm0 + in.imm1 * static_cast<float>(p);
-    for (size_t i = 0; i < c_.size(); ++i) c_[i] = start + static_cast<float>(i);
-    store(dst, p, c_.data());
+    float* out = target(dst, p, c_.data(), {}, n);
+    for (size_t i = 0; i < n; ++i) out[i] = start + static_cast<float>(i);
+    commit(dst, p, out);
   }
 }
 
@@ -428,8 +550,8 @@ void FunctionalExecutor::all_reduce(const Instruction& in) {
   a_.resize(n);
   c_.assign(n, reduce_identity(in.alu()));
   for (uint32_t p = 0; p < a.partitions; ++p) {
-    load(a, p, a_.data());
-    with_alu(in.alu(), [&](auto op) { map_binary(c_.data(), a_.data(), c_.data(), n, op); });
+    const float* av = load_f32(a, p, a_.data());
+    with_alu(in.alu(), [&](auto op) { map_binary(c_.data(), av, c_.data(), n, op); });
   }
   for (uint32_t p = 0; p < dst.partitions; ++p) store(dst, p, c_.data());
 }
@@ -439,47 +561,79 @@ void FunctionalExecutor::matmul_run(const Instruction& in) {
   const size_t k = st.partitions, m = st.elements, n = mv.elements;
   a_.resize(k * m);
   b_.resize(k * n);
-  c_.assign(m * n, 0.0f);
+  c_.resize(m * n);
+  st_rows_.resize(k);
+  mv_rows_.resize(k);
+  out_rows_.resize(m);
+  // Every read is checked before anything is written.
   for (uint32_t p = 0; p < k; ++p) {
-    load(st, p, a_.data() + p * m);
-    load(mv, p, b_.data() + p * n);
+    st_rows_[p] = load_f32(st, p, a_.data() + p * m);
+    mv_rows_[p] = load_f32(mv, p, b_.data() + p * n);
   }
-  if (in.flags & kFlagAccumulate) {
-    for (uint32_t row = 0; row < m; ++row) load(dst, row, c_.data() + row * n);
+  const bool accumulate = (in.flags & kFlagAccumulate) != 0;
+  for (uint32_t row = 0; row < m; ++row) {
+    float* scratch = c_.data() + row * n;
+    if (accumulate) load_f32(dst, row, scratch);  // fills scratch unless the row is computed in place
+    float* out = target(dst, row, scratch, {}, n);
+    if (!accumulate) std::fill_n(out, n, 0.0f);
+    out_rows_[row] = out;
   }
-  // out[i, j] += sum_p stationary[p, i] * moving[p, j]; j innermost so the loop vectorizes.
-  for (size_t p = 0; p < k; ++p) {
-    const float* moving_row = b_.data() + p * n;
-    for (size_t i = 0; i < m; ++i) {
-      const float w = a_[p * m + i];
-      float* out = c_.data() + i * n;
-      for (size_t j = 0; j < n; ++j) out[j] += w * moving_row[j];
-    }
-  }
-  for (uint32_t row = 0; row < m; ++row) store(dst, row, c_.data() + row * n);
+  // Output rows are independent: split them (in groups of four) over the CPU backend's thread pool.
+  const int64_t groups = static_cast<int64_t>((m + 3) / 4);
+  const int64_t grain = std::max<int64_t>(1, 16384 / static_cast<int64_t>(std::max<size_t>(k * n, 1)));
+  cpu::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    matmul_rows(st_rows_.data(), mv_rows_.data(), out_rows_.data(), k, n, static_cast<size_t>(g0) * 4,
+                std::min(m, static_cast<size_t>(g1) * 4));
+  });
+  for (uint32_t row = 0; row < m; ++row) commit(dst, row, out_rows_[row]);
 }
 
 void FunctionalExecutor::dma(const Instruction& in) {
   const View dst = view(in.dst, "dst"), src = view(in.src0, "src0");
   if (in.dst.dtype == in.src0.dtype) {
-    bytes_.resize(static_cast<size_t>(src.elements) * dtype_size(src.dtype));
+    const int64_t row_bytes = int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype));
+    bytes_.resize(static_cast<size_t>(row_bytes));
     for (uint32_t p = 0; p < src.partitions; ++p) {
-      load_bytes(src, p, bytes_.data());
-      store_bytes(dst, p, bytes_.data());
+      uint8_t* from = src.data + p * src.partition_stride;
+      uint8_t* to = dst.data + p * dst.partition_stride;
+      if (src.contiguous && dst.contiguous) {  // one memcpy per descriptor row
+        check(src, p, 0, row_bytes);
+        std::memmove(to, from, static_cast<size_t>(row_bytes));
+        mark(dst, p, 0, row_bytes);
+        continue;
+      }
+      const bool overlap =
+          ranges_overlap(from, src.extent_min, src.extent_max, to, dst.extent_min, dst.extent_max);
+      if (!overlap && src.contiguous) {
+        check(src, p, 0, row_bytes);
+        store_bytes(dst, p, from);
+      } else if (!overlap && dst.contiguous) {
+        load_bytes(src, p, to);
+        mark(dst, p, 0, row_bytes);
+      } else {
+        load_bytes(src, p, bytes_.data());
+        store_bytes(dst, p, bytes_.data());
+      }
     }
     return;
   }
   a_.resize(src.elements);
   for (uint32_t p = 0; p < src.partitions; ++p) {
-    load(src, p, a_.data());
-    store(dst, p, a_.data());
+    const float* av = load_f32(src, p, a_.data());
+    if (av != a_.data() && ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max,
+                                          dst.data + p * dst.partition_stride, dst.extent_min, dst.extent_max)) {
+      std::memcpy(a_.data(), av, size_t{src.elements} * 4);
+      av = a_.data();
+    }
+    store(dst, p, av);
   }
 }
 
 void FunctionalExecutor::gather(const Instruction& in) {
   const View dst = view(in.dst, "dst"), table = view(in.src0, "src0"), ids = view(in.src1, "src1");
   const bool same_dtype = in.dst.dtype == in.src0.dtype;
-  bytes_.resize(static_cast<size_t>(table.elements) * dtype_size(table.dtype));
+  const int64_t row_bytes = int64_t{table.elements} * static_cast<int64_t>(dtype_size(table.dtype));
+  bytes_.resize(static_cast<size_t>(row_bytes));
   a_.resize(table.elements);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     float id = 0;
@@ -488,7 +642,12 @@ void FunctionalExecutor::gather(const Instruction& in) {
       fail("operand src1 row {} holds index {}, outside the table's rows 0..{}", p, id, table.partitions - 1);
     }
     const uint32_t row = static_cast<uint32_t>(id);
-    if (same_dtype) {
+    if (same_dtype && table.contiguous && dst.contiguous) {  // the table is HBM, dst on chip: no overlap
+      check(table, row, 0, row_bytes);
+      std::memcpy(dst.data + p * dst.partition_stride, table.data + row * table.partition_stride,
+                  static_cast<size_t>(row_bytes));
+      mark(dst, p, 0, row_bytes);
+    } else if (same_dtype) {
       load_bytes(table, row, bytes_.data());
       store_bytes(dst, p, bytes_.data());
     } else {

@@ -1,5 +1,7 @@
 #include "device/memory.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "sightline/error.h"
@@ -13,23 +15,110 @@ ZeroedBuffer::ZeroedBuffer(uint64_t n) : size(n) {
                   "host out of memory: cannot allocate {} bytes for simulated device memory", n);
 }
 
+WrittenMap::WrittenMap(uint64_t bytes) {
+  const uint64_t granules = (bytes + kGranuleBytes - 1) / kGranuleBytes;
+  words_count_ = (granules + 63) / 64;
+  blocks_count_ = (words_count_ + kBlockWords - 1) / kBlockWords;
+  if (blocks_count_ == 0) return;
+  // Words need no initial value: a block's words are cleared when its stamp is first brought current.
+  words_.reset(new uint64_t[blocks_count_ * kBlockWords]);
+  stamps_ = std::make_unique<uint32_t[]>(blocks_count_);
+}
+
+void WrittenMap::forget_all() {
+  if (++generation_ != 0) return;
+  // The counter wrapped: stale stamps could look current, so reset them all once every 2^32 calls.
+  std::fill_n(stamps_.get(), blocks_count_, 0u);
+  generation_ = 1;
+}
+
+void WrittenMap::mark(uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  const uint64_t g0 = begin / kGranuleBytes, g1 = (end + kGranuleBytes - 1) / kGranuleBytes;  // [g0, g1)
+  const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
+  const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
+  const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
+  // Block by block: bring the block's stamp current (clearing its stale words), then set whole words.
+  for (uint64_t w = w0; w <= w1;) {
+    const uint64_t block = w / kBlockWords;
+    const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
+    if (stamps_[block] != generation_) {
+      std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
+      stamps_[block] = generation_;
+    }
+    for (uint64_t x = w; x <= last; ++x) {
+      uint64_t mask = ~uint64_t{0};
+      if (x == w0) mask &= first_mask;
+      if (x == w1) mask &= last_mask;
+      words_[x] |= mask;
+    }
+    w = last + 1;
+  }
+}
+
+uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
+  if (begin >= end) return end;
+  const uint64_t g0 = begin / kGranuleBytes, g1 = (end + kGranuleBytes - 1) / kGranuleBytes;
+  const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
+  const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
+  const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
+  const auto at = [&](uint64_t w, uint64_t missing) {
+    const uint64_t granule = w * 64 + static_cast<uint64_t>(std::countr_zero(missing));
+    return std::max(begin, granule * kGranuleBytes);
+  };
+  for (uint64_t w = w0; w <= w1;) {
+    const uint64_t block = w / kBlockWords;
+    const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
+    if (stamps_[block] != generation_) return at(w, w == w0 ? first_mask : ~uint64_t{0});
+    for (uint64_t x = w; x <= last; ++x) {
+      uint64_t mask = ~uint64_t{0};
+      if (x == w0) mask &= first_mask;
+      if (x == w1) mask &= last_mask;
+      const uint64_t missing = ~words_[x] & mask;
+      if (missing != 0) return at(x, missing);
+    }
+    w = last + 1;
+  }
+  return end;
+}
+
 OnChipMemory::OnChipMemory(uint32_t partitions, uint32_t bytes_per_partition)
     : partitions_(partitions),
       bytes_per_partition_(bytes_per_partition),
-      mem_(uint64_t{partitions} * bytes_per_partition),
-      dirty_end_(partitions, 0) {}
+      mem_(uint64_t{partitions} * bytes_per_partition) {}
 
-void OnChipMemory::reset() {
-  for (uint32_t p = 0; p < partitions_; ++p) {
-    if (dirty_end_[p] == 0) continue;
-    std::memset(written(p), 0, dirty_end_[p]);
-    dirty_end_[p] = 0;
-  }
+uint64_t HbmMemory::size_class(uint64_t size) {
+  // Four classes per power of two: at most 25% of a block goes unused.
+  if (size <= 4 * kAlignment) return (size + kAlignment - 1) / kAlignment * kAlignment;
+  const uint64_t step = std::bit_floor(size) / 4;
+  return (size + step - 1) / step * step;
 }
 
 uint64_t HbmMemory::allocate(uint64_t bytes) {
   SIGHTLINE_CHECK(bytes > 0, "HBM allocation of 0 bytes; ask for at least 1 byte");
+  if (bytes > capacity_) {  // also keeps the alignment below from overflowing
+    fail("HBM exhausted: asked for {} bytes, more than the whole HBM of {} bytes ({} bytes free); "
+         "use a spec with more HBM or split the tensor",
+         bytes, capacity_, free_bytes());
+  }
   const uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const uint64_t block_bytes = size_class(size);
+  // Declared before the lock so that a block made here and not kept is released after unlocking.
+  std::unique_ptr<TrackedBytes> backing;
+  {
+    std::lock_guard lock(mutex_);
+    const auto pooled = pool_.find(block_bytes);
+    if (pooled != pool_.end()) {
+      backing = std::move(pooled->second);
+      pool_.erase(pooled);
+      pooled_ -= block_bytes;
+    }
+  }
+  if (backing) {
+    backing->written.forget_all();
+  } else {
+    backing = std::make_unique<TrackedBytes>(block_bytes);
+  }
   std::lock_guard lock(mutex_);
   uint64_t cursor = 0;
   uint64_t largest_gap = 0;
@@ -43,22 +132,34 @@ uint64_t HbmMemory::allocate(uint64_t bytes) {
   const uint64_t limit = next == blocks_.end() ? capacity_ : next->first;
   if (limit - cursor < size) {
     largest_gap = std::max(largest_gap, limit - cursor);
+    if (pooled_ + block_bytes <= kPoolBytes) {
+      pooled_ += block_bytes;
+      pool_.emplace(block_bytes, std::move(backing));
+    }
     fail(
         "HBM exhausted: asked for {} bytes ({} aligned), {} bytes free of {} (largest free block {} bytes); "
         "free device tensors or use a spec with more HBM",
         bytes, size, capacity_ - used_, capacity_, largest_gap);
   }
-  blocks_.emplace(cursor, Block{size, std::make_unique<TrackedBytes>(size)});
+  blocks_.emplace(cursor, Block{size, std::move(backing)});
   used_ += size;
   return cursor;
 }
 
 void HbmMemory::free(uint64_t address) {
+  std::unique_ptr<TrackedBytes> released;  // destroyed (unmapped) after the lock is dropped
   std::lock_guard lock(mutex_);
   const auto it = blocks_.find(address);
   SIGHTLINE_CHECK(it != blocks_.end(), "HBM free of address {:#x}, which is not the start of an allocation",
                   address);
   used_ -= it->second.size;
+  const uint64_t block_bytes = it->second.bytes->data.size;
+  if (pooled_ + block_bytes <= kPoolBytes) {
+    pooled_ += block_bytes;
+    pool_.emplace(block_bytes, std::move(it->second.bytes));
+  } else {
+    released = std::move(it->second.bytes);
+  }
   blocks_.erase(it);
 }
 
@@ -71,21 +172,20 @@ HbmMemory::Span HbmMemory::span(uint64_t address, uint64_t bytes) const {
   SIGHTLINE_CHECK(offset < it->second.size && bytes <= it->second.size - offset,
                   "HBM range [{:#x}, {:#x}) leaves the allocation [{:#x}, {:#x})", address, address + bytes,
                   it->first, it->first + it->second.size);
-  return {it->second.bytes->data.data() + offset, it->second.bytes->written.data() + offset};
+  return {it->second.bytes->data.data() + offset, &it->second.bytes->written, offset};
 }
 
 void HbmMemory::write(uint64_t address, const void* src, uint64_t bytes) {
   const Span s = span(address, bytes);
   std::memcpy(s.data, src, bytes);
-  std::memset(s.written, 1, bytes);
+  s.written->mark(s.offset, s.offset + bytes);
 }
 
 void HbmMemory::read(uint64_t address, void* dst, uint64_t bytes) const {
   const Span s = span(address, bytes);
-  const void* hole = std::memchr(s.written, 0, bytes);
-  SIGHTLINE_CHECK(hole == nullptr, "HBM read of [{:#x}, {:#x}): byte {:#x} was never written", address,
-                  address + bytes,
-                  address + static_cast<uint64_t>(static_cast<const uint8_t*>(hole) - s.written));
+  const uint64_t hole = s.written->first_unwritten(s.offset, s.offset + bytes);
+  SIGHTLINE_CHECK(hole == s.offset + bytes, "HBM read of [{:#x}, {:#x}): byte {:#x} was never written",
+                  address, address + bytes, address + (hole - s.offset));
   std::memcpy(dst, s.data, bytes);
 }
 

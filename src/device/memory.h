@@ -1,7 +1,11 @@
 // Host memory standing for a core's HBM, SBUF and PSUM, with written-ness tracking.
 //
-// Every byte has a shadow byte that says whether it was ever written, so that reading a tile no
-// instruction (or host copy) wrote is a sightline::Error instead of a silently stale value.
+// Every 2-byte granule of simulated memory has one written bit (the shadow is 1/16 of the data), so
+// that reading a tile no instruction (or host copy) wrote is a sightline::Error instead of a silently
+// stale value. Every dtype is 2 or 4 bytes wide, so for aligned operands the tracking is exact; a write
+// that covers part of a granule marks the whole granule. The bits live in 1 KiB-of-data blocks that
+// carry a generation stamp: forgetting every write (on-chip memory at the start of an execution, a
+// reused HBM block) bumps one counter instead of clearing memory.
 // Used by Core; the runtime reaches HBM through Core's allocate/free/write/read.
 #pragma once
 
@@ -15,10 +19,10 @@
 namespace sightline::device {
 
 // Zero-filled host buffer from calloc: large buffers come from the OS as untouched zero pages, so a
-// 28 MiB SBUF shadow costs nothing until written.
+// 24 MiB SBUF costs nothing until written.
 struct ZeroedBuffer {
   struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+    void operator()(void* p) const { std::free(p); }
   };
   std::unique_ptr<uint8_t, Free> bytes;
   uint64_t size = 0;
@@ -27,10 +31,39 @@ struct ZeroedBuffer {
   uint8_t* data() const { return bytes.get(); }
 };
 
-// A bytes buffer plus its written-ness shadow.
+// Which bytes of a region were written since the last forget_all().
+//
+//   WrittenMap map(4096);
+//   map.mark(0, 256);
+//   map.first_unwritten(0, 512);   // 256
+//   map.forget_all();              // O(1)
+class WrittenMap {
+ public:
+  static constexpr uint64_t kGranuleBytes = 2;
+  static constexpr uint64_t kBlockWords = 8;  // 512 granules = 1 KiB of data per generation stamp
+
+  explicit WrittenMap(uint64_t bytes = 0);
+
+  // Marks [begin, end) written (every granule it touches).
+  void mark(uint64_t begin, uint64_t end);
+  // The first byte of [begin, end) in a granule nobody wrote, or `end` when all of it was written.
+  uint64_t first_unwritten(uint64_t begin, uint64_t end) const;
+  void forget_all();
+  // Host bytes the map itself takes.
+  uint64_t shadow_bytes() const { return words_count_ * 8 + blocks_count_ * 4; }
+
+ private:
+  uint64_t words_count_ = 0;
+  uint64_t blocks_count_ = 0;
+  std::unique_ptr<uint64_t[]> words_;  // a word is meaningful only while its block's stamp is current
+  std::unique_ptr<uint32_t[]> stamps_;
+  uint32_t generation_ = 1;  // stamps start at 0: nothing written
+};
+
+// Bytes of simulated memory plus their written-ness.
 struct TrackedBytes {
   ZeroedBuffer data;
-  ZeroedBuffer written;  // 1 where written
+  WrittenMap written;
 
   explicit TrackedBytes(uint64_t n = 0) : data(n), written(n) {}
 };
@@ -43,33 +76,33 @@ class OnChipMemory {
   uint8_t* data(uint32_t partition) const {
     return mem_.data.data() + uint64_t{partition} * bytes_per_partition_;
   }
-  uint8_t* written(uint32_t partition) const {
-    return mem_.written.data() + uint64_t{partition} * bytes_per_partition_;
-  }
+  // Written-ness of the whole memory; partition p's bytes start at p * bytes_per_partition().
+  WrittenMap& written() { return mem_.written; }
   uint32_t partitions() const { return partitions_; }
   uint32_t bytes_per_partition() const { return bytes_per_partition_; }
-  // Records that [0, end) of `partition` may hold written bytes, so that reset() clears only that.
-  void note_written_end(uint32_t partition, uint64_t end) {
-    if (end > dirty_end_[partition]) dirty_end_[partition] = static_cast<uint32_t>(end);
-  }
-  // Forgets every write: at the start of an execution nothing on chip is valid.
-  void reset();
+  // Forgets every write: at the start of an execution nothing on chip is valid. O(1).
+  void reset() { mem_.written.forget_all(); }
 
  private:
   uint32_t partitions_;
   uint32_t bytes_per_partition_;
   TrackedBytes mem_;
-  std::vector<uint32_t> dirty_end_;
 };
 
 // A core's HBM: a capacity-limited address space of allocations, each backed by host memory.
 // The allocation table is thread-safe: a runtime allocates and frees from host threads while the
 // core's worker runs programs that look addresses up. The bytes themselves are not locked; ordering
 // between writers and readers of one allocation is the runtime's queue's job.
+//
+// Host backing blocks come in size classes (four per power of two) and are pooled when freed, up to
+// kPoolBytes, so that a runtime that allocates and frees tensors of the same sizes again and again
+// reuses memory that is already faulted in; a reused block forgets its writes in O(1). Blocks the pool
+// does not keep are released after the allocation lock is dropped.
 class HbmMemory {
  public:
   // Allocations are aligned so that distinct tensors never share a DMA burst.
   static constexpr uint64_t kAlignment = 64;
+  static constexpr uint64_t kPoolBytes = uint64_t{1} << 30;
 
   explicit HbmMemory(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
@@ -82,10 +115,16 @@ class HbmMemory {
     return used_;
   }
   uint64_t free_bytes() const { return capacity_ - used_bytes(); }
+  // Host bytes held by freed blocks kept for reuse.
+  uint64_t pooled_bytes() const {
+    std::lock_guard lock(mutex_);
+    return pooled_;
+  }
 
   struct Span {
-    uint8_t* data;
-    uint8_t* written;
+    uint8_t* data = nullptr;
+    WrittenMap* written = nullptr;
+    uint64_t offset = 0;  // of `data` inside the block `written` tracks
   };
   // The host bytes of [address, address + bytes), which must lie inside one allocation.
   Span span(uint64_t address, uint64_t bytes) const;
@@ -93,15 +132,20 @@ class HbmMemory {
   void write(uint64_t address, const void* src, uint64_t bytes);
   void read(uint64_t address, void* dst, uint64_t bytes) const;
 
+  // The host block size that backs an allocation of `size` aligned bytes.
+  static uint64_t size_class(uint64_t size);
+
  private:
   struct Block {
     uint64_t size;
     std::unique_ptr<TrackedBytes> bytes;
   };
   uint64_t capacity_;
-  mutable std::mutex mutex_;  // guards used_ and blocks_
+  mutable std::mutex mutex_;  // guards used_, blocks_, pool_ and pooled_
   uint64_t used_ = 0;
-  std::map<uint64_t, Block> blocks_;  // by address
+  std::map<uint64_t, Block> blocks_;                              // by address
+  std::multimap<uint64_t, std::unique_ptr<TrackedBytes>> pool_;  // freed blocks by size class
+  uint64_t pooled_ = 0;
 };
 
 }  // namespace sightline::device

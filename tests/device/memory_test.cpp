@@ -1,0 +1,137 @@
+// The simulated memories: written-ness at 2-byte granules, O(1) forgetting, pooled HBM blocks, and an
+// allocator that rejects sizes it cannot hold.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "device/memory.h"
+#include "sightline/error.h"
+#include "test_programs.h"
+
+namespace sightline::device {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DeviceMemory, WrittenMapIsExactPerGranule) {
+  WrittenMap map(4096);
+  EXPECT_EQ(map.first_unwritten(0, 4096), 0u);
+  map.mark(2, 6);  // two granules
+  EXPECT_EQ(map.first_unwritten(2, 6), 6u);
+  EXPECT_EQ(map.first_unwritten(0, 6), 0u);
+  EXPECT_EQ(map.first_unwritten(2, 8), 6u);
+  // Across 64-bit words and 1 KiB blocks.
+  map.mark(100, 3000);
+  EXPECT_EQ(map.first_unwritten(100, 3000), 3000u);
+  EXPECT_EQ(map.first_unwritten(100, 3002), 3000u);
+  EXPECT_EQ(map.first_unwritten(98, 3000), 98u);
+  EXPECT_EQ(map.first_unwritten(1500, 1500), 1500u);  // empty range
+  map.mark(4094, 4096);
+  EXPECT_EQ(map.first_unwritten(4094, 4096), 4096u);
+  map.forget_all();
+  EXPECT_EQ(map.first_unwritten(100, 3000), 100u);
+  map.mark(1030, 1034);  // a block written after forgetting starts clean
+  EXPECT_EQ(map.first_unwritten(1024, 1040), 1024u);
+  EXPECT_EQ(map.first_unwritten(1030, 1040), 1034u);
+}
+
+TEST(DeviceMemory, ShadowIsAtMostAnEighthOfTheData) {
+  for (uint64_t bytes : {uint64_t{1} << 10, uint64_t{24} << 20, uint64_t{64} << 20}) {
+    const WrittenMap map(bytes);
+    EXPECT_LE(map.shadow_bytes() * 8, bytes) << bytes;
+  }
+}
+
+TEST(DeviceMemory, HbmRejectsSizesThatOverflow) {
+  HbmMemory hbm(uint64_t{1} << 30);
+  for (uint64_t bytes : {UINT64_MAX, UINT64_MAX - 62, (uint64_t{1} << 30) + 1}) {
+    try {
+      hbm.allocate(bytes);
+      FAIL() << "allocate(" << bytes << ") succeeded";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("HBM exhausted"));
+      EXPECT_THAT(e.what(), HasSubstr(std::to_string(bytes)));
+    }
+  }
+  EXPECT_EQ(hbm.used_bytes(), 0u);
+  EXPECT_EQ(hbm.allocate(64), 0u);  // the table was left as it was
+}
+
+TEST(DeviceMemory, ReusedHbmBlocksForgetTheirWrites) {
+  HbmMemory hbm(uint64_t{1} << 30);
+  const uint64_t bytes = 1 << 20;
+  const uint64_t a = hbm.allocate(bytes);
+  std::vector<uint8_t> data(bytes, 7);
+  hbm.write(a, data.data(), bytes);
+  hbm.free(a);
+  EXPECT_EQ(hbm.pooled_bytes(), HbmMemory::size_class(bytes));
+  const uint64_t b = hbm.allocate(bytes);  // the same block comes back
+  EXPECT_EQ(hbm.pooled_bytes(), 0u);
+  try {
+    hbm.read(b, data.data(), bytes);
+    FAIL() << "read of a reused, unwritten block succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("never written"));
+  }
+  hbm.write(b, data.data(), 6);
+  try {
+    hbm.read(b, data.data(), 8);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("byte 0x6 was never written"));
+  }
+}
+
+TEST(DeviceMemory, SizeClassesWasteAtMostAQuarter) {
+  for (uint64_t size = 64; size < (uint64_t{1} << 34); size = size * 3 / 2 + 64) {
+    const uint64_t aligned = (size + 63) / 64 * 64;
+    const uint64_t block = HbmMemory::size_class(aligned);
+    EXPECT_GE(block, aligned);
+    EXPECT_LE(block, aligned + aligned / 4 + 64) << aligned;
+  }
+}
+
+// Host threads allocate, write, read and free while others do the same (run under TSan in CI).
+TEST(DeviceMemory, HbmIsThreadSafe) {
+  HbmMemory hbm(uint64_t{1} << 30);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&hbm, t] {
+      std::vector<uint8_t> in(4096 * (t + 1), static_cast<uint8_t>(t)), out(in.size());
+      for (int i = 0; i < 200; ++i) {
+        const uint64_t a = hbm.allocate(in.size());
+        hbm.write(a, in.data(), in.size());
+        hbm.read(a, out.data(), out.size());
+        EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
+        hbm.free(a);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(hbm.used_bytes(), 0u);
+}
+
+// A bf16 row written for its first 3 elements and read for 4: the error names the exact byte.
+TEST(DeviceMemory, PartlyWrittenRowsNameTheFirstUnwrittenByte) {
+  testing::Harness h(Spec::builtin());
+  Executable& exe = h.executable();
+  exe.semaphore_count = 1;
+  Instruction fill = iota(sbuf(0, 4, 0, DType::bf16, {3}), 0, 1);
+  fill.updates.push_back({0, 1});
+  Instruction read = tensor_copy(sbuf(0, 4, 64, DType::bf16, {4}), sbuf(0, 4, 0, DType::bf16, {4}));
+  read.waits.push_back({0, 1});
+  exe.stream(Engine::gpsimd).push_back(fill);
+  exe.stream(Engine::vector).push_back(read);
+  try {
+    h.core().run(exe, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SBUF partition 0 byte 6"));
+  }
+}
+
+}  // namespace
+}  // namespace sightline::device
