@@ -46,12 +46,11 @@ void WrittenMap::mark(uint64_t begin, uint64_t end) {
       std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
       stamps_[block] = generation_;
     }
-    for (uint64_t x = w; x <= last; ++x) {
-      uint64_t mask = ~uint64_t{0};
-      if (x == w0) mask &= first_mask;
-      if (x == w1) mask &= last_mask;
-      words_[x] |= mask;
-    }
+    uint64_t x = w;
+    if (x == w0) words_[x++] |= first_mask & (w0 == w1 ? last_mask : ~uint64_t{0});
+    const uint64_t full_end = last == w1 ? w1 : last + 1;  // [x, full_end) are whole words
+    if (x < full_end) std::fill(words_.get() + x, words_.get() + full_end, ~uint64_t{0});
+    if (last == w1 && w1 != w0) words_[w1] |= last_mask;
     w = last + 1;
   }
 }
@@ -70,12 +69,19 @@ uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
     const uint64_t block = w / kBlockWords;
     const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
     if (stamps_[block] != generation_) return at(w, w == w0 ? first_mask : ~uint64_t{0});
-    for (uint64_t x = w; x <= last; ++x) {
-      uint64_t mask = ~uint64_t{0};
-      if (x == w0) mask &= first_mask;
-      if (x == w1) mask &= last_mask;
-      const uint64_t missing = ~words_[x] & mask;
+    uint64_t x = w;
+    if (x == w0) {
+      const uint64_t missing = ~words_[x] & first_mask & (w0 == w1 ? last_mask : ~uint64_t{0});
       if (missing != 0) return at(x, missing);
+      ++x;
+    }
+    const uint64_t full_end = last == w1 ? w1 : last + 1;
+    for (; x < full_end; ++x) {
+      if (words_[x] != ~uint64_t{0}) return at(x, ~words_[x]);
+    }
+    if (last == w1 && w1 != w0) {
+      const uint64_t missing = ~words_[w1] & last_mask;
+      if (missing != 0) return at(w1, missing);
     }
     w = last + 1;
   }

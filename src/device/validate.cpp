@@ -47,8 +47,8 @@ class Checker {
 
   void stream(const std::vector<Instruction>& instrs, Engine engine, int queue) {
     for (size_t i = 0; i < instrs.size(); ++i) {
-      where_ = queue < 0 ? fmt::format("{} instruction {}", engine_name(engine), i)
-                         : fmt::format("dma queue {} instruction {}", queue, i);
+      // Where an error is, as plain data: formatted only when there is an error to report.
+      where_ = {engine, queue, i, nullptr};
       instruction(instrs[i], engine);
     }
   }
@@ -56,12 +56,16 @@ class Checker {
  private:
   template <typename... Args>
   [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) const {
-    fail("executable '{}': {}: {}", exe_.name, where_, fmt::format(format, std::forward<Args>(args)...));
+    std::string where = where_.queue < 0
+                            ? fmt::format("{} instruction {}", engine_name(where_.engine), where_.index)
+                            : fmt::format("dma queue {} instruction {}", where_.queue, where_.index);
+    if (where_.opcode) where += fmt::format(" ({})", opcode_name(*where_.opcode));
+    fail("executable '{}': {}: {}", exe_.name, where, fmt::format(format, std::forward<Args>(args)...));
   }
 
   void instruction(const Instruction& in, Engine engine) {
     if (static_cast<int>(in.opcode) >= kOpcodeCount) error("opcode {} does not exist", int(in.opcode));
-    where_ += fmt::format(" ({})", opcode_name(in.opcode));
+    where_.opcode = &in.opcode;
     if (in.engine() != engine) {
       error("{} runs on the {} engine, not in the {} stream", opcode_name(in.opcode),
             engine_name(in.engine()), engine_name(engine));
@@ -263,7 +267,12 @@ class Checker {
 
   const Executable& exe_;
   const Spec& spec_;
-  std::string where_;
+  struct Where {
+    Engine engine = Engine::dma;
+    int queue = -1;
+    size_t index = 0;
+    const Opcode* opcode = nullptr;  // set once the opcode is known to exist
+  } where_;
 };
 
 }  // namespace
