@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -232,55 +233,68 @@ struct ExplorerServer::State {
                        static_cast<double>(options.max_upload_bytes) / (1 << 20), options.max_upload_bytes);
   }
 
-  // The multipart upload, read part by part: the bytes counted are those after any Content-Encoding
-  // is undone, whether the body came with a Content-Length or chunked, so neither a chunked nor a
-  // compressed body gets past max_upload_bytes.
-  std::vector<UploadFile> read_upload(const httplib::Request& request, httplib::Response& response,
-                                      const httplib::ContentReader& content_reader) const {
+  // The multipart upload, streamed part by part into the store's staging directory: the bytes
+  // counted are those after any Content-Encoding is undone, whether the body came with a
+  // Content-Length or chunked, so neither a chunked nor a compressed body gets past max_upload_bytes,
+  // and memory holds one chunk, not the upload. The name is checked (400, 409) before the body is read.
+  json receive_upload(const httplib::Request& request, httplib::Response& response,
+                      const httplib::ContentReader& content_reader) {
+    if (!request.has_param("name") || request.get_param_value("name").empty()) {
+      throw RequestError(400, "query parameter 'name' (the new profile's name) is required");
+    }
     if (!request.is_multipart_form_data()) {
       throw RequestError(400, "an upload is a multipart/form-data body with one 'file' part per file");
     }
-    std::vector<UploadFile> files;
+    std::unique_ptr<UploadStaging> staging = store.begin_upload(request.get_param_value("name"));
     uint64_t received = 0;
-    bool over_limit = false, too_many = false;
-    std::optional<std::string> unexpected_field;
+    size_t parts = 0;
+    bool over_limit = false;
+    std::exception_ptr refused;  // thrown by the staging; carried past cpp-httplib's reader
     const bool complete = content_reader(
+        // After a refusal the rest of the body is still read, and dropped (within the limit), so the
+        // client gets the answer rather than a connection reset for unread bytes.
         [&](const httplib::MultipartFormData& part) {
-          if (over_limit) return true;
-          if (part.name != "file") {
-            unexpected_field = part.name;
-            return false;
+          if (over_limit || refused) return true;
+          try {
+            if (part.name != "file") {
+              throw RequestError(400, fmt::format("unexpected form field '{}': send every file as a 'file' part",
+                                                  part.name));
+            }
+            if (++parts > kMaxUploadParts) {
+              throw RequestError(400, fmt::format("an upload holds at most {} files", kMaxUploadParts));
+            }
+            staging->begin_file(part.filename);
+            return true;
+          } catch (...) {
+            refused = std::current_exception();
+            return true;
           }
-          if (files.size() == kMaxUploadParts) {
-            too_many = true;
-            return false;
-          }
-          files.push_back({part.filename, {}});
-          return true;
         },
         [&](const char* data, size_t size) {
           received += size;
           if (received > options.max_upload_bytes) {
             over_limit = true;
-            files.clear();
             return received - options.max_upload_bytes <= kDrainPastLimit;
           }
-          files.back().content.append(data, size);
+          if (refused) return true;
+          try {
+            staging->append(std::string_view(data, size));
+          } catch (...) {
+            refused = std::current_exception();
+          }
           return true;
         });
     if (!complete) response.set_header("Connection", "close");  // the rest of the body is not read
     if (over_limit || response.status == 413) throw RequestError(413, upload_limit_message());
-    if (unexpected_field) {
-      throw RequestError(400, fmt::format("unexpected form field '{}': send every file as a 'file' part",
-                                          *unexpected_field));
-    }
-    if (too_many) throw RequestError(400, fmt::format("an upload holds at most {} files", kMaxUploadParts));
+    if (refused) std::rethrow_exception(refused);
     if (!complete) {
       throw RequestError(400, "the upload body could not be read: the connection closed early or the multipart "
                               "body is malformed");
     }
     response.status = -1;  // read_content may have set it; the handler's answer decides
-    return files;
+    UploadOptions upload_options;
+    if (request.has_param("device")) upload_options.device = request.get_param_value("device");
+    return store.finish_upload(std::move(staging), upload_options);
   }
 
   // Runs a handler and turns refusals and failures into JSON errors the UI can show.
@@ -359,13 +373,7 @@ struct ExplorerServer::State {
     http.Post("/api/profiles", [this](const httplib::Request& request, httplib::Response& response,
                                       const httplib::ContentReader& content_reader) {
       guarded([&](const httplib::Request&, httplib::Response&) {
-        if (!request.has_param("name") || request.get_param_value("name").empty()) {
-          throw RequestError(400, "query parameter 'name' (the new profile's name) is required");
-        }
-        std::vector<UploadFile> files = read_upload(request, response, content_reader);
-        UploadOptions upload_options;
-        if (request.has_param("device")) upload_options.device = request.get_param_value("device");
-        send_json(response, store.upload(request.get_param_value("name"), std::move(files), upload_options), 201);
+        send_json(response, receive_upload(request, response, content_reader), 201);
       })(request, response);
     });
     http.Delete(R"(/api/profiles/([^/]+))", guarded([this](const httplib::Request& request, auto& response) {

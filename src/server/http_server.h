@@ -45,8 +45,8 @@
 // name in the profile directory (a leading folder, as a browser's directory upload sends it, is
 // dropped). Either a whole profile directory (manifest.json, trace.json and what the manifest lists)
 // or one neff_<hash>.neff with its <hash>_instid_0_vnc_<core>.ntff; ProfileStore::upload says what is
-// checked and what a profile built from such a pair can show. Bodies over max_upload_bytes are
-// refused before they are read into memory.
+// checked and what a profile built from such a pair can show. Parts are streamed into the store's
+// staging directory as they arrive; bodies over max_upload_bytes are refused (413).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 #include <fmt/format.h>
 
 #include <stdio.h>  // renameat2
-#include <fcntl.h>   // AT_FDCWD
+#include <fcntl.h>   // AT_FDCWD, open
+#include <unistd.h>  // write, fsync, close
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <set>
 #include <span>
 #include <system_error>
+#include <utility>
 
 #include "analysis/compare.h"
 #include "analysis/profile_dir.h"
@@ -151,16 +153,6 @@ std::string random_suffix() {
 }
 
 // Removes the staging directory unless it was moved into place.
-struct StagingDirectory {
-  fs::path path;
-  bool kept = false;
-  ~StagingDirectory() {
-    if (kept) return;
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
 // A trace.json for an executable + instruction-trace pair: one nc_exec_running event per captured
 // execution on the core's hardware lane, written by the profiler's own exporter so every reader of
 // profile directories accepts it.
@@ -387,7 +379,67 @@ uint64_t ProfileStore::generation_of_locked(std::string_view name) const {
   return it == generations_.end() ? 0 : it->second;
 }
 
+UploadStaging::UploadStaging(fs::path path, std::string name) : path_(std::move(path)), name_(std::move(name)) {}
+
+UploadStaging::~UploadStaging() {
+  if (fd_ >= 0) ::close(fd_);
+  if (kept_) return;
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+void UploadStaging::begin_file(std::string_view sent_name) {
+  close_file(false);
+  const std::string file_name = upload_file_name(sent_name);
+  if (std::find(files_.begin(), files_.end(), file_name) != files_.end()) {
+    throw RequestError(400, fmt::format("the upload holds '{}' twice", file_name));
+  }
+  fd_ = ::open((path_ / file_name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
+                                        std::strerror(errno)));
+  }
+  files_.push_back(file_name);
+}
+
+void UploadStaging::append(std::string_view bytes) {
+  if (fd_ < 0) throw RequestError(500, "upload bytes arrived before any file was begun");
+  bytes_ += bytes.size();
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
+                                          std::strerror(errno)));
+    }
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+}
+
+// `durably`: fsync first and report its failure (a full disk shows here, not at write()).
+void UploadStaging::close_file(bool durably) {
+  if (fd_ < 0) return;
+  const int fd = std::exchange(fd_, -1);
+  const bool synced = !durably || ::fsync(fd) == 0;
+  const int code = errno;
+  const bool closed = ::close(fd) == 0;
+  if (durably && (!synced || !closed)) {
+    throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
+                                        std::strerror(synced ? errno : code)));
+  }
+}
+
 json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, const UploadOptions& options) {
+  std::unique_ptr<UploadStaging> staging = begin_upload(name);
+  for (UploadFile& file : files) {
+    staging->begin_file(file.name);
+    staging->append(file.content);
+    std::string().swap(file.content);  // validation reads the staged file; keep one copy, not two
+  }
+  return finish_upload(std::move(staging), options);
+}
+
+std::unique_ptr<UploadStaging> ProfileStore::begin_upload(std::string_view name) {
   const fs::path target = profile_path(name);
   std::error_code error;
   if (fs::exists(fs::symlink_status(target, error))) {
@@ -395,20 +447,25 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
                                         "another name",
                                         name));
   }
-  if (files.empty()) throw RequestError(400, "the upload holds no files");
-
-  // Names first: nothing is written for an upload with a bad one.
-  std::map<std::string, std::string*> by_name;
-  std::map<UploadKind, std::vector<std::string>> by_kind;
-  uint64_t bytes = 0;
-  for (UploadFile& file : files) {
-    const std::string file_name = upload_file_name(file.name);
-    if (!by_name.emplace(file_name, &file.content).second) {
-      throw RequestError(400, fmt::format("the upload holds '{}' twice", file_name));
-    }
-    by_kind[*upload_kind(file_name)].push_back(file_name);
-    bytes += file.content.size();
+  const fs::path path = root_ / fmt::format("{}{}", kUploadStagingPrefix, random_suffix());
+  fs::create_directory(path, error);
+  if (error) {
+    throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",
+                                        error.message()));
   }
+  return std::unique_ptr<UploadStaging>(new UploadStaging(path, std::string(name)));
+}
+
+json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const UploadOptions& options) {
+  SIGHTLINE_CHECK(staged != nullptr, "finish_upload needs the staging begin_upload returned");
+  staged->close_file(true);
+  const std::string_view name = staged->name_;
+  const fs::path target = profile_path(name);
+  if (staged->files_.empty()) throw RequestError(400, "the upload holds no files");
+  const std::set<std::string> by_name(staged->files_.begin(), staged->files_.end());
+  std::map<UploadKind, std::vector<std::string>> by_kind;
+  for (const std::string& file_name : staged->files_) by_kind[*upload_kind(file_name)].push_back(file_name);
+  const uint64_t bytes = staged->bytes_;
   const bool whole_directory = by_kind.contains(UploadKind::manifest);
   if (whole_directory && !by_kind.contains(UploadKind::trace)) {
     throw RequestError(400, "the upload has a manifest.json but no trace.json: send the whole profile directory");
@@ -422,33 +479,20 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
                               "neff_<hash>.neff and its <hash>_instid_0_vnc_<core>.ntff)");
     }
   }
-
-  StagingDirectory staging{root_ / fmt::format("{}{}", kUploadStagingPrefix, random_suffix())};
-  fs::create_directory(staging.path, error);
-  if (error) {
-    throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",
-                                        error.message()));
-  }
-  // Each file's bytes are released once on disk: validation below reads the staged files, and holding
-  // the upload too would add its whole size to the peak memory of every upload.
-  for (const auto& [file_name, content] : by_name) {
-    formats::write_file_durably(staging.path / file_name,
-                                std::span(reinterpret_cast<const uint8_t*>(content->data()), content->size()));
-    std::string().swap(*content);
-  }
+  const fs::path& staging_path = staged->path_;
 
   const std::string shown = std::string(name);
   auto refuse = [&](const std::exception& failure) {
     throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
-                                        without_path(failure.what(), staging.path.string(), shown)));
+                                        without_path(failure.what(), staging_path.string(), shown)));
   };
   if (whole_directory) {
     try {
-      const formats::Manifest manifest = formats::manifest_load(staging.path.string());
+      const formats::Manifest manifest = formats::manifest_load(staging_path.string());
       std::set<std::string> listed = {std::string(formats::kManifestFileName)};
       for (const formats::ManifestFile& file : manifest.files) {
         listed.insert(file.path);
-        const fs::path path = staging.path / file.path;
+        const fs::path path = staging_path / file.path;
         if (!fs::exists(path)) {
           throw RequestError(400, fmt::format("upload '{}' is incomplete: manifest.json lists '{}', which was "
                                               "not sent; send the whole profile directory",
@@ -460,7 +504,7 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
                                               name, file.path, fs::file_size(path), file.bytes));
         }
       }
-      for (const auto& [file_name, content] : by_name) {
+      for (const std::string& file_name : by_name) {
         if (!listed.contains(file_name)) {
           throw RequestError(400, fmt::format("upload '{}': '{}' is not listed in manifest.json", name, file_name));
         }
@@ -474,8 +518,8 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
     try {
       const std::string& neff_name = by_kind[UploadKind::neff].front();
       const std::string& ntff_name = by_kind[UploadKind::ntff].front();
-      const device::Executable exe = formats::neff_load((staging.path / neff_name).string());
-      const formats::NtffTrace trace = formats::ntff_load((staging.path / ntff_name).string());
+      const device::Executable exe = formats::neff_load((staging_path / neff_name).string());
+      const formats::NtffTrace trace = formats::ntff_load((staging_path / ntff_name).string());
       const uint64_t hash = formats::neff_hash(exe);
       if (formats::neff_file_name(exe) != neff_name || trace.neff_hash != hash) {
         throw RequestError(400, fmt::format("upload '{}': '{}' is not the instruction trace of '{}' (it pairs "
@@ -490,7 +534,7 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
         throw RequestError(400, fmt::format("device '{}' is not a built-in spec: {}", options.device,
                                             failure.what()));
       }
-      write_pair_trace(staging.path / "trace.json", exe, trace);
+      write_pair_trace(staging_path / "trace.json", exe, trace);
       formats::Manifest manifest;
       manifest.created_utc = formats::manifest_now_utc();
       manifest.modes = {"DEVICE"};
@@ -499,10 +543,10 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
       manifest.events.hardware = trace.executions.size();
       manifest.events.instruction_records = trace.record_count();
       manifest.files = {
-          {formats::ManifestFileKind::trace, "trace.json", {}, {}, fs::file_size(staging.path / "trace.json")},
-          {formats::ManifestFileKind::neff, neff_name, hash, {}, fs::file_size(staging.path / neff_name)},
-          {formats::ManifestFileKind::ntff, ntff_name, hash, trace.core, fs::file_size(staging.path / ntff_name)}};
-      formats::manifest_save(manifest, staging.path.string());
+          {formats::ManifestFileKind::trace, "trace.json", {}, {}, fs::file_size(staging_path / "trace.json")},
+          {formats::ManifestFileKind::neff, neff_name, hash, {}, fs::file_size(staging_path / neff_name)},
+          {formats::ManifestFileKind::ntff, ntff_name, hash, trace.core, fs::file_size(staging_path / ntff_name)}};
+      formats::manifest_save(manifest, staging_path.string());
     } catch (const RequestError&) {
       throw;
     } catch (const std::exception& failure) {
@@ -512,20 +556,20 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
 
   // Everything a reader of this profile will do: analysis of every file, then the server's index.
   try {
-    (void)analysis::profile_dir_load(staging.path.string());
+    (void)analysis::profile_dir_load(staging_path.string());
   } catch (const std::exception& failure) {
     refuse(failure);
   }
   try {
-    (void)ProfileIndex::load(staging.path);
+    (void)ProfileIndex::load(staging_path);
   } catch (const RequestError& failure) {
     throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
-                                        without_path(failure.what(), staging.path.filename().string(), shown)));
+                                        without_path(failure.what(), staging_path.filename().string(), shown)));
   }
 
   // Into place in one step; RENAME_NOREPLACE refuses to replace a profile that appeared meanwhile.
   std::lock_guard lock(mutex_);
-  if (::renameat2(AT_FDCWD, staging.path.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+  if (::renameat2(AT_FDCWD, staging_path.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
     const int code = errno;
     if (code == EEXIST || code == ENOTEMPTY) {
       throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose "
@@ -534,7 +578,7 @@ json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, 
     }
     throw RequestError(500, fmt::format("cannot move upload '{}' into place: {}", name, std::strerror(code)));
   }
-  staging.kept = true;
+  staged->kept_ = true;
   forget(name);
   return {{"uploaded", std::string(name)}, {"files", by_name.size()}, {"bytes", bytes}};
 }

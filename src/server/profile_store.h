@@ -22,7 +22,14 @@
 // An upload is written into a hidden staging directory inside the root (never listed), validated
 // with the formats/ readers, analysis::profile_dir_load and the index, and only then renamed into
 // place in one step that refuses to replace anything. A failed upload leaves nothing behind and
-// never touches an existing profile.
+// never touches an existing profile. The server streams a request's parts into the staging directory
+// as they arrive (begin_upload, UploadStaging, finish_upload), so receiving holds one chunk in memory
+// rather than the upload:
+//
+//   auto staging = store.begin_upload("mine");      // 400 bad name, 409 taken: before any byte is read
+//   staging->begin_file("run/trace.json");          // 400 for a name a profile does not hold
+//   staging->append(chunk);                         // as many times as the bytes come
+//   nlohmann::json stored = store.finish_upload(std::move(staging));
 #pragma once
 
 #include <filesystem>
@@ -46,6 +53,34 @@ namespace sightline::server {
 struct UploadFile {
   std::string name;
   std::string content;
+};
+
+// Files of an upload being received, in a staging directory that is removed unless the upload is
+// stored (ProfileStore::finish_upload).
+class UploadStaging {
+ public:
+  ~UploadStaging();
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+
+  // Starts the next file, named as the client sent it (a leading folder is dropped). Throws
+  // RequestError(400) for a name a profile directory does not hold or one sent twice.
+  void begin_file(std::string_view sent_name);
+  // Appends to the file begun last. Throws RequestError(500) when the disk refuses.
+  void append(std::string_view bytes);
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  friend class ProfileStore;
+  UploadStaging(std::filesystem::path path, std::string name);
+  void close_file(bool durably);
+
+  std::filesystem::path path_;
+  std::string name_;                // the profile's name
+  std::vector<std::string> files_;  // names inside the directory, in arrival order
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  bool kept_ = false;
 };
 
 struct UploadOptions {
@@ -78,6 +113,9 @@ class ProfileStore {
   // "files", "bytes"}. Throws RequestError: 400 for a bad name or a malformed upload (naming the file
   // and the problem), 409 when the name is taken.
   nlohmann::json upload(std::string_view name, std::vector<UploadFile> files, const UploadOptions& options = {});
+  // The same in steps, for bytes that arrive over time (see the header comment).
+  std::unique_ptr<UploadStaging> begin_upload(std::string_view name);
+  nlohmann::json finish_upload(std::unique_ptr<UploadStaging> staging, const UploadOptions& options = {});
 
   // The directory of profile `name`; throws RequestError(400) for a name that could leave the root.
   std::filesystem::path profile_path(std::string_view name) const;

@@ -21,6 +21,7 @@
 #include "analysis/report.h"
 #include "analysis/roofline.h"
 #include "server/http_server.h"
+#include "server/profile_store.h"
 
 namespace sightline::server {
 namespace {
@@ -295,6 +296,47 @@ TEST_F(UploadTest, MalformedFilesAreNamedAndNothingIsStored) {
   }
   EXPECT_EQ(slurp(root_ / "kept" / "manifest.json"), kept_manifest);
   EXPECT_EQ(body_of(client.Get("/api/profiles"))["profiles"].size(), 1u);
+}
+
+// The server streams an upload into staging as it arrives (issue 21: a body was held whole, and
+// validation held it again): bytes go to disk per chunk, refusals come at the part that causes them,
+// and an upload that is never finished leaves nothing.
+TEST_F(UploadTest, StagingReceivesFilesAsTheyArriveAndVanishesUnlessFinished) {
+  const test_profiles::Generated& g = test_profiles::generate();
+  ProfileStore store(root_);
+  {
+    std::unique_ptr<UploadStaging> staging = store.begin_upload("streamed");
+    staging->begin_file("run/trace.json");
+    staging->append("{\"traceEvents\"");
+    staging->append(": []}");
+    EXPECT_EQ(staging->bytes(), 19u);
+    std::set<std::string> entries = root_entries(root_);
+    ASSERT_EQ(entries.size(), 1u);
+    const fs::path staged = root_ / *entries.begin();
+    EXPECT_TRUE(entries.begin()->starts_with(kUploadStagingPrefix));
+    EXPECT_EQ(slurp(staged / "trace.json"), "{\"traceEvents\": []}");
+    EXPECT_THROW(staging->begin_file("other/trace.json"), RequestError);  // twice
+    EXPECT_THROW(staging->begin_file("run/../x"), RequestError);
+    EXPECT_THROW(staging->begin_file("notes.txt"), RequestError);
+  }
+  EXPECT_TRUE(root_entries(root_).empty());  // abandoned: removed
+
+  std::unique_ptr<UploadStaging> staging = store.begin_upload("streamed");
+  for (const auto& entry : fs::directory_iterator(g.fused.dir)) {
+    staging->begin_file("fused/" + entry.path().filename().string());
+    const std::string content = slurp(entry.path());
+    for (size_t at = 0; at < content.size(); at += 4096) staging->append(std::string_view(content).substr(at, 4096));
+  }
+  const json stored = store.finish_upload(std::move(staging));
+  EXPECT_EQ(stored["uploaded"], "streamed");
+  EXPECT_EQ(root_entries(root_), std::set<std::string>{"streamed"});
+  EXPECT_NO_THROW(analysis::profile_dir_load((root_ / "streamed").string()));
+  try {
+    store.begin_upload("streamed");
+    ADD_FAILURE() << "a taken name was accepted";
+  } catch (const RequestError& error) {
+    EXPECT_EQ(error.status(), 409);
+  }
 }
 
 TEST_F(UploadTest, CompareIsAnalysisCompareWithNamesAndTotals) {
