@@ -1,0 +1,101 @@
+// Functional and timing-only runs model the same times; computing in place on the memories gives the
+// results a copy through scratch rows would.
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "test_programs.h"
+
+namespace sightline::device {
+namespace {
+
+using testing::Harness;
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void expect_same_records(const RunResult& a, const RunResult& b) {
+  EXPECT_EQ(a.duration_ns, b.duration_ns);
+  EXPECT_EQ(a.cycles, b.cycles);
+  EXPECT_EQ(a.busy_ns, b.busy_ns);
+  EXPECT_EQ(a.hbm_bytes, b.hbm_bytes);
+  ASSERT_EQ(a.records.size(), b.records.size());
+  for (size_t i = 0; i < a.records.size(); ++i) {
+    EXPECT_EQ(a.records[i].start_ns, b.records[i].start_ns) << i;
+    EXPECT_EQ(a.records[i].end_ns, b.records[i].end_ns) << i;
+    EXPECT_EQ(a.records[i].semaphore_wait_ns, b.records[i].semaphore_wait_ns) << i;
+  }
+}
+
+TEST(DeviceModes, FunctionalAndTimingOnlyModelTheSameTimes) {
+  const Spec spec = Spec::builtin("trn2");
+  Core core(spec);
+  const uint32_t rows = 300, cols = 1000;
+  const Executable norm = testing::rms_norm_program(spec, rows, cols, 1e-6f);
+  const std::vector<float> x = random_values(size_t{rows} * cols, 1);
+  const std::vector<uint64_t> io{core.hbm_allocate(x.size() * 4), core.hbm_allocate(x.size() * 4)};
+  core.hbm_write(io[0], x.data(), x.size() * 4);
+  expect_same_records(core.run(norm, io, {.functional = true}), core.run(norm, io, {.functional = false}));
+
+  const Executable mm = testing::matmul_program(256, 256, 384);
+  const std::vector<float> a = random_values(256 * 256, 2), b = random_values(256 * 384, 3);
+  const std::vector<uint64_t> mm_io{core.hbm_allocate(a.size() * 4), core.hbm_allocate(b.size() * 4),
+                                    core.hbm_allocate(256 * 384 * 4)};
+  core.hbm_write(mm_io[0], a.data(), a.size() * 4);
+  core.hbm_write(mm_io[1], b.data(), b.size() * 4);
+  expect_same_records(core.run(mm, mm_io, {.functional = true}), core.run(mm, mm_io, {.functional = false}));
+}
+
+// The blocked matmul adds in the same order as a plain p-i-j loop: the result is the same bits.
+TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
+  const uint32_t m = 256, k = 256, n = 130;  // n not a multiple of the matmul's column block
+  Core core(Spec::builtin("trn2"));
+  const Executable exe = testing::matmul_program(m, k, n);
+  const std::vector<float> a_t = random_values(size_t{k} * m, 4), b = random_values(size_t{k} * n, 5);
+  const std::vector<uint64_t> io{core.hbm_allocate(a_t.size() * 4), core.hbm_allocate(b.size() * 4),
+                                 core.hbm_allocate(size_t{m} * n * 4)};
+  core.hbm_write(io[0], a_t.data(), a_t.size() * 4);
+  core.hbm_write(io[1], b.data(), b.size() * 4);
+  core.run(exe, io);
+  std::vector<float> c(size_t{m} * n);
+  core.hbm_read(io[2], c.data(), c.size() * 4);
+  // PSUM accumulates one 128-row K tile per matmul instruction, in K order.
+  std::vector<float> want(size_t{m} * n, 0.0f);
+  for (uint32_t p = 0; p < k; ++p) {
+    for (uint32_t i = 0; i < m; ++i) {
+      for (uint32_t j = 0; j < n; ++j) want[size_t{i} * n + j] += a_t[size_t{p} * m + i] * b[size_t{p} * n + j];
+    }
+  }
+  ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0);
+}
+
+// dst == src is computed in place; a dst that partly overlaps its source reads the source as it was.
+TEST(DeviceModes, InPlaceAndOverlappingOperands) {
+  const uint16_t parts = 8;
+  const uint32_t n = 64;
+  const std::vector<float> x = random_values(size_t{parts} * n, 6);
+  {
+    Harness h(Spec::builtin());
+    const AccessPattern tile = h.input("x", parts, n, DType::f32, x, 0);
+    h.output("y", tile);
+    const auto got = h.run(tensor_scalar(AluOp::multiply, tile, tile, 2.0f));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[0][i], x[i] * 2.0f) << i;
+  }
+  {
+    Harness h(Spec::builtin());
+    const AccessPattern src = h.input("x", parts, n, DType::f32, x, 0);
+    const AccessPattern shifted = sbuf(0, parts, 8, DType::f32, {n});  // two elements further on
+    h.output("y", shifted);
+    const auto got = h.run(tensor_copy(shifted, src));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[0][i], x[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace sightline::device
