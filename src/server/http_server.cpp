@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <httplib.h>
@@ -155,7 +156,10 @@ std::vector<uint32_t> parse_lane_list(std::string_view text) {
 
 bool is_loopback_host(std::string_view host) {
   if (host.starts_with('[') && host.ends_with(']')) host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.starts_with("127.");
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8 as an address, not a name that merely starts with "127." and resolves elsewhere.
+  in_addr address{};
+  return ::inet_pton(AF_INET, std::string(host).c_str(), &address) == 1 && (ntohl(address.s_addr) >> 24) == 127;
 }
 
 struct ExplorerServer::State {

@@ -200,6 +200,8 @@ TEST_F(SecurityTest, ATokenIsMadePerRunAndCannotBeTurnedOffOffLoopback) {
   EXPECT_TRUE(is_loopback_host("::1"));
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("192.168.1.2"));
+  EXPECT_TRUE(is_loopback_host("127.0.0.2"));
+  EXPECT_FALSE(is_loopback_host("127.0.0.1.attacker.example"));  // a name, resolved anywhere
 }
 
 TEST_F(SecurityTest, RepeatedLanesAreAnsweredOnceAndLargeWindowsAreRefused) {
