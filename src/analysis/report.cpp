@@ -123,6 +123,19 @@ std::string report_summary_text(const ProfileDir& profile) {
   for (const Insight& i : list) {
     out += fmt::format("{}. [{}] {}\n   evidence: {}\n   fix: {}\n", ++rank, i.id, i.title, i.evidence, i.fix);
   }
+  const formats::ManifestTiming& timing = profile.manifest.timing;
+  if (!timing.host_clock.empty()) {
+    // Which clock the times above come from, and the simulator's own cost, measured and kept apart.
+    out += fmt::format("\n== clocks ==\nhost clock: {}; device: modeled{}\n", timing.host_clock,
+                       timing.functional ? "" : " (timing-only simulation: results were not computed)");
+    out += fmt::format("simulated in {:.3f} s of wall time (measured, not part of any time above)\n",
+                       static_cast<double>(timing.simulation_wall_ns) / 1e9);
+    if (timing.not_completed + timing.earlier_steps > 0) {
+      out += fmt::format("left out: {} device activities not complete at trace stop, {} launched before the trace "
+                         "(call neuron::synchronize() at the end of each step)\n",
+                         timing.not_completed, timing.earlier_steps);
+    }
+  }
   return out;
 }
 

@@ -268,6 +268,11 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
   json.key("distributedInfo").begin_object().key("backend").value("none").key("rank").value(0);
   json.key("world_size").value(1).end_object();
   json.key("dropped_events").value(trace.dropped);
+  if (!trace.notes.empty()) {  // what the sources left out and why (viewers ignore unknown keys)
+    json.key("sightlineNotes").begin_array();
+    for (const std::string& note : trace.notes) json.value(note);
+    json.end_array();
+  }
   if (trace.profile_memory) json.key("profile_memory").value(true);
   json.key("displayTimeUnit").value("ms");
   json.key("baseTimeNanoseconds").value(base_ns);

@@ -239,10 +239,14 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
     for (std::string& note : batch.notes) trace.notes.push_back(std::move(note));
   }
 
+  // (start, -end) as torch sorts; on a modeled host clock a scope and the one op inside it can share
+  // both ends, so ties go by id: ids are handed out as scopes open, and runtime and device ids come
+  // from ranges above every op's, so the enclosing scope comes first and becomes the parent.
   std::stable_sort(trace.events.begin(), trace.events.end(),
                    [](const FunctionEvent& a, const FunctionEvent& b) {
                      if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-                     return a.end_ns > b.end_ns;
+                     if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
+                     return a.id < b.id;
                    });
   attach_device_events(trace.events);
   build_cpu_tree(trace.events);

@@ -319,6 +319,7 @@ std::string KeyAverages::table(const TableOptions& options) const {
         "Dropped events: {} (the profiler's event cap was reached; raise max_events to keep them)",
         dropped_events_));
   }
+  for (const std::string& note : notes_) append("Note: " + note);
   return out;
 }
 
@@ -377,7 +378,9 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
     row.device_memory_usage += event.device_memory_usage;
     row.self_device_memory_usage += event.self_device_memory_usage;
   }
-  return KeyAverages(std::move(rows), options.device_name, options.with_flops, trace.dropped, trace.profile_memory);
+  KeyAverages averages(std::move(rows), options.device_name, options.with_flops, trace.dropped, trace.profile_memory);
+  averages.set_notes(trace.notes);
+  return averages;
 }
 
 }  // namespace sightline::profiler

@@ -69,6 +69,9 @@ class KeyAverages {
   const std::vector<FunctionEventAvg>& rows() const { return rows_; }
   const std::string& device_name() const { return device_name_; }
   std::uint64_t dropped_events() const { return dropped_events_; }
+  // Printed under the table, one "Note: " line each: what the trace left out and why.
+  const std::vector<std::string>& notes() const { return notes_; }
+  void set_notes(std::vector<std::string> notes) { notes_ = std::move(notes); }
 
   // The table text, each line ending in '\n'. Throws sightline::Error on an unknown sort key.
   std::string table(const TableOptions& options = {}) const;
@@ -80,6 +83,7 @@ class KeyAverages {
   bool with_flops_ = false;
   std::uint64_t dropped_events_ = 0;
   bool profile_memory_ = false;
+  std::vector<std::string> notes_;
 };
 
 struct KeyAveragesOptions {

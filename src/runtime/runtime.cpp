@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <tuple>
 #include <unordered_set>
 
 #include <sys/syscall.h>
@@ -199,6 +200,15 @@ void Runtime::set_capture(const CaptureOptions& options) {
 Captured Runtime::drain() {
   std::lock_guard lock(capture_mutex_);
   Captured out = std::move(captured_);
+  // Host calls and the cores' workers record in whatever order the threads ran; the profile must not
+  // depend on it. Order by modeled time, then by what the event is.
+  std::sort(out.events.begin(), out.events.end(), [](const Event& a, const Event& b) {
+    return std::tie(a.start_ns, a.end_ns, a.core, a.seq, a.kind, a.thread) <
+           std::tie(b.start_ns, b.end_ns, b.core, b.seq, b.kind, b.thread);
+  });
+  std::sort(out.traces.begin(), out.traces.end(), [](const ExecutionTrace& a, const ExecutionTrace& b) {
+    return std::tie(a.core, a.seq) < std::tie(b.core, b.seq);
+  });
   captured_ = Captured{};
   captured_.dropped_events_per_core.assign(cores_.size(), 0);
   captured_.dropped_traces_per_core.assign(cores_.size(), 0);

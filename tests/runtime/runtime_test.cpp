@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -157,4 +159,126 @@ TEST(Runtime, FullQueueAppliesBackPressure) {
   // More events happened than the cap allows: the rest are counted, not lost silently.
   EXPECT_EQ(c.events.size(), 8u);
   EXPECT_GT(c.dropped_events_per_core[0], 0u);
+}
+
+namespace {
+
+// The device timeline of an ESM-sized eager loop (hundreds of executions of a few executables, a
+// write and a read now and then), run through a runtime with these options.
+std::vector<Event> eager_loop_device_events(RuntimeOptions options, int executions, int* queue_full_waits = nullptr) {
+  Runtime rt(device::Spec::builtin("trn2"), options);
+  CaptureOptions cap;
+  cap.enabled = true;
+  rt.set_capture(cap);
+  const uint32_t n = 512;
+  const uint64_t bytes = 128ull * n * 4;
+  std::vector<ExecutableId> exes;
+  for (const char* name : {"q", "k", "v", "o"}) {
+    exes.push_back(rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 1.5f, name))));
+  }
+  const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+  const auto host = iota_values(128 * n);
+  std::vector<float> out(host.size());
+  rt.write(0, x, host.data(), bytes);
+  for (int i = 0; i < executions; ++i) {
+    rt.execute_schedule(0, exes[static_cast<size_t>(i) % exes.size()], {x, y});
+    if (i % 97 == 0) rt.write(0, x, host.data(), bytes);
+  }
+  rt.read(0, out.data(), y, bytes);
+  rt.synchronize_all();
+  std::vector<Event> device;
+  for (const Event& e : rt.drain().events) {
+    if (event_kind_is_device(e.kind)) device.push_back(e);
+    if (queue_full_waits != nullptr && e.kind == EventKind::queue_full_wait) ++*queue_full_waits;
+  }
+  return device;
+}
+
+int64_t span_of(const std::vector<Event>& events) {
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const Event& e : events) {
+    first = std::min(first, e.start_ns);
+    last = std::max(last, e.end_ns);
+  }
+  return last - first;
+}
+
+// The same events at the same times, relative to each timeline's first event (the host clock goes on
+// from one runtime to the next in a process).
+bool same_timeline(const std::vector<Event>& a, const std::vector<Event>& b) {
+  if (a.size() != b.size() || a.empty()) return a.size() == b.size();
+  const int64_t a0 = a.front().start_ns, b0 = b.front().start_ns;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].kind != b[i].kind || a[i].start_ns - a0 != b[i].start_ns - b0 || a[i].end_ns - a0 != b[i].end_ns - b0) {
+      ADD_FAILURE() << "event " << i << " (" << event_kind_name(a[i].kind) << "): [" << a[i].start_ns - a0 << ", "
+                    << a[i].end_ns - a0 << "] vs (" << event_kind_name(b[i].kind) << ") [" << b[i].start_ns - b0
+                    << ", " << b[i].end_ns - b0 << "]";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(Runtime, ABoundedQueueGivesTheSameDeviceSpanAsAnUnboundedOne) {
+  // 600 executions through an 8-deep queue: the host waits (in modeled time) for queue slots, but
+  // the device always has work queued, so its timeline is the unbounded queue's, and the simulator's
+  // pace (which the small queue waits on in wall time) never shows.
+  RuntimeOptions small;
+  small.cores = 1;
+  small.queue_capacity = 8;
+  RuntimeOptions unbounded = small;
+  unbounded.queue_capacity = size_t{1} << 40;
+  int bounded_waits = 0, unbounded_waits = 0;
+  const auto bounded_events = eager_loop_device_events(small, 600, &bounded_waits);
+  const auto unbounded_events = eager_loop_device_events(unbounded, 600, &unbounded_waits);
+  EXPECT_GT(bounded_waits, 500);  // the host really was held back by the full queue
+  EXPECT_EQ(unbounded_waits, 0);
+  EXPECT_EQ(span_of(bounded_events), span_of(unbounded_events));
+  EXPECT_TRUE(same_timeline(bounded_events, unbounded_events));
+  EXPECT_EQ(bounded_events.size(), unbounded_events.size());
+}
+
+TEST(Runtime, TimingOnlyGivesTheSameModeledTimes) {
+  RuntimeOptions functional;
+  functional.cores = 1;
+  RuntimeOptions timing_only = functional;
+  timing_only.functional = false;
+  const auto computed = eager_loop_device_events(functional, 120);
+  const auto timed = eager_loop_device_events(timing_only, 120);
+  EXPECT_TRUE(same_timeline(computed, timed));
+  // Results are not computed in timing-only mode: a read returns NaN, never stale data.
+  Runtime rt(device::Spec::builtin("trn2"), timing_only);
+  const uint64_t y = rt.allocate(0, 16);
+  float out[4] = {1, 2, 3, 4};
+  rt.read(0, out, y, sizeof(out));
+  for (float v : out) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST(Runtime, HostWaitsAreModeledNotMeasured) {
+  // The host's view of a read: its wait ends at the modeled completion, however long the simulator took.
+  const auto run = [] {
+    Runtime rt(device::Spec::builtin("trn2"), two_cores());
+    CaptureOptions cap;
+    cap.enabled = true;
+    rt.set_capture(cap);
+    const uint32_t n = 1024;
+    const uint64_t bytes = 128ull * n * 4;
+    const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f)));
+    const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+    const auto host = iota_values(128 * n);
+    std::vector<float> out(host.size());
+    const int64_t t0 = now_ns();
+    rt.write(0, x, host.data(), bytes);
+    rt.execute_schedule(0, exe, {x, y});
+    rt.read(0, out.data(), y, bytes);
+    std::vector<std::pair<int64_t, int64_t>> times;
+    for (const Event& e : rt.drain().events) times.emplace_back(e.start_ns - t0, e.end_ns - t0);
+    return times;
+  };
+  const auto first = run();
+  const auto second = run();
+  EXPECT_EQ(first, second);
+  for (const auto& [start, end] : first) EXPECT_LE(start, end);
 }
