@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "device/memory.h"
@@ -92,26 +91,6 @@ TEST(DeviceMemory, SizeClassesWasteAtMostAQuarter) {
     EXPECT_GE(block, aligned);
     EXPECT_LE(block, aligned + aligned / 4 + 64) << aligned;
   }
-}
-
-// Host threads allocate, write, read and free while others do the same (run under TSan in CI).
-TEST(DeviceMemory, HbmIsThreadSafe) {
-  HbmMemory hbm(uint64_t{1} << 30);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&hbm, t] {
-      std::vector<uint8_t> in(4096 * (t + 1), static_cast<uint8_t>(t)), out(in.size());
-      for (int i = 0; i < 200; ++i) {
-        const uint64_t a = hbm.allocate(in.size());
-        hbm.write(a, in.data(), in.size());
-        hbm.read(a, out.data(), out.size());
-        EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size()), 0);
-        hbm.free(a);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(hbm.used_bytes(), 0u);
 }
 
 // A bf16 row written for its first 3 elements and read for 4: the error names the exact byte.
