@@ -189,6 +189,22 @@ void apply_activation(ActFunc func, const float* in, float scale, float bias, fl
   }
 }
 
+// n elements of `width` bytes from src (src_stride bytes apart) to dst (dst_stride apart), with a
+// copy of a constant size per element so that it compiles to one load and one store.
+template <size_t Width>
+void copy_elements_of(uint8_t* dst, int64_t dst_stride, const uint8_t* src, int64_t src_stride, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_stride, src + i * src_stride, Width);
+}
+
+void copy_elements(uint8_t* dst, int64_t dst_stride, const uint8_t* src, int64_t src_stride, int64_t n,
+                   int64_t width) {
+  if (width == 4) return copy_elements_of<4>(dst, dst_stride, src, src_stride, n);
+  if (width == 2) return copy_elements_of<2>(dst, dst_stride, src, src_stride, n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<size_t>(width));
+  }
+}
+
 // Sum of x[0..n) the way an 8-lane accumulator adds: lane l takes elements l, l + 8, ...; the tail and
 // then the lanes are added last. Independent lanes let the loop vectorize instead of waiting on one
 // serial chain of additions (the rounding differs from a serial sum by a few ulps at most).
@@ -322,6 +338,18 @@ void FunctionalExecutor::mark(const View& v, uint32_t p, int64_t byte, int64_t b
   v.written->mark(begin, begin + static_cast<uint64_t>(bytes));
 }
 
+void FunctionalExecutor::check_strided(const View& v, uint32_t p, int64_t byte, int64_t stride, int64_t n) const {
+  const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(v.written_base) + p * v.partition_stride + byte);
+  const uint64_t width = dtype_size(v.dtype);
+  const uint64_t i = v.written->first_unwritten_strided(begin, stride, static_cast<uint64_t>(n), width);
+  if (i != static_cast<uint64_t>(n)) check(v, p, byte + static_cast<int64_t>(i) * stride, static_cast<int64_t>(width));
+}
+
+void FunctionalExecutor::mark_strided(const View& v, uint32_t p, int64_t byte, int64_t stride, int64_t n) const {
+  const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(v.written_base) + p * v.partition_stride + byte);
+  v.written->mark_strided(begin, stride, static_cast<uint64_t>(n), dtype_size(v.dtype));
+}
+
 void FunctionalExecutor::load(const View& v, uint32_t p, float* out) const {
   const int64_t es = static_cast<int64_t>(dtype_size(v.dtype));
   const int64_t row = p * v.partition_stride;
@@ -330,7 +358,7 @@ void FunctionalExecutor::load(const View& v, uint32_t p, float* out) const {
     if (stride == es) {
       check(v, p, off, n * es);
     } else {
-      for (int64_t i = 0; i < n; ++i) check(v, p, off + i * stride, es);
+      check_strided(v, p, off, stride, n);
     }
     decode_run(v.data + row + off, stride, n, v.dtype, out + index);
   });
@@ -345,7 +373,7 @@ void FunctionalExecutor::store(const View& v, uint32_t p, const float* in) const
     if (stride == es) {
       mark(v, p, off, n * es);
     } else {
-      for (int64_t i = 0; i < n; ++i) mark(v, p, off + i * stride, es);
+      mark_strided(v, p, off, stride, n);
     }
   });
 }
@@ -394,10 +422,8 @@ void FunctionalExecutor::load_bytes(const View& v, uint32_t p, uint8_t* out) con
       std::memcpy(dst, src, static_cast<size_t>(n * es));
       return;
     }
-    for (int64_t i = 0; i < n; ++i) {
-      check(v, p, off + i * stride, es);
-      std::memcpy(dst + i * es, src + i * stride, static_cast<size_t>(es));
-    }
+    check_strided(v, p, off, stride, n);
+    copy_elements(dst, es, src, stride, n, es);
   });
 }
 
@@ -413,10 +439,8 @@ void FunctionalExecutor::store_bytes(const View& v, uint32_t p, const uint8_t* i
       mark(v, p, off, n * es);
       return;
     }
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(dst + i * stride, src + i * es, static_cast<size_t>(es));
-      mark(v, p, off + i * stride, es);
-    }
+    copy_elements(dst, stride, src, es, n, es);
+    mark_strided(v, p, off, stride, n);
   });
 }
 
@@ -593,6 +617,7 @@ void FunctionalExecutor::dma(const Instruction& in) {
   if (in.dst.dtype == in.src0.dtype) {
     const int64_t row_bytes = int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype));
     bytes_.resize(static_cast<size_t>(row_bytes));
+    if (transpose_rows(src, dst)) return;
     for (uint32_t p = 0; p < src.partitions; ++p) {
       uint8_t* from = src.data + p * src.partition_stride;
       uint8_t* to = dst.data + p * dst.partition_stride;
@@ -627,6 +652,38 @@ void FunctionalExecutor::dma(const Instruction& in) {
     }
     store(dst, p, av);
   }
+}
+
+bool FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
+  // A same-dtype copy whose source row is one strided run (a column of a row-major tensor, say) into
+  // contiguous destination rows. Row by row, every element would be its own cache line; a block of
+  // partitions at a time, the elements of neighbouring partitions share lines.
+  const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
+  const int64_t n = src.sizes[3], stride = src.strides[3];
+  if (!dst.contiguous || src.sizes[0] * src.sizes[1] * src.sizes[2] != 1 || stride == es || n < 2 ||
+      src.partitions < 2 || (es != 2 && es != 4)) {
+    return false;
+  }
+  for (uint32_t p = 0; p < src.partitions; ++p) {
+    if (ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max,
+                       dst.data, 0, (int64_t{dst.partitions} - 1) * dst.partition_stride + n * es)) {
+      return false;
+    }
+  }
+  for (uint32_t p = 0; p < src.partitions; ++p) check_strided(src, p, 0, stride, n);  // before any write
+  constexpr uint32_t kBlock = 16;
+  for (uint32_t p0 = 0; p0 < src.partitions; p0 += kBlock) {
+    const uint32_t p1 = std::min(src.partitions, p0 + kBlock);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+      const int64_t i1 = std::min(n, i0 + 256);
+      for (uint32_t p = p0; p < p1; ++p) {
+        copy_elements(dst.data + p * dst.partition_stride + i0 * es, es,
+                      src.data + p * src.partition_stride + i0 * stride, stride, i1 - i0, es);
+      }
+    }
+  }
+  for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, n * es);
+  return true;
 }
 
 void FunctionalExecutor::gather(const Instruction& in) {

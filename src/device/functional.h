@@ -52,6 +52,9 @@ class FunctionalExecutor {
   View view(const AccessPattern& ap, const char* name) const;
   void check(const View& v, uint32_t p, int64_t byte, int64_t bytes) const;
   void mark(const View& v, uint32_t p, int64_t byte, int64_t bytes) const;
+  // The same for n elements `stride` bytes apart (one strided run).
+  void check_strided(const View& v, uint32_t p, int64_t byte, int64_t stride, int64_t n) const;
+  void mark_strided(const View& v, uint32_t p, int64_t byte, int64_t stride, int64_t n) const;
   void load(const View& v, uint32_t p, float* out) const;
   void store(const View& v, uint32_t p, const float* in) const;
   // Row p of v as f32: the memory itself for direct views (after checking it was written), else
@@ -74,6 +77,7 @@ class FunctionalExecutor {
   void all_reduce(const Instruction& in);
   void matmul_run(const Instruction& in);
   void dma(const Instruction& in);
+  bool transpose_rows(const View& src, const View& dst);
   void gather(const Instruction& in);
 
   const Executable& exe_;

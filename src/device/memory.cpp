@@ -88,6 +88,32 @@ uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
   return end;
 }
 
+void WrittenMap::mark_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width) {
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t b = begin + static_cast<uint64_t>(static_cast<int64_t>(i) * stride);
+    for (uint64_t g = b / kGranuleBytes; g * kGranuleBytes < b + width; ++g) {
+      const uint64_t w = g / 64, block = w / kBlockWords;
+      if (stamps_[block] != generation_) {
+        std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
+        stamps_[block] = generation_;
+      }
+      words_[w] |= uint64_t{1} << (g % 64);
+    }
+  }
+}
+
+uint64_t WrittenMap::first_unwritten_strided(uint64_t begin, int64_t stride, uint64_t count,
+                                             uint64_t width) const {
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t b = begin + static_cast<uint64_t>(static_cast<int64_t>(i) * stride);
+    for (uint64_t g = b / kGranuleBytes; g * kGranuleBytes < b + width; ++g) {
+      const uint64_t w = g / 64;
+      if (stamps_[w / kBlockWords] != generation_ || (words_[w] >> (g % 64) & 1) == 0) return i;
+    }
+  }
+  return count;
+}
+
 OnChipMemory::OnChipMemory(uint32_t partitions, uint32_t bytes_per_partition)
     : partitions_(partitions),
       bytes_per_partition_(bytes_per_partition),

@@ -48,6 +48,11 @@ class WrittenMap {
   void mark(uint64_t begin, uint64_t end);
   // The first byte of [begin, end) in a granule nobody wrote, or `end` when all of it was written.
   uint64_t first_unwritten(uint64_t begin, uint64_t end) const;
+  // The same for `count` elements of `width` bytes at begin, begin + stride, ... (a strided run):
+  // mark_strided marks them, first_unwritten_strided returns the index of the first element not
+  // entirely written, or `count`. `stride` may be negative; every element must lie inside the map.
+  void mark_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width);
+  uint64_t first_unwritten_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width) const;
   void forget_all();
   // Host bytes the map itself takes.
   uint64_t shadow_bytes() const { return words_count_ * 8 + blocks_count_ * 4; }

@@ -37,6 +37,21 @@ TEST(DeviceMemory, WrittenMapIsExactPerGranule) {
   EXPECT_EQ(map.first_unwritten(1030, 1040), 1034u);
 }
 
+TEST(DeviceMemory, StridedRunsAreTrackedPerElement) {
+  WrittenMap map(1 << 16);
+  map.mark_strided(64, 400, 100, 4);  // a column of f32 with rows 400 bytes apart
+  EXPECT_EQ(map.first_unwritten_strided(64, 400, 100, 4), 100u);
+  EXPECT_EQ(map.first_unwritten(64, 68), 68u);
+  EXPECT_EQ(map.first_unwritten(68, 70), 68u);  // between elements: unwritten
+  EXPECT_EQ(map.first_unwritten_strided(64, 400, 101, 4), 100u);
+  EXPECT_EQ(map.first_unwritten_strided(66, 400, 100, 4), 0u);  // half of each element
+  EXPECT_EQ(map.first_unwritten_strided(64 + 99 * 400, -400, 100, 2), 100u);
+  map.mark_strided(40000, 0, 5, 2);  // stride 0: one element
+  EXPECT_EQ(map.first_unwritten(40000, 40002), 40002u);
+  map.forget_all();
+  EXPECT_EQ(map.first_unwritten_strided(64, 400, 100, 4), 0u);
+}
+
 TEST(DeviceMemory, ShadowIsAtMostAnEighthOfTheData) {
   for (uint64_t bytes : {uint64_t{1} << 10, uint64_t{24} << 20, uint64_t{64} << 20}) {
     const WrittenMap map(bytes);
