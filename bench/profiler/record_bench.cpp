@@ -3,6 +3,8 @@
 // profile_memory adds to a tensor's allocation and release (a host tensor created and dropped).
 #include <benchmark/benchmark.h>
 
+#include "core/host_clock.h"
+#include "profiler/events.h"
 #include "profiler/record.h"
 #include "sightline/sightline.h"
 
@@ -34,6 +36,47 @@ void BM_op_event_on(benchmark::State& state) {
 }
 // Drained every so often by the next run's start; iterations are capped to bound memory.
 BENCHMARK(BM_op_event_on)->Iterations(2'000'000);
+
+// The same in a session that follows another of the same size (a schedule's repeat, the study's
+// next variant): record storage comes back from the pool instead of fresh pages.
+void BM_op_event_on_warm(benchmark::State& state) {
+  const auto events = static_cast<std::uint64_t>(state.max_iterations);
+  recording_start({.max_events = 1ull << 40});
+  for (std::uint64_t i = 0; i < events; ++i) {
+    ScopeHandle op = record_op_begin(kMul);
+    record_op_end(op);
+  }
+  recording_stop();
+  (void)recording_collect();
+  recording_start({.max_events = 1ull << 40});
+  for (auto _ : state) {
+    ScopeHandle op = record_op_begin(kMul);
+    record_op_end(op);
+  }
+  recording_stop();
+  state.counters["dropped"] = static_cast<double>(recording_collect().dropped);
+}
+BENCHMARK(BM_op_event_on_warm)->Iterations(1'000'000);
+
+// Collect a stopped session of 1M op events into a trace (what a profile does when a trace ends:
+// drain the thread buffers, build the events, sort them, build the op tree); per event.
+void BM_collect_1m(benchmark::State& state) {
+  constexpr int kEvents = 1'000'000;
+  for (auto _ : state) {
+    state.PauseTiming();
+    recording_start({.max_events = 1ull << 40});
+    for (int i = 0; i < kEvents; ++i) {
+      ScopeHandle op = record_op_begin(kMul);
+      host_clock::advance(1000);  // as dispatch charges an op on the modeled host clock
+      record_op_end(op);
+    }
+    recording_stop();
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(build_trace(recording_collect(), {}, {0, 1, 0, true, false, false}));
+  }
+  state.SetItemsProcessed(state.iterations() * kEvents);
+}
+BENCHMARK(BM_collect_1m)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_op_event_on)->Iterations(1'000'000)->Threads(4);
 
 void BM_op_and_runtime_events_on(benchmark::State& state) {

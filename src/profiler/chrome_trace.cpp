@@ -78,15 +78,15 @@ void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t
                       std::int64_t ts) {
   const bool host = is_host(event);
   json.begin_object();
-  json.key("ph").value("X").key("cat").value(category(event.kind)).key("name").value(event.name);
-  json.key("pid").value(event_pid).key("tid").value(event_tid);
-  json.key("ts").fixed3(ts).key("dur").fixed3(std::max<std::int64_t>(0, event.duration_ns()));
-  json.key("args").begin_object();
-  if (event.external_id != 0) json.key("External id").value(event.external_id);
-  if (!opens_correlation(event.kind) && event.id != 0) json.key("correlation").value(event.id);
-  if (!host) json.key("device").value(event.device_index).key("stream").value(event.resource);
+  json.plain_key("ph").plain_value("X").plain_key("cat").plain_value(category(event.kind)).plain_key("name").value(event.name);
+  json.plain_key("pid").value(event_pid).plain_key("tid").value(event_tid);
+  json.plain_key("ts").fixed3(ts).plain_key("dur").fixed3(std::max<std::int64_t>(0, event.duration_ns()));
+  json.plain_key("args").begin_object();
+  if (event.external_id != 0) json.plain_key("External id").value(event.external_id);
+  if (!opens_correlation(event.kind) && event.id != 0) json.plain_key("correlation").value(event.id);
+  if (!host) json.plain_key("device").value(event.device_index).plain_key("stream").value(event.resource);
   if (!event.input_shapes.empty()) {
-    json.key("Input Dims").begin_array();
+    json.plain_key("Input Dims").begin_array();
     for (const auto& dims : event.input_shapes) {
       json.begin_array();
       for (std::int64_t dim : dims) json.value(dim);
@@ -94,8 +94,8 @@ void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t
     }
     json.end_array();
   }
-  if (event.flops != 0) json.key("flops").value(event.flops);
-  if (event.bytes != 0) json.key("bytes").value(event.bytes);
+  if (event.flops != 0) json.plain_key("flops").value(event.flops);
+  if (event.bytes != 0) json.plain_key("bytes").value(event.bytes);
   for (const TraceArg& arg : event.args) write_arg(json, arg);
   json.end_object();
   json.end_object();
@@ -103,10 +103,10 @@ void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t
 
 void write_flow(JsonWriter& json, bool start, std::uint64_t id, std::int64_t pid, std::int64_t tid, std::int64_t ts,
                 std::string_view cat) {
-  json.begin_object().key("ph").value(start ? "s" : "f").key("id").value(id);
-  json.key("pid").value(pid).key("tid").value(tid).key("ts").fixed3(ts);
-  json.key("cat").value(cat).key("name").value(cat);
-  if (!start) json.key("bp").value("e");
+  json.begin_object().plain_key("ph").value(start ? "s" : "f").plain_key("id").value(id);
+  json.plain_key("pid").value(pid).plain_key("tid").value(tid).plain_key("ts").fixed3(ts);
+  json.plain_key("cat").value(cat).plain_key("name").plain_value(cat);
+  if (!start) json.plain_key("bp").plain_value("e");
   json.end_object();
 }
 

@@ -57,6 +57,7 @@ MemoryEvent memory_from_record(const CollectedRecord& collected, const Collectio
 // else the innermost host event on its thread whose [start, end] holds it. The last event on the
 // thread to start at or before it is that owner or nested in it, so walking up from there finds it.
 void attribute_memory(std::vector<FunctionEvent>& events, std::vector<MemoryEvent>& memory) {
+  if (memory.empty()) return;
   std::unordered_map<std::int64_t, std::vector<std::int64_t>> starts_by_thread;  // in start order
   std::unordered_map<std::uint64_t, std::int64_t> scopes;  // correlation id of an op or scope -> index
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -158,7 +159,12 @@ void merge_same_name_children(std::vector<FunctionEvent>& events) {
 // torch's _parse_kineto_results: device work whose external id names a host op becomes one of
 // that op's kernels.
 void attach_device_events(std::vector<FunctionEvent>& events) {
+  const auto device_events = std::count_if(events.begin(), events.end(), [](const FunctionEvent& e) {
+    return !is_host_event(e) && e.external_id != 0;
+  });
+  if (device_events == 0) return;
   std::unordered_map<std::uint64_t, std::size_t> host_by_id;
+  host_by_id.reserve(events.size() - static_cast<std::size_t>(device_events));
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (is_host_event(events[i]) && events[i].id != 0) host_by_id.emplace(events[i].id, i);
   }
@@ -242,12 +248,29 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
   // (start, -end) as torch sorts; on a modeled host clock a scope and the one op inside it can share
   // both ends, so ties go by id: ids are handed out as scopes open, and runtime and device ids come
   // from ranges above every op's, so the enclosing scope comes first and becomes the parent.
-  std::stable_sort(trace.events.begin(), trace.events.end(),
-                   [](const FunctionEvent& a, const FunctionEvent& b) {
-                     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-                     if (a.end_ns != b.end_ns) return a.end_ns > b.end_ns;
-                     return a.id < b.id;
-                   });
+  // Sorted as small keys, then moved once: an event is a few hundred bytes, a key 32.
+  {
+    struct Key {
+      std::int64_t start, end;
+      std::uint64_t id;
+      std::size_t index;
+    };
+    std::vector<Key> keys(trace.events.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const FunctionEvent& e = trace.events[i];
+      keys[i] = {e.start_ns, e.end_ns, e.id, i};
+    }
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      if (a.start != b.start) return a.start < b.start;
+      if (a.end != b.end) return a.end > b.end;
+      if (a.id != b.id) return a.id < b.id;
+      return a.index < b.index;  // as a stable sort would
+    });
+    std::vector<FunctionEvent> sorted;
+    sorted.reserve(keys.size());
+    for (const Key& k : keys) sorted.push_back(std::move(trace.events[k.index]));
+    trace.events = std::move(sorted);
+  }
   attach_device_events(trace.events);
   build_cpu_tree(trace.events);
   merge_same_name_children(trace.events);

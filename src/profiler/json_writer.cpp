@@ -1,5 +1,7 @@
 #include "profiler/json_writer.h"
 
+#include <array>
+#include <charconv>
 #include <cmath>
 #include <iterator>
 
@@ -38,6 +40,20 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t at) {
   return length;
 }
 
+// Bytes that a JSON string holds as they are: printable ASCII but the quote and the backslash.
+constexpr std::array<bool, 256> kPlain = [] {
+  std::array<bool, 256> plain{};
+  for (int c = 0x20; c < 0x7F; ++c) plain[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+  return plain;
+}();
+
+template <typename Integer>
+void append_integer(std::string& out, Integer number) {
+  char digits[24];
+  const auto result = std::to_chars(digits, digits + sizeof(digits), number);
+  out.append(digits, result.ptr);
+}
+
 }  // namespace
 
 JsonWriter::JsonWriter(Sink sink, std::size_t flush_threshold)
@@ -52,7 +68,7 @@ void JsonWriter::append_quoted(std::string& out, std::string_view text) {
   auto flush_plain = [&] { out.append(text.substr(plain_from, at - plain_from)); };
   while (at < text.size()) {
     const auto c = static_cast<unsigned char>(text[at]);
-    if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
+    if (kPlain[c]) {
       ++at;
       continue;
     }
@@ -156,6 +172,27 @@ JsonWriter& JsonWriter::key(std::string_view name) {
   return *this;
 }
 
+JsonWriter& JsonWriter::plain_key(std::string_view name) {
+  SIGHTLINE_ASSERT_MSG(!frames_.empty() && frames_.back().is_object && !frames_.back().after_key, "{}",
+                       "a JSON key belongs directly inside an object");
+  Frame& frame = frames_.back();
+  if (frame.has_elements) buffer_ += ',';
+  frame.has_elements = true;
+  frame.after_key = true;
+  buffer_ += '"';
+  buffer_.append(name);
+  buffer_.append("\":", 2);
+  return *this;
+}
+
+JsonWriter& JsonWriter::plain_value(std::string_view text) {
+  before_value();
+  buffer_ += '"';
+  buffer_.append(text);
+  buffer_ += '"';
+  return *this;
+}
+
 JsonWriter& JsonWriter::value(std::string_view text) {
   before_value();
   append_quoted(buffer_, text);
@@ -164,13 +201,13 @@ JsonWriter& JsonWriter::value(std::string_view text) {
 
 JsonWriter& JsonWriter::value(std::int64_t number) {
   before_value();
-  fmt::format_to(std::back_inserter(buffer_), "{}", number);
+  append_integer(buffer_, number);
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::uint64_t number) {
   before_value();
-  fmt::format_to(std::back_inserter(buffer_), "{}", number);
+  append_integer(buffer_, number);
   return *this;
 }
 
@@ -198,11 +235,15 @@ JsonWriter& JsonWriter::null() {
 
 JsonWriter& JsonWriter::fixed3(std::int64_t thousandths) {
   before_value();
-  if (thousandths < 0) {
-    buffer_ += '-';
-    thousandths = -thousandths;
-  }
-  fmt::format_to(std::back_inserter(buffer_), "{}.{:03}", thousandths / 1000, thousandths % 1000);
+  // Unsigned, so that INT64_MIN has a magnitude too.
+  const std::uint64_t magnitude =
+      thousandths < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(thousandths) : static_cast<std::uint64_t>(thousandths);
+  if (thousandths < 0) buffer_ += '-';
+  append_integer(buffer_, magnitude / 1000);
+  const auto fraction = static_cast<int>(magnitude % 1000);
+  const char digits[4] = {'.', static_cast<char>('0' + fraction / 100), static_cast<char>('0' + fraction / 10 % 10),
+                          static_cast<char>('0' + fraction % 10)};
+  buffer_.append(digits, 4);
   return *this;
 }
 

@@ -31,6 +31,11 @@ class JsonWriter {
   JsonWriter& begin_object();
   JsonWriter& end_object();
   JsonWriter& key(std::string_view name);
+  // A key known to need no escaping (printable ASCII without '"' or '\\', as every literal key of
+  // our exporters is): written as is, which the hot paths of the trace writers use.
+  JsonWriter& plain_key(std::string_view name);
+  // The same for a value.
+  JsonWriter& plain_value(std::string_view text);
 
   JsonWriter& value(std::string_view text);
   JsonWriter& value(const char* text) { return value(std::string_view(text)); }

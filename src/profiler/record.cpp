@@ -38,12 +38,50 @@ NameTable& name_table() {
 constexpr std::uint32_t kChunkCapacity = 1024;
 constexpr std::uint64_t kCorrelationBlock = 256;
 
+// Record storage of released chunks, kept for the next chunks: a fresh 64 KiB array costs 16 page
+// faults on first touch, several times the cost of recording into it. Up to kPooledArrays are kept.
+constexpr std::size_t kPooledArrays = 1024;  // 64 MiB of records
+
+struct ArrayPool {
+  std::mutex mutex;
+  std::vector<Record*> free;
+};
+
+ArrayPool& array_pool() {
+  static auto* pool = new ArrayPool();  // leaked: threads may record during static destruction
+  return *pool;
+}
+
+Record* take_array() {
+  ArrayPool& pool = array_pool();
+  {
+    std::lock_guard lock(pool.mutex);
+    if (!pool.free.empty()) {
+      Record* array = pool.free.back();
+      pool.free.pop_back();
+      return array;
+    }
+  }
+  return new Record[kChunkCapacity];
+}
+
+void give_back_array(Record* array) {
+  if (array == nullptr) return;
+  ArrayPool& pool = array_pool();
+  {
+    std::lock_guard lock(pool.mutex);
+    if (pool.free.size() < kPooledArrays) {
+      pool.free.push_back(array);
+      return;
+    }
+  }
+  delete[] array;
+}
+
 struct Chunk {
   Chunk(std::uint32_t capacity_in, std::uint32_t state)
-      : records(capacity_in == 0 ? nullptr : new Record[capacity_in]),
-        capacity(capacity_in),
-        session_state(state) {}
-  ~Chunk() { delete[] records; }
+      : records(capacity_in == 0 ? nullptr : take_array()), capacity(capacity_in), session_state(state) {}
+  ~Chunk() { give_back_array(records); }
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
 
