@@ -8,7 +8,8 @@ scripts/setup.sh build
 cat <<'TXT'
 
 Open the profiles in the Explorer (serves 127.0.0.1 only):
-  ./build/tools/sightline serve profiles --port 8600     then browse http://127.0.0.1:8600/
+  ./build/tools/sightline serve profiles --port 8600     then browse the URL it prints (it carries
+                                                          the access token uploads and deletes need)
 Or from the shell:
   ./build/tools/sightline view profiles/fused --output-format summary-text
   ./build/tools/sightline compare profiles/naive profiles/fused
