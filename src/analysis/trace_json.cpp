@@ -368,6 +368,13 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
     SIGHTLINE_CHECK(found->is_boolean(), "{} must be true or false", top("profile_memory"));
     window.profile_memory = found->get<bool>();
   }
+  if (auto found = root.find("sightlineNotes"); found != root.end()) {  // what the profile left out and why
+    SIGHTLINE_CHECK(found->is_array(), "{} must be an array of strings", top("sightlineNotes"));
+    for (const json& note : *found) {
+      SIGHTLINE_CHECK(note.is_string(), "{} must be an array of strings", top("sightlineNotes"));
+      batch.notes.push_back(note.get<std::string>());
+    }
+  }
   return profiler::build_trace(profiler::Collection{}, {std::move(batch)}, window);
 }
 

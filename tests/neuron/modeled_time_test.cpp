@@ -18,6 +18,7 @@
 
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
+#include "analysis/trace_json.h"
 #include "formats/manifest.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
@@ -284,4 +285,7 @@ TEST(ModeledTime, DeviceWorkNotCompleteAtStopIsLeftOutAndSaid) {
   const json trace = json::parse(read_file(fs::path(s.dir) / "trace.json"));
   ASSERT_TRUE(trace.contains("sightlineNotes"));
   EXPECT_THAT(trace["sightlineNotes"][0].get<std::string>(), HasSubstr("neuron::synchronize()"));
+  // The CLI's table, read back from trace.json, says the same.
+  const profiler::CollectedTrace reread = analysis::trace_json_load((fs::path(s.dir) / "trace.json").string());
+  EXPECT_EQ(reread.notes.size(), 2u);
 }
