@@ -160,25 +160,24 @@ JsonWriter& JsonWriter::end_object() {
   return *this;
 }
 
-JsonWriter& JsonWriter::key(std::string_view name) {
+void JsonWriter::before_key() {
   SIGHTLINE_ASSERT_MSG(!frames_.empty() && frames_.back().is_object && !frames_.back().after_key, "{}",
                        "a JSON key belongs directly inside an object");
   Frame& frame = frames_.back();
   if (frame.has_elements) buffer_ += ',';
   frame.has_elements = true;
   frame.after_key = true;
+}
+
+JsonWriter& JsonWriter::key(std::string_view name) {
+  before_key();
   append_quoted(buffer_, name);
   buffer_ += ':';
   return *this;
 }
 
 JsonWriter& JsonWriter::plain_key(std::string_view name) {
-  SIGHTLINE_ASSERT_MSG(!frames_.empty() && frames_.back().is_object && !frames_.back().after_key, "{}",
-                       "a JSON key belongs directly inside an object");
-  Frame& frame = frames_.back();
-  if (frame.has_elements) buffer_ += ',';
-  frame.has_elements = true;
-  frame.after_key = true;
+  before_key();
   buffer_ += '"';
   buffer_.append(name);
   buffer_.append("\":", 2);

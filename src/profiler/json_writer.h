@@ -68,6 +68,7 @@ class JsonWriter {
     bool after_key = false;
   };
   void before_value();
+  void before_key();
   void maybe_flush();
 
   Sink sink_;
