@@ -38,6 +38,15 @@ void WrittenMap::mark(uint64_t begin, uint64_t end) {
   const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
   const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
   const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
+  if (w0 == w1) {  // most marks from small operands: one word
+    const uint64_t block = w0 / kBlockWords;
+    if (stamps_[block] != generation_) {
+      std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
+      stamps_[block] = generation_;
+    }
+    words_[w0] |= first_mask & last_mask;
+    return;
+  }
   // Block by block: bring the block's stamp current (clearing its stale words), then set whole words.
   for (uint64_t w = w0; w <= w1;) {
     const uint64_t block = w / kBlockWords;
@@ -65,6 +74,11 @@ uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
     const uint64_t granule = w * 64 + static_cast<uint64_t>(std::countr_zero(missing));
     return std::max(begin, granule * kGranuleBytes);
   };
+  if (w0 == w1) {
+    if (stamps_[w0 / kBlockWords] != generation_) return begin;
+    const uint64_t missing = ~words_[w0] & first_mask & last_mask;
+    return missing != 0 ? at(w0, missing) : end;
+  }
   for (uint64_t w = w0; w <= w1;) {
     const uint64_t block = w / kBlockWords;
     const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
