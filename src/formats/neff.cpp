@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "formats/output_dir.h"
 #include "sightline/error.h"
 
 namespace sightline::formats {
@@ -337,11 +338,8 @@ std::string neff_save(const Executable& exe, const std::string& dir) {
   const std::vector<uint8_t> bytes = neff_serialize(exe);
   const uint64_t hash = fnv1a64(std::span(bytes).subspan(kNeffHeaderSize));
   const std::string path = (std::filesystem::path(dir) / fmt::format("neff_{:016x}.neff", hash)).string();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  SIGHTLINE_CHECK(out.good(), "cannot write NEFF file '{}': check that the directory exists and is writable",
-                  path);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  SIGHTLINE_CHECK(out.good(), "writing NEFF file '{}' failed (disk full?)", path);
+  // Every write, the flush and the close checked: a full disk is an error, never a short file.
+  write_file_durably(path, bytes);
   return path;
 }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "formats/neff.h"
+#include "formats/output_dir.h"
 #include "sightline/error.h"
 
 namespace sightline::formats {
@@ -390,11 +391,8 @@ std::string ntff_save(const NtffTrace& trace, const std::string& dir) {
   const std::vector<uint8_t> bytes = ntff_serialize(trace);
   const std::string path =
       (std::filesystem::path(dir) / ntff_file_name(trace.neff_hash, trace.core)).string();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  SIGHTLINE_CHECK(out.good(), "cannot write NTFF file '{}': check that the directory exists and is writable",
-                  path);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  SIGHTLINE_CHECK(out.good(), "writing NTFF file '{}' failed (disk full?)", path);
+  // Every write, the flush and the close checked: a full disk is an error, never a short file.
+  write_file_durably(path, bytes);
   return path;
 }
 

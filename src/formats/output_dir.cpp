@@ -1,14 +1,21 @@
 #include "formats/output_dir.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "formats/manifest.h"
 #include "sightline/error.h"
@@ -17,16 +24,47 @@ namespace sightline::formats {
 namespace fs = std::filesystem;
 namespace {
 
+constexpr std::string_view kStagingTag = ".tmp-";
+constexpr std::string_view kAsideTag = ".old-";
+constexpr std::string_view kKeptTag = ".kept-";
+
 // Distinguishes concurrent exports of one process (several profilers, several threads).
 std::atomic<uint64_t> next_sibling_id{0};
 
-// A sibling path `<dir><tag><pid>-<n>` that does not exist yet.
-fs::path fresh_sibling(const fs::path& dir, std::string_view tag) {
+// The `<pid>-<n>` ids of the exports running in this process: their siblings are live, never recovered.
+std::mutex active_mutex;
+std::set<std::string> active_ids;
+
+struct ActiveExport {
+  explicit ActiveExport(std::string id_) : id(std::move(id_)) {
+    std::lock_guard lock(active_mutex);
+    active_ids.insert(id);
+  }
+  ~ActiveExport() {
+    std::lock_guard lock(active_mutex);
+    active_ids.erase(id);
+  }
+  ActiveExport(const ActiveExport&) = delete;
+  ActiveExport& operator=(const ActiveExport&) = delete;
+  std::string id;
+};
+
+fs::path sibling(const fs::path& dir, std::string_view tag, std::string_view id) {
+  fs::path out = dir;
+  out += fmt::format("{}{}", tag, id);
+  return out;
+}
+
+// An id `<pid>-<n>` for which neither `<dir>.tmp-<id>` nor `<dir>.old-<id>` exists yet: the staging
+// directory and the set-aside previous profile of one export share it, which is what recovery reads.
+std::string fresh_id(const fs::path& dir) {
   for (;;) {
-    fs::path candidate = dir;
-    candidate += fmt::format("{}{}-{}", tag, ::getpid(), next_sibling_id.fetch_add(1));
+    std::string id = fmt::format("{}-{}", ::getpid(), next_sibling_id.fetch_add(1));
     std::error_code ec;
-    if (!fs::exists(candidate, ec)) return candidate;
+    if (!fs::exists(sibling(dir, kStagingTag, id), ec) && !fs::exists(sibling(dir, kAsideTag, id), ec) &&
+        !fs::exists(sibling(dir, kKeptTag, id), ec)) {
+      return id;
+    }
   }
 }
 
@@ -53,6 +91,201 @@ void remove_quietly(const fs::path& path) {
   fs::remove_all(path, ignored);
 }
 
+void note(std::vector<std::string>& notes, std::string text) {
+  std::fprintf(stderr, "sightline: %s\n", text.c_str());
+  notes.push_back(std::move(text));
+}
+
+// A staging directory is complete when its manifest parses and every file it lists is there, non-empty
+// and of the listed size. An empty file is how a full disk shows when a write error went unseen.
+void validate_staging(const fs::path& staging, const fs::path& clean) {
+  std::error_code ec;
+  SIGHTLINE_CHECK(fs::is_regular_file(staging / kManifestFileName, ec),
+                  "profile export to '{}' wrote no manifest.json; the writer must save the manifest last",
+                  clean.string());
+  const Manifest manifest = manifest_load(staging.string());
+  for (const auto& file : manifest.files) {
+    const fs::path path = staging / file.path;
+    SIGHTLINE_CHECK(fs::is_regular_file(path, ec),
+                    "profile export to '{}': manifest.json lists '{}', which was not written", clean.string(),
+                    file.path);
+    const uintmax_t size = fs::file_size(path, ec);
+    SIGHTLINE_CHECK(!ec && size != 0,
+                    "profile export to '{}': '{}' is empty; a write failed (disk full?); free space and "
+                    "export again",
+                    clean.string(), file.path);
+    SIGHTLINE_CHECK(file.bytes == 0 || size == file.bytes,
+                    "profile export to '{}': manifest.json gives '{}' {} bytes, the file has {}", clean.string(),
+                    file.path, file.bytes, size);
+  }
+}
+
+bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / kManifestFileName, ec)) return false;
+  try {
+    (void)manifest_load(dir.string());
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The names the exporter writes in a profile directory: manifest.json and what the manifest lists; when
+// the manifest does not parse (an older or damaged one), the names the exporter uses.
+bool written_by_exporter(const std::string& name, const std::set<std::string>& listed, bool manifest_valid) {
+  if (name == kManifestFileName || listed.count(name) != 0) return true;
+  if (manifest_valid) return false;
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name == "trace.json" || name == "system_trace.json" || (name.rfind("neff_", 0) == 0 && ends_with(".neff")) ||
+         ends_with(".ntff");
+}
+
+// Removes a set-aside previous profile: the files the exporter wrote go (the manifest last); anything else
+// (a user's notes, a subdirectory) is never deleted: the directory is kept as `<dir>.kept-<id>` and a note
+// says so.
+void retire_previous(const fs::path& aside, const fs::path& clean, std::string_view id,
+                     std::vector<std::string>& notes) {
+  std::error_code ec;
+  std::set<std::string> listed;
+  bool manifest_valid = false;
+  try {
+    for (const auto& file : manifest_load(aside.string()).files) listed.insert(file.path);
+    manifest_valid = true;
+  } catch (const Error&) {
+  }
+  std::vector<std::string> foreign;
+  bool has_manifest = false;
+  for (const auto& entry : fs::directory_iterator(aside, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(ec) && written_by_exporter(name, listed, manifest_valid)) {
+      if (name == kManifestFileName) {
+        has_manifest = true;
+      } else {
+        fs::remove(entry.path(), ec);
+      }
+    } else {
+      foreign.push_back(name);
+    }
+  }
+  if (has_manifest) fs::remove(aside / kManifestFileName, ec);
+  if (foreign.empty()) {
+    fs::remove(aside, ec);
+    return;
+  }
+  std::sort(foreign.begin(), foreign.end());
+  const fs::path kept = sibling(clean, kKeptTag, id);
+  fs::rename(aside, kept, ec);
+  note(notes, fmt::format("'{}' held {} file(s) the profiler did not write ({}); they were kept in '{}' "
+                          "when the profile was replaced; move them where you want them",
+                          clean.string(), foreign.size(), fmt::join(foreign, ", "), (ec ? aside : kept).string()));
+}
+
+// A leftover sibling `<dir>.tmp-<pid>-<n>` or `<dir>.old-<pid>-<n>` of an export that is no longer
+// running (a killed process): `id` is `<pid>-<n>`.
+struct Leftover {
+  fs::path path;
+  bool staging = false;  // .tmp- (else .old-)
+  std::string id;
+};
+
+bool export_is_running(std::string_view id) {
+  const size_t dash = id.find('-');
+  long pid = 0;
+  const auto [end, err] = std::from_chars(id.data(), id.data() + dash, pid);
+  if (err != std::errc() || end != id.data() + dash || pid <= 0) return false;
+  if (pid == ::getpid()) {
+    std::lock_guard lock(active_mutex);
+    return active_ids.count(std::string(id)) != 0;
+  }
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+bool is_id(std::string_view s) {
+  const size_t dash = s.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == s.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i != dash && (s[i] < '0' || s[i] > '9')) return false;
+  }
+  return true;
+}
+
+std::vector<Leftover> find_leftovers(const fs::path& clean) {
+  std::vector<Leftover> out;
+  const std::string name = clean.filename().string();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(clean.parent_path(), ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.size() <= name.size() + kStagingTag.size() || file.compare(0, name.size(), name) != 0) continue;
+    const std::string_view rest = std::string_view(file).substr(name.size());
+    const bool staging = rest.substr(0, kStagingTag.size()) == kStagingTag;
+    if (!staging && rest.substr(0, kAsideTag.size()) != kAsideTag) continue;
+    const std::string_view id = rest.substr(kStagingTag.size());
+    if (!is_id(id) || !entry.is_directory(ec) || export_is_running(id)) continue;
+    out.push_back({entry.path(), staging, std::string(id)});
+  }
+  std::sort(out.begin(), out.end(), [](const Leftover& a, const Leftover& b) { return a.path < b.path; });
+  return out;
+}
+
+std::vector<std::string> recover(const fs::path& clean) {
+  std::vector<std::string> notes;
+  std::error_code ec;
+  std::vector<Leftover> leftovers = find_leftovers(clean);
+  if (leftovers.empty()) return notes;
+  std::set<std::string> asides;
+  for (const Leftover& l : leftovers) {
+    if (!l.staging) asides.insert(l.id);
+  }
+  // A kill between the two renames leaves no <dir>: the new profile (staging validated and fsynced before
+  // the previous one was set aside) goes into place; failing that, the previous one goes back.
+  if (!fs::exists(clean, ec)) {
+    for (const Leftover& l : leftovers) {
+      if (l.staging && asides.count(l.id) != 0 && is_complete(l.path)) {
+        fs::rename(l.path, clean, ec);
+        if (!ec) note(notes, fmt::format("recovered the profile '{}' from '{}', left by an export that was "
+                                         "interrupted while replacing it",
+                                         clean.string(), l.path.string()));
+        break;
+      }
+    }
+  }
+  if (!fs::exists(clean, ec)) {
+    for (const Leftover& l : leftovers) {
+      if (!l.staging && is_complete(l.path)) {
+        fs::rename(l.path, clean, ec);
+        if (!ec) note(notes, fmt::format("restored the previous profile '{}' from '{}', left by an export "
+                                         "that was interrupted while replacing it",
+                                         clean.string(), l.path.string()));
+        break;
+      }
+    }
+  }
+  for (const Leftover& l : leftovers) {
+    if (!fs::exists(l.path, ec)) continue;  // moved into place above
+    if (l.staging) {
+      remove_quietly(l.path);  // an unfinished export: only the exporter writes in a staging directory
+    } else {
+      retire_previous(l.path, clean, l.id, notes);
+    }
+  }
+  if (!notes.empty()) {
+    try {
+      fsync_path(clean.parent_path(), true);
+    } catch (const Error&) {
+    }
+  }
+  return notes;
+}
+
+fs::path clean_path(const std::string& dir) {
+  // Normalized, so "out/" and "out" stage next to each other rather than inside.
+  const fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
+  return target.has_filename() ? target : target.parent_path();
+}
+
 }  // namespace
 
 void write_file_durably(const fs::path& path, std::span<const uint8_t> bytes) {
@@ -64,40 +297,50 @@ void write_file_durably(const fs::path& path, std::span<const uint8_t> bytes) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int write_errno = errno;
+      const int write_errno = n == 0 ? ENOSPC : errno;
       ::close(fd);
-      fail("writing '{}' failed after {} of {} bytes: {}", path.string(), done, bytes.size(),
-           std::strerror(write_errno));
+      fail("writing '{}' failed after {} of {} bytes: {}; free space or choose another directory",
+           path.string(), done, bytes.size(), std::strerror(write_errno));
     }
     done += static_cast<size_t>(n);
   }
   const int rc = ::fsync(fd);
   const int fsync_errno = errno;
-  ::close(fd);
+  const int close_rc = ::close(fd);
+  const int close_errno = errno;
   SIGHTLINE_CHECK(rc == 0, "flushing '{}' to disk failed: {}", path.string(), std::strerror(fsync_errno));
+  SIGHTLINE_CHECK(close_rc == 0, "closing '{}' failed: {}", path.string(), std::strerror(close_errno));
 }
 
 bool output_dir_is_complete(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(fs::path(dir) / kManifestFileName, ec)) return false;
+  if (dir.empty()) return false;
+  const fs::path clean = clean_path(dir);
+  if (is_complete(clean)) return true;
+  // Opening a profile recovers what an interrupted replace left (a read-only store simply stays as it is).
   try {
-    (void)manifest_load(dir);
-    return true;
-  } catch (const Error&) {
+    (void)recover(clean);
+  } catch (const std::exception&) {
     return false;
   }
+  return is_complete(clean);
 }
 
-void output_dir_write(const std::string& dir, const std::function<void(const fs::path&)>& fill) {
+std::vector<std::string> output_dir_recover(const std::string& dir) {
+  SIGHTLINE_CHECK(!dir.empty(), "profile output directory is empty; name the directory to recover");
+  return recover(clean_path(dir));
+}
+
+OutputDirResult output_dir_write(const std::string& dir, const std::function<void(const fs::path&)>& fill) {
   SIGHTLINE_CHECK(!dir.empty(), "profile output directory is empty; name the directory to write");
-  // Normalized, so "out/" and "out" stage next to each other rather than inside.
-  const fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
-  const fs::path clean = target.has_filename() ? target : target.parent_path();
+  const fs::path clean = clean_path(dir);
   const fs::path parent = clean.parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
   SIGHTLINE_CHECK(!ec, "cannot create '{}' for the profile output directory: {}", parent.string(),
                   ec.message());
+
+  OutputDirResult result;
+  result.notes = recover(clean);
 
   const bool replacing = fs::exists(clean, ec);
   if (replacing) {
@@ -111,35 +354,24 @@ void output_dir_write(const std::string& dir, const std::function<void(const fs:
                     clean.string());
   }
 
-  const fs::path staging = fresh_sibling(clean, ".tmp-");
+  const ActiveExport active(fresh_id(clean));
+  const fs::path staging = sibling(clean, kStagingTag, active.id);
   SIGHTLINE_CHECK(fs::create_directory(staging, ec) && !ec, "cannot create staging directory '{}': {}",
                   staging.string(), ec.message());
   try {
     fill(staging);
-    SIGHTLINE_CHECK(fs::is_regular_file(staging / kManifestFileName, ec),
-                    "profile export to '{}' wrote no manifest.json; the writer must save the manifest last",
-                    clean.string());
     // A manifest that does not parse, or lists files that are not there, would mislead readers later.
-    const Manifest manifest = manifest_load(staging.string());
-    for (const auto& file : manifest.files) {
-      const fs::path path = staging / file.path;
-      SIGHTLINE_CHECK(fs::is_regular_file(path, ec),
-                      "profile export to '{}': manifest.json lists '{}', "
-                      "which was not written",
-                      clean.string(), file.path);
-      SIGHTLINE_CHECK(file.bytes == 0 || fs::file_size(path) == file.bytes,
-                      "profile export to '{}': manifest.json gives '{}' {} bytes, the file has {}",
-                      clean.string(), file.path, file.bytes, fs::file_size(path));
-    }
+    validate_staging(staging, clean);
     fsync_tree(staging);
   } catch (...) {
     remove_quietly(staging);
     throw;
   }
 
-  fs::path aside;
+  // Two renames; a kill between them leaves `<dir>.old-<id>` and `<dir>.tmp-<id>` with the same id, which
+  // the next export or open (recover) resolves by moving the new profile into place.
+  const fs::path aside = sibling(clean, kAsideTag, active.id);
   if (replacing) {
-    aside = fresh_sibling(clean, ".old-");
     fs::rename(clean, aside, ec);
     if (ec) {
       remove_quietly(staging);
@@ -155,7 +387,11 @@ void output_dir_write(const std::string& dir, const std::function<void(const fs:
          reason);
   }
   fsync_path(parent, true);
-  if (replacing) remove_quietly(aside);
+  if (replacing) {
+    retire_previous(aside, clean, active.id, result.notes);
+    fsync_path(parent, true);
+  }
+  return result;
 }
 
 }  // namespace sightline::formats

@@ -155,7 +155,10 @@ std::string NeuronProfiler::export_trace(profiler::profile& prof) {
       const uint64_t executions = capture->captured.dropped_traces_per_core[core];
       if (events || executions) manifest.dropped.per_core.push_back({static_cast<uint32_t>(core), events, executions});
     }
-    formats::manifest_save(manifest, staging.string());
+    // Written with every write and the flush checked (a full disk is an error, never a short manifest).
+    const std::string text = formats::manifest_serialize(manifest);
+    formats::write_file_durably(staging / formats::kManifestFileName,
+                                std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   });
   return dir;
 }
