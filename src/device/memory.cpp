@@ -38,29 +38,25 @@ void WrittenMap::mark(uint64_t begin, uint64_t end) {
   const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
   const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
   const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
-  if (w0 == w1) {  // most marks from small operands: one word
-    const uint64_t block = w0 / kBlockWords;
+  const auto mask = [&](uint64_t x) {
+    if (x < w0 || x > w1) return uint64_t{0};
+    uint64_t m = ~uint64_t{0};
+    if (x == w0) m &= first_mask;
+    if (x == w1) m &= last_mask;
+    return m;
+  };
+  // Block by block. A stale block (nothing written since forget_all) is overwritten without being
+  // read: after a reset most marks only store, which keeps them off the path of cache misses.
+  for (uint64_t block = w0 / kBlockWords; block <= w1 / kBlockWords; ++block) {
+    uint64_t* words = words_.get() + block * kBlockWords;
+    const uint64_t first = block * kBlockWords;
     if (stamps_[block] != generation_) {
-      std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
+      for (uint64_t l = 0; l < kBlockWords; ++l) words[l] = mask(first + l);
       stamps_[block] = generation_;
+      continue;
     }
-    words_[w0] |= first_mask & last_mask;
-    return;
-  }
-  // Block by block: bring the block's stamp current (clearing its stale words), then set whole words.
-  for (uint64_t w = w0; w <= w1;) {
-    const uint64_t block = w / kBlockWords;
-    const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
-    if (stamps_[block] != generation_) {
-      std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
-      stamps_[block] = generation_;
-    }
-    uint64_t x = w;
-    if (x == w0) words_[x++] |= first_mask & (w0 == w1 ? last_mask : ~uint64_t{0});
-    const uint64_t full_end = last == w1 ? w1 : last + 1;  // [x, full_end) are whole words
-    if (x < full_end) std::fill(words_.get() + x, words_.get() + full_end, ~uint64_t{0});
-    if (last == w1 && w1 != w0) words_[w1] |= last_mask;
-    w = last + 1;
+    const uint64_t x0 = std::max(w0, first), x1 = std::min(w1, first + kBlockWords - 1);
+    for (uint64_t x = x0; x <= x1; ++x) words_[x] |= mask(x);
   }
 }
 
