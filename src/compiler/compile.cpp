@@ -63,7 +63,7 @@ bool is_neuron(const Device& device) { return device.to_string().starts_with("ne
 // The disk cache key: what decides the executable, and not the core it runs on (any core loads it).
 std::string device_cache_key(const compiler::Graph& graph, const std::vector<Tensor>& inputs,
                              const device::Spec& spec) {
-  std::string key = fmt::format("lowering {}\nspec {}:{}\nguards", kLoweringVersion, spec.name, spec.path);
+  std::string key = fmt::format("lowering {}\nspec {}\nguards", kLoweringVersion, spec.identity());
   for (const Tensor& t : inputs) key += fmt::format(" {}{}", dtype_name(t.dtype()), t.shape());
   return key + "\n" + compiler::dump(graph);
 }

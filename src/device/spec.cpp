@@ -8,9 +8,12 @@
 
 #include "sightline/error.h"
 
-#ifndef SIGHTLINE_SPECS_DIR
-#error "SIGHTLINE_SPECS_DIR must name the folder of the built-in spec files"
-#endif
+// The built-in spec files, embedded at build time (builtin_specs.cpp, generated from specs/*.json), so
+// that an installed or relocated library needs no source tree.
+namespace sightline::device::builtin_specs {
+extern const char* const kTrn2;
+extern const char* const kTrn1;
+}  // namespace sightline::device::builtin_specs
 
 namespace sightline::device {
 namespace {
@@ -134,6 +137,8 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
   SpecReader r(root, origin);
   Spec s;
   s.path = origin;
+  s.content_hash = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (const char c : json_text) s.content_hash = (s.content_hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   s.name = r.text("name");
   s.core_version = r.text("core_version");
   s.cores_per_instance = static_cast<uint32_t>(r.count("cores_per_instance", 1, 1024));
@@ -206,7 +211,9 @@ Spec Spec::builtin(std::string_view name) {
         "(NeuronCore-v2), or pass a spec file path to Spec::load",
         name);
   }
-  return load(std::string(SIGHTLINE_SPECS_DIR) + "/" + std::string(name) + ".json");
+  return parse(name == "trn2" ? builtin_specs::kTrn2 : builtin_specs::kTrn1, "builtin:" + std::string(name));
 }
+
+std::string Spec::identity() const { return fmt::format("{}:{:016x}", name, content_hash); }
 
 }  // namespace sightline::device

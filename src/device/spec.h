@@ -73,7 +73,11 @@ struct HostCostSpec {
 struct Spec {
   std::string name;          // "trn2", "trn1", or the user's
   std::string core_version;  // "NeuronCore-v3"
-  std::string path;          // file it was loaded from
+  std::string path;          // file it was loaded from, or "builtin:<name>" for a built-in spec
+  uint64_t content_hash = 0;  // FNV-1a 64 of the spec's JSON text: with `name`, what identifies it
+  // "trn2:0123456789abcdef": how executables and caches refer to the spec they were built for (never a
+  // path of the machine that built them).
+  std::string identity() const;
   uint32_t cores_per_instance = 0;
   double base_clock_ghz = 0;  // clock of the reported cycle counts
   uint32_t partitions = 0;

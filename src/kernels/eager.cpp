@@ -23,7 +23,7 @@ std::string kernel_name(OpId op, std::span<const TensorDesc> inputs, const Tenso
 
 std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
                              const TensorDesc& out, const device::Spec& spec) {
-  return fmt::format("{}|spec={}:{}", eager_kernel_key(op, inputs, attrs, out), spec.name, spec.path);
+  return fmt::format("{}|spec={}", eager_kernel_key(op, inputs, attrs, out), spec.identity());
 }
 
 std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
