@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "sightline/tensor.h"
 
 namespace sightline {
@@ -40,10 +41,23 @@ void Dims::erase(int index) {
   --n_;
 }
 
-int64_t Dims::product() const {
+std::optional<int64_t> checked_numel(const Dims& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t p = 1;
-  for (int i = 0; i < n_; ++i) p *= v_[static_cast<size_t>(i)];
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(p, d, &p)) return std::nullopt;
+  }
   return p;
+}
+
+int64_t Dims::product() const {
+  const std::optional<int64_t> p = checked_numel(*this);
+  if (!p) {
+    fail("the shape {} has more elements than a 64-bit count can hold (the product of its sizes overflows); "
+         "check the sizes, one of them is far larger than intended",
+         *this);
+  }
+  return *p;
 }
 
 bool Dims::operator==(const Dims& other) const {
@@ -57,7 +71,11 @@ Dims contiguous_strides(const Dims& shape) {
   int64_t running = 1;
   for (int i = shape.size() - 1; i >= 0; --i) {
     strides[i] = running;
-    running *= std::max<int64_t>(shape[i], 1);
+    if (i > 0 && __builtin_mul_overflow(running, std::max<int64_t>(shape[i], 1), &running)) {
+      fail("the strides of the shape {} overflow a 64-bit integer (the product of its sizes is too large); "
+           "check the sizes, one of them is far larger than intended",
+           shape);
+    }
   }
   return strides;
 }

@@ -5,11 +5,58 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/checked_math.h"
+
 namespace sightline {
+namespace {
+
+// Every tensor is checked once, here: its element count and byte count fit in an int64 and every element
+// it can reach lies inside its storage. After that numel(), nbytes() and any offset a kernel computes
+// from the strides cannot overflow, and a view cannot read outside its storage.
+void check_extent(const Tensor& t) {
+  const Dims& shape = t.shape();
+  const Dims& strides = t.strides();
+  const int64_t offset = t.offset();
+  const Storage* storage = t.storage().get();
+  for (int64_t d : shape) {
+    SIGHTLINE_CHECK(d >= 0, "a tensor of shape {} has a negative size; sizes must be >= 0", shape);
+  }
+  const int64_t elements = shape.product();  // throws when the count overflows
+  const auto element_bytes = static_cast<int64_t>(t.element_size());
+  int64_t bytes = 0;
+  SIGHTLINE_CHECK(!__builtin_mul_overflow(elements, element_bytes, &bytes),
+                  "a {} tensor of shape {} would take more bytes than a 64-bit count can hold ({} elements of {} "
+                  "bytes); check the sizes, one of them is far larger than intended",
+                  dtype_name(t.dtype()), shape, elements, element_bytes);
+  if (elements == 0 || storage == nullptr) return;
+  // The lowest and highest element reached: offset + sum over dims of (size - 1) * stride.
+  auto what = [&] { return fmt::format("a tensor of shape {} with strides {} at offset {}", shape, strides, offset); };
+  int64_t lowest = offset;
+  int64_t highest = offset;
+  for (int i = 0; i < t.dim(); ++i) {
+    const int64_t reach = checked_mul(shape[i] - 1, strides[i], what);
+    if (reach < 0) {
+      lowest = checked_add(lowest, reach, what);
+    } else {
+      highest = checked_add(highest, reach, what);
+    }
+  }
+  // A storage with neither memory nor a size stands for a tensor that is only metadata (a traced proxy).
+  if (storage->data() == nullptr && storage->nbytes() == 0) return;
+  const int64_t end_byte = checked_mul(checked_add(highest, 1, what), element_bytes, what);
+  SIGHTLINE_CHECK(lowest >= 0 && static_cast<uint64_t>(end_byte) <= storage->nbytes(),
+                  "{} reaches elements {}..{} of a storage of {} bytes ({} elements of {}); a view must stay "
+                  "inside the tensor it views",
+                  what(), lowest, highest, storage->nbytes(), storage->nbytes() / static_cast<size_t>(element_bytes),
+                  dtype_name(t.dtype()));
+}
+
+}  // namespace
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Dims shape, Dims strides, int64_t offset)
     : storage_(std::move(storage)), shape_(shape), strides_(strides), offset_(offset), dtype_(dtype) {
   SIGHTLINE_ASSERT_MSG(shape_.size() == strides_.size(), "shape {} strides {}", shape_, strides_);
+  check_extent(*this);
 }
 
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
@@ -57,12 +104,14 @@ std::optional<Dims> view_strides(const Tensor& t, const Dims& new_shape) {
   int64_t tensor_numel = 1;
   int64_t view_numel = 1;
   for (int tensor_d = old_shape.size() - 1; tensor_d >= 0; --tensor_d) {
-    tensor_numel *= old_shape[tensor_d];
+    // Both products are bounded by the extent checked when `t` was built; checked all the same.
+    auto what = [&] { return fmt::format("aten::view of {} as {}", old_shape, new_shape); };
+    tensor_numel = checked_mul(tensor_numel, old_shape[tensor_d], what);
     if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
-                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+                          old_strides[tensor_d - 1] != checked_mul(tensor_numel, chunk_base_stride, what))) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
-        new_strides[view_d] = view_numel * chunk_base_stride;
-        view_numel *= new_shape[view_d];
+        new_strides[view_d] = checked_mul(view_numel, chunk_base_stride, what);
+        view_numel = checked_mul(view_numel, new_shape[view_d], what);
         --view_d;
       }
       if (view_numel != tensor_numel) return std::nullopt;
@@ -87,7 +136,10 @@ Dims infer_view_shape(const Dims& requested, int64_t numel, std::string_view op,
       infer = i;
     } else {
       SIGHTLINE_CHECK(shape[i] >= 0, "{}: invalid size {} in shape {}", op, shape[i], requested);
-      known *= shape[i];
+      SIGHTLINE_CHECK(!__builtin_mul_overflow(known, shape[i], &known) || numel == 0,
+                      "{}: shape {} is invalid for input {} of {} elements (the product of its sizes overflows a "
+                      "64-bit integer)",
+                      op, requested, from, numel);
     }
   }
   if (infer >= 0) {
@@ -95,7 +147,8 @@ Dims infer_view_shape(const Dims& requested, int64_t numel, std::string_view op,
                     requested, from, numel);
     shape[infer] = numel / known;
   }
-  SIGHTLINE_CHECK(shape.product() == numel, "{}: shape {} is invalid for input {} of {} elements", op, requested,
+  const std::optional<int64_t> count = checked_numel(shape);
+  SIGHTLINE_CHECK(count && *count == numel, "{}: shape {} is invalid for input {} of {} elements", op, requested,
                   from, numel);
   return shape;
 }
@@ -134,9 +187,15 @@ Tensor slice(const Tensor& t, int dim, int64_t start, int64_t end, int64_t step)
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Dims shape = t.shape(), strides = t.strides();
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] = t.strides()[d] * step;
-  return Tensor(t.storage(), t.dtype(), shape, strides, t.offset() + start * t.strides()[d]);
+  // ceil((end - start) / step) without forming end - start + step - 1, which overflows for a huge step.
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+  if (shape[d] == 0) return Tensor(t.storage(), t.dtype(), shape, strides, t.offset());
+  auto what = [&] { return fmt::format("aten::slice of {} at dim {} with step {}", t.shape(), d, step); };
+  // A single element keeps its stride (step may be anything); more than one means step < n, so the new
+  // stride stays within the extent the tensor's constructor checked.
+  if (shape[d] > 1) strides[d] = checked_mul(t.strides()[d], step, what);
+  return Tensor(t.storage(), t.dtype(), shape, strides,
+                checked_add(t.offset(), checked_mul(start, t.strides()[d], what), what));
 }
 
 Tensor expand(const Tensor& t, const Dims& requested) {
@@ -163,7 +222,9 @@ Tensor expand(const Tensor& t, const Dims& requested) {
 Tensor unsqueeze(const Tensor& t, int dim) {
   const int d = normalize_dim(dim, t.dim() + 1, "aten::unsqueeze");
   Dims shape = t.shape(), strides = t.strides();
-  const int64_t stride = d < t.dim() ? t.shape()[d] * t.strides()[d] : 1;
+  const int64_t stride =
+      d < t.dim() ? checked_mul(t.shape()[d], t.strides()[d], [&] { return fmt::format("aten::unsqueeze of {}", t.shape()); })
+                  : 1;
   shape.insert(d, 1);
   strides.insert(d, stride);
   return Tensor(t.storage(), t.dtype(), shape, strides, t.offset());

@@ -1,6 +1,7 @@
 // Shape and dtype rules of every op, with the errors a user sees for bad shapes and dtypes.
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "core/view_meta.h"
 #include "sightline/ops.h"
 
@@ -86,7 +87,9 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op) {
   return out;
 }
 
-TensorMeta infer_meta(const OpCall& call) {
+namespace {
+
+TensorMeta infer_meta_unchecked(const OpCall& call) {
   const OpInfo& info = op_info(call.op);
   const auto& in = call.inputs;
   const OpAttrs& at = call.attrs;
@@ -206,7 +209,9 @@ TensorMeta infer_meta(const OpCall& call) {
                           "aten::cat: sizes must match except in dim {}: {} vs {} (tensor {})", d, first.shape(),
                           x.shape(), i);
         }
-        out[d] += x.shape()[d];
+        out[d] = checked_add(out[d], x.shape()[d], [&] {
+          return fmt::format("aten::cat: the size of dim {} of the result (tensor {} of shape {})", d, i, x.shape());
+        });
         t = dtype_promote(t, x.dtype());
       }
       return {out, t};
@@ -228,6 +233,29 @@ TensorMeta infer_meta(const OpCall& call) {
   }
   SIGHTLINE_ASSERT_MSG(false, "infer_meta has no rule for {}", info.name);
   return {};
+}
+
+}  // namespace
+
+TensorMeta infer_meta(const OpCall& call) {
+  TensorMeta meta = infer_meta_unchecked(call);
+  // Every output is allocated from this shape: its sizes, element count and byte count must fit in an
+  // int64, or the allocation would be sized by a wrapped count (zeros({1 << 32, 1 << 32}) was 0 bytes).
+  const std::string_view name = op_info(call.op).name;
+  for (int64_t d : meta.shape) {
+    SIGHTLINE_CHECK(d >= 0, "{}: negative size in the output shape {}; sizes must be >= 0", name, meta.shape);
+  }
+  const std::optional<int64_t> numel = checked_numel(meta.shape);
+  SIGHTLINE_CHECK(numel.has_value(),
+                  "{}: the output shape {} has more elements than a 64-bit count can hold; check the sizes, one "
+                  "of them is far larger than intended",
+                  name, meta.shape);
+  int64_t bytes = 0;
+  SIGHTLINE_CHECK(!__builtin_mul_overflow(*numel, static_cast<int64_t>(dtype_size(meta.dtype)), &bytes),
+                  "{}: the output shape {} of {} takes more bytes than a 64-bit count can hold ({} elements of {} "
+                  "bytes); check the sizes, one of them is far larger than intended",
+                  name, meta.shape, dtype_name(meta.dtype), *numel, dtype_size(meta.dtype));
+  return meta;
 }
 
 }  // namespace sightline

@@ -1,3 +1,6 @@
+#include <limits>
+#include <memory>
+
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -117,4 +120,67 @@ TEST(Tensor, Errors) {
   EXPECT_THAT(error_of([] { Tensor t; (void)t.data<float>(); }), HasSubstr("undefined"));
   Dims too_many = Dims::filled(8, 1);
   EXPECT_THAT(error_of([&] { too_many.push_back(1); }), HasSubstr("at most 8 dims"));
+}
+
+// Issue 21 item 5: zeros({1 << 32, 1 << 32}) wrapped numel to 0 and a slice then read out of bounds. Every
+// shape, stride, element count and byte count is checked arithmetic, with an error naming the shape.
+TEST(Tensor, HugeShapesAreErrorsNotWrappedCounts) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_THAT(error_of([&] { (void)zeros({big, big}); }),
+              HasSubstr("aten::fill_: the output shape [4294967296, 4294967296] has more elements than a 64-bit count"));
+  EXPECT_THAT(error_of([&] { (void)empty({big, big}); }),
+              HasSubstr("the shape [4294967296, 4294967296] has more elements than a 64-bit count can hold"));
+  EXPECT_THAT(error_of([&] { (void)Dims({big, big}).product(); }), HasSubstr("[4294967296, 4294967296]"));
+  EXPECT_THAT(error_of([&] { (void)contiguous_strides({big, big, big}); }), HasSubstr("strides of the shape"));
+  // The count fits but the bytes do not: 2^62 f32 elements are 2^64 bytes.
+  const int64_t quarter = int64_t{1} << 62;
+  EXPECT_THAT(error_of([&] { (void)zeros({quarter}); }), HasSubstr("of f32 takes more bytes than a 64-bit count"));
+  EXPECT_THAT(error_of([&] { (void)empty({quarter}); }), HasSubstr("would take more bytes than a 64-bit count"));
+  // A size of 0 makes 0 elements whatever the others.
+  EXPECT_EQ(Dims({big, big, 0}).product(), 0);
+}
+
+TEST(Tensor, ViewsOfHugeShapesAreErrors) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_THAT(error_of([&] { (void)zeros({1, 1}).expand({big, big}); }), HasSubstr("[4294967296, 4294967296]"));
+  EXPECT_THAT(error_of([&] { (void)zeros({4}).view({big, big}); }),
+              HasSubstr("shape [4294967296, 4294967296] is invalid for input [4] of 4 elements"));
+  EXPECT_THAT(error_of([&] { (void)zeros({4}).view({-1, big, big}); }), HasSubstr("overflows a 64-bit integer"));
+  // ceil((end - start) / step) once overflowed for a huge step.
+  const Tensor x = arange(10);
+  const Tensor one = x.slice(0, 3, 10, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(one.shape(), (Dims{1}));
+  EXPECT_EQ(values(one), (std::vector<float>{3}));
+  EXPECT_EQ(x.slice(0, 0, 10, std::numeric_limits<int64_t>::max() / 2).shape(), (Dims{1}));
+  EXPECT_EQ(x.slice(0, 10, 10, 3).shape(), (Dims{0}));
+}
+
+TEST(Tensor, ATensorCannotReachOutsideItsStorage) {
+  const Tensor four = zeros({4});
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {8}, {1}, 0); }),
+              HasSubstr("reaches elements 0..7 of a storage of 16 bytes"));
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {1}, 3); }),
+              HasSubstr("a view must stay inside"));
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {-1}, 0); }),
+              HasSubstr("reaches elements -1..0"));
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {std::numeric_limits<int64_t>::max()}, 0); }),
+              HasSubstr("overflows a 64-bit integer"));
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {-2}, {1}, 0); }), HasSubstr("negative size"));
+  // What fits is fine: a reversed view, the last two elements, a broadcast.
+  EXPECT_EQ(Tensor(four.storage(), DType::f32, {2}, {-1}, 1).numel(), 2);
+  EXPECT_EQ(Tensor(four.storage(), DType::f32, {2}, {1}, 2).numel(), 2);
+  EXPECT_EQ(Tensor(four.storage(), DType::f32, {1000, 4}, {0, 1}, 0).numel(), 4000);
+}
+
+TEST(Tensor, OpOutputShapesThatOverflowAreErrors) {
+  // A storage without memory or size holds metadata only (as a traced proxy does), so a huge input
+  // needs no memory; the op's output shape is what must be refused.
+  const auto meta = std::make_shared<Storage>(Device::cpu(), 0, nullptr, nullptr, nullptr);
+  const Tensor huge(meta, DType::f16, {int64_t{1} << 61}, {1}, 0);
+  EXPECT_THAT(error_of([&] { (void)cat({huge, huge, huge, huge}, 0); }),
+              HasSubstr("aten::cat: the size of dim 0 of the result"));
+  EXPECT_THAT(error_of([&] { (void)cat({huge, huge}, 0); }), HasSubstr("aten::cat: the output shape [4611686018427387904] of f16 takes more bytes"));
+  const Tensor rows(meta, DType::f32, {int64_t{1} << 31, 1}, {1, 1}, 0);
+  const Tensor cols(meta, DType::f32, {1, int64_t{1} << 31}, {1, 1}, 0);
+  EXPECT_THAT(error_of([&] { (void)matmul(rows, cols); }), HasSubstr("aten::matmul: the output shape"));
 }
