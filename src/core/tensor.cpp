@@ -222,9 +222,8 @@ Tensor expand(const Tensor& t, const Dims& requested) {
 Tensor unsqueeze(const Tensor& t, int dim) {
   const int d = normalize_dim(dim, t.dim() + 1, "aten::unsqueeze");
   Dims shape = t.shape(), strides = t.strides();
-  const int64_t stride =
-      d < t.dim() ? checked_mul(t.shape()[d], t.strides()[d], [&] { return fmt::format("aten::unsqueeze of {}", t.shape()); })
-                  : 1;
+  auto what = [&] { return fmt::format("aten::unsqueeze of {}", t.shape()); };
+  const int64_t stride = d < t.dim() ? checked_mul(t.shape()[d], t.strides()[d], what) : 1;
   shape.insert(d, 1);
   strides.insert(d, stride);
   return Tensor(t.storage(), t.dtype(), shape, strides, t.offset());

@@ -127,7 +127,8 @@ TEST(Tensor, Errors) {
 TEST(Tensor, HugeShapesAreErrorsNotWrappedCounts) {
   const int64_t big = int64_t{1} << 32;
   EXPECT_THAT(error_of([&] { (void)zeros({big, big}); }),
-              HasSubstr("aten::fill_: the output shape [4294967296, 4294967296] has more elements than a 64-bit count"));
+              HasSubstr("aten::fill_: the output shape [4294967296, 4294967296] has more elements than a "
+                        "64-bit count"));
   EXPECT_THAT(error_of([&] { (void)empty({big, big}); }),
               HasSubstr("the shape [4294967296, 4294967296] has more elements than a 64-bit count can hold"));
   EXPECT_THAT(error_of([&] { (void)Dims({big, big}).product(); }), HasSubstr("[4294967296, 4294967296]"));
@@ -163,7 +164,8 @@ TEST(Tensor, ATensorCannotReachOutsideItsStorage) {
               HasSubstr("a view must stay inside"));
   EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {-1}, 0); }),
               HasSubstr("reaches elements -1..0"));
-  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {std::numeric_limits<int64_t>::max()}, 0); }),
+  const int64_t huge_stride = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {2}, {huge_stride}, 0); }),
               HasSubstr("overflows a 64-bit integer"));
   EXPECT_THAT(error_of([&] { (void)Tensor(four.storage(), DType::f32, {-2}, {1}, 0); }), HasSubstr("negative size"));
   // What fits is fine: a reversed view, the last two elements, a broadcast.
@@ -179,7 +181,8 @@ TEST(Tensor, OpOutputShapesThatOverflowAreErrors) {
   const Tensor huge(meta, DType::f16, {int64_t{1} << 61}, {1}, 0);
   EXPECT_THAT(error_of([&] { (void)cat({huge, huge, huge, huge}, 0); }),
               HasSubstr("aten::cat: the size of dim 0 of the result"));
-  EXPECT_THAT(error_of([&] { (void)cat({huge, huge}, 0); }), HasSubstr("aten::cat: the output shape [4611686018427387904] of f16 takes more bytes"));
+  EXPECT_THAT(error_of([&] { (void)cat({huge, huge}, 0); }),
+              HasSubstr("aten::cat: the output shape [4611686018427387904] of f16 takes more bytes"));
   const Tensor rows(meta, DType::f32, {int64_t{1} << 31, 1}, {1, 1}, 0);
   const Tensor cols(meta, DType::f32, {1, int64_t{1} << 31}, {1, 1}, 0);
   EXPECT_THAT(error_of([&] { (void)matmul(rows, cols); }), HasSubstr("aten::matmul: the output shape"));
