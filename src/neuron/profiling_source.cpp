@@ -52,8 +52,12 @@ class NeuronSource final : public profiler::ActivitySource {
         cap.instruction_trace_cores[static_cast<size_t>(core)] = true;
       }
     }
-    rt.drain();  // nothing from before the trace
+    // Everything launched before the trace is simulated before capture starts (a wall-time wait, not
+    // host time), so what the trace captures never depends on the simulator's pace; what of it is
+    // still running in modeled time when the trace starts is counted, never attributed to the trace.
     window_start_ns_ = runtime::now_ns();
+    earlier_running_ = rt.work_in_flight_at(window_start_ns_);
+    rt.drain();  // nothing from before the trace
     simulation_wall_start_ns_ = rt.simulation_wall_ns();
     host_blocked_start_ns_ = host_clock::blocked_ns();
     rt.set_capture(cap);
@@ -83,6 +87,7 @@ class NeuronSource final : public profiler::ActivitySource {
     capture->host_clock = std::string(host_clock::mode_name(host_clock::mode()));
     capture->functional = rt.functional();
     keep_the_window(*capture);
+    capture->earlier_steps += earlier_running_;
     profiler::ActivityBatch batch = to_batch(*capture);
     const std::string backend = "neuron";
     if (capture->not_completed > 0) {
@@ -93,9 +98,9 @@ class NeuronSource final : public profiler::ActivitySource {
     }
     if (capture->earlier_steps > 0) {
       batch.notes.push_back(fmt::format(
-          "{} {} device activities launched before the trace started (skipped or warmup steps) ran during it; they "
-          "are not attributed to the profiled steps and are left out. Call neuron::synchronize() at the end of each "
-          "step to keep steps apart",
+          "{} {} device activities launched before the trace started (skipped or warmup steps) were still "
+          "running when it started; they are not attributed to the profiled steps and are left out. Call "
+          "neuron::synchronize() at the end of each step to keep steps apart",
           capture->earlier_steps, backend));
     }
     std::lock_guard lock(g_capture_mutex);
@@ -205,6 +210,7 @@ class NeuronSource final : public profiler::ActivitySource {
   std::shared_ptr<const NeuronConfig> config_;
   int64_t window_start_ns_ = 0;
   int64_t window_end_ns_ = 0;
+  uint64_t earlier_running_ = 0;
   int64_t simulation_wall_start_ns_ = 0;
   int64_t simulation_wall_ns_ = 0;
   int64_t host_blocked_start_ns_ = 0;

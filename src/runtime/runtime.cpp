@@ -413,6 +413,18 @@ void Runtime::wait_simulated() {
   }
 }
 
+uint64_t Runtime::work_in_flight_at(int64_t t) {
+  wait_simulated();
+  uint64_t n = 0;
+  for (const auto& c : cores_) {
+    std::lock_guard lock(c->mutex);
+    // At most queue_capacity executions and copies can be in flight once the last one was queued,
+    // and in_flight_work holds the last queue_capacity of them.
+    for (const uint64_t seq : c->in_flight_work) n += c->completions.at(seq) > t ? 1 : 0;
+  }
+  return n;
+}
+
 int64_t Runtime::simulation_wall_ns() const { return simulation_wall_ns_.load(std::memory_order_relaxed); }
 
 uint64_t Runtime::in_flight() const {

@@ -156,6 +156,9 @@ class Runtime {
   // The modeled host time at which item `seq` of `core` completes; waits (as wait_simulated) for the
   // simulator to reach it. Host time does not move.
   int64_t completion_ns(int core, uint64_t seq);
+  // Executions and copies, over all cores, still running at host time `t` in modeled time (waits for
+  // the simulator as wait_simulated does). Exact while t is at or after the last submission.
+  uint64_t work_in_flight_at(int64_t t);
   // Wall time the cores' workers have spent simulating, since the runtime started (measured).
   int64_t simulation_wall_ns() const;
   bool functional() const { return options_.functional; }
