@@ -34,7 +34,7 @@
 #include "analysis/trace_json.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 #include "progress.h"
 #include "server/http_server.h"
 #include "server/upload_client.h"

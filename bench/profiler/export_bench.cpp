@@ -5,7 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include "profiler/chrome_trace.h"
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 
 namespace sightline::profiler {
 namespace {

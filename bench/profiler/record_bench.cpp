@@ -3,9 +3,9 @@
 // profile_memory adds to a tensor's allocation and release (a host tensor created and dropped).
 #include <benchmark/benchmark.h>
 
-#include "core/host_clock.h"
-#include "profiler/events.h"
-#include "profiler/record.h"
+#include "sightline/host_clock.h"
+#include "sightline/profiler/events.h"
+#include "sightline/profiler/record.h"
 #include "sightline/sightline.h"
 
 namespace sightline::profiler {

@@ -15,7 +15,7 @@
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
 #include "profiler/chrome_trace.h"
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 #include "runtime/runtime.h"
 #include "sightline/error.h"
 #include "sightline/sightline.h"

@@ -23,19 +23,22 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "common/device_cost.h"
-#include "core/host_clock.h"
-#include "neuron/neuron.h"
-#include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/host_clock.h"
+#include "sightline/neuron.h"
+#include "sightline/profiler.h"
 #include "sightline/compile.h"
 #include "sightline/sightline.h"
 
 using namespace sightline;
-using sightline::examples::DeviceCost;
-using sightline::examples::device_cost;
 
 namespace {
+
+// What one profiled variant gives the comparison: the device side of its active step (one definition,
+// neuron::TraceSummary), the step on the host clock, and where its profile went.
+struct DeviceCost : neuron::TraceSummary {
+  double host_ms = 0;
+  std::string output_dir;
+};
 
 struct Dimensions {
   int64_t batch = 1, seq = 256, model = 1024, heads = 8, hidden = 2816;
@@ -108,10 +111,9 @@ DeviceCost profile_variant(const std::string& name, const BlockFn& fn, const std
   table.sort_by = "self_privateuse1_time_total";
   table.row_limit = row_limit;
   fmt::print("{}", prof.key_averages().table(table));
-  const auto capture = neuron::last_capture();
-  DeviceCost cost = device_cost(capture->captured);
+  DeviceCost cost;
+  static_cast<neuron::TraceSummary&>(cost) = neuron::last_trace_summary();
   cost.host_ms = active_host_ms;
-  cost.simulation_ms = static_cast<double>(capture->simulation_wall_ns) / 1e6;
   cost.output_dir = written;
   return cost;
 }
@@ -149,7 +151,7 @@ int main(int argc, char** argv) {
     const std::vector<Tensor> args = decoder_args(dims, device);
     fmt::print(
         "decoder block: batch {}, seq {}, model {}, heads {}, MLP {} (f32) on {} ({}); profiles go to {}/\n",
-        dims.batch, dims.seq, dims.model, dims.heads, dims.hidden, device, neuron::runtime().spec().name,
+        dims.batch, dims.seq, dims.model, dims.heads, dims.hidden, device, neuron::device_info().spec_name,
         out_dir);
 
     const int64_t heads = dims.heads;
@@ -182,7 +184,7 @@ int main(int argc, char** argv) {
                stats.compilations, stats.lowerings, stats.disk_cache_hits, stats.device_calls);
     fmt::print("\nMeasured, not modeled: simulated in {:.2f} s of wall time (eager {:.2f} s, compiled {:.2f} s); the "
                "whole run took {:.2f} s.\n",
-               static_cast<double>(neuron::runtime().simulation_wall_ns()) / 1e9, e.simulation_ms / 1e3,
+               static_cast<double>(neuron::simulation_wall_ns()) / 1e9, e.simulation_ms / 1e3,
                c.simulation_ms / 1e3, static_cast<double>(host_clock::wall_now_ns() - wall_start) / 1e9);
     fmt::print("\nProfiles written:\n  {}\n  {}\n", e.output_dir, c.output_dir);
     return 0;

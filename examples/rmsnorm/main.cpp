@@ -16,19 +16,22 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "common/device_cost.h"
-#include "core/host_clock.h"
-#include "neuron/neuron.h"
-#include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/host_clock.h"
+#include "sightline/neuron.h"
+#include "sightline/profiler.h"
 #include "sightline/compile.h"
 #include "sightline/sightline.h"
 
 using namespace sightline;
-using sightline::examples::DeviceCost;
-using sightline::examples::device_cost;
 
 namespace {
+
+// What one profiled variant gives the comparison: the device side of its active step (one definition,
+// neuron::TraceSummary), the step on the host clock, and where its profile went.
+struct DeviceCost : neuron::TraceSummary {
+  double host_ms = 0;
+  std::string output_dir;
+};
 
 constexpr double kEps = 1e-6;
 
@@ -73,10 +76,9 @@ DeviceCost profile_variant(const Variant& v, const Tensor& x, const Tensor& w, c
   table.sort_by = "self_privateuse1_time_total";
   table.row_limit = row_limit;
   fmt::print("{}", prof.key_averages().table(table));
-  const auto capture = neuron::last_capture();
-  DeviceCost cost = device_cost(capture->captured);
+  DeviceCost cost;
+  static_cast<neuron::TraceSummary&>(cost) = neuron::last_trace_summary();
   cost.host_ms = active_host_ms;
-  cost.simulation_ms = static_cast<double>(capture->simulation_wall_ns) / 1e6;
   cost.output_dir = written;
   return cost;
 }
@@ -122,9 +124,9 @@ int main(int argc, char** argv) {
     Generator gen(0);
     const Tensor x = randn({rows, cols}, dtype, &gen).to(device);
     const Tensor w = rand({cols}, dtype, &gen).to(device);
-    runtime::Runtime& rt = neuron::runtime();
+    const neuron::DeviceInfo info = neuron::device_info();
     fmt::print("RMSNorm on {}{} on {} ({}, {}); profiles go to {}/\n", dtype_name(dtype), Dims{rows, cols}, device,
-               rt.spec().name, rt.spec().core_version, out_dir);
+               info.spec_name, info.core_version, out_dir);
 
     // The compiled variant is the naive function itself: compile() captures it on the first call,
     // recognizes the RMSNorm pattern and lowers it to one device executable.
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : variants) costs.push_back(profile_variant(v, x, w, out_dir, row_limit, profile_memory));
 
     const double bytes = static_cast<double>(rows * cols) * 2 * static_cast<double>(dtype_size(dtype));
-    const double floor_us = bytes / rt.spec().hbm.bytes_per_ns / 1e3;
+    const double floor_us = bytes / info.hbm_bytes_per_ns / 1e3;
     fmt::print("\n== comparison (the active step of each profile) ==\n");
     fmt::print("  {:<8} {:>10} {:>9} {:>14} {:>14} {:>13} {:>9} {:>12}\n", "variant", "executions", "copies",
                "device busy us", "device span us", "switch+load us", "HBM MB", "host ms*");
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
     }
     fmt::print("  * the active step on the {} host clock, synchronize() included\n", host_clock_arg);
     fmt::print("  HBM floor of one RMSNorm (input + output bytes / {} B/ns): {:.1f} us; fused busy = {:.2f}x the "
-               "floor\n", rt.spec().hbm.bytes_per_ns, floor_us, costs[1].busy_us / floor_us);
+               "floor\n", info.hbm_bytes_per_ns, floor_us, costs[1].busy_us / floor_us);
     fmt::print("  naive / fused device span: {:.2f}x; compiled / fused device busy: {:.3f}x\n",
                costs[0].span_us / costs[1].span_us, costs[2].busy_us / costs[1].busy_us);
     if (timing_only) {
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
       simulated += fmt::format("{}{} {:.2f} s", i ? ", " : "", variants[i].name, costs[i].simulation_ms / 1e3);
     }
     fmt::print("\nMeasured, not modeled: simulated in {:.2f} s of wall time ({}); the whole run took {:.2f} s.\n",
-               static_cast<double>(rt.simulation_wall_ns()) / 1e9, simulated,
+               static_cast<double>(neuron::simulation_wall_ns()) / 1e9, simulated,
                static_cast<double>(host_clock::wall_now_ns() - wall_start) / 1e9);
     fmt::print("\nProfiles written:\n");
     for (const DeviceCost& c : costs) fmt::print("  {}\n", c.output_dir);

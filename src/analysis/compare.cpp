@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/summary.h"
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 
 namespace sightline::analysis {
 namespace {

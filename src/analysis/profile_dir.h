@@ -20,7 +20,7 @@
 #include "device/executable.h"
 #include "formats/manifest.h"
 #include "formats/ntff.h"
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 
 namespace sightline::analysis {
 

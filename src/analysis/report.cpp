@@ -9,7 +9,7 @@
 #include "analysis/insights.h"
 #include "analysis/roofline.h"
 #include "analysis/summary.h"
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 
 namespace sightline::analysis {
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "analysis/profile_dir.h"
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 
 namespace sightline::analysis {
 

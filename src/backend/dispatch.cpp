@@ -1,7 +1,7 @@
 // The dispatcher: observer hooks, output allocation, and one array load to find the kernel.
 #include <vector>
 
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 #include "ops/view_ops.h"
 #include "sightline/backend.h"
 

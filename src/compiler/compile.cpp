@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 
 #include "compiler/capture.h"
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 #include "compiler/device_program.h"
 #include "compiler/execute.h"
 #include "compiler/passes.h"
 #include "neuron/neuron.h"
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 
 namespace sightline {
 namespace {

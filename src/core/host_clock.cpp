@@ -1,4 +1,4 @@
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 
 #include <atomic>
 #include <chrono>

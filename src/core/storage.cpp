@@ -4,7 +4,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 #include "sightline/tensor.h"
 
 namespace sightline {

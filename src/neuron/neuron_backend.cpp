@@ -5,7 +5,7 @@
 #include "kernels/eager.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 #include "sightline/backend.h"
 
 namespace sightline {
@@ -176,6 +176,19 @@ runtime::Runtime& runtime() {
 }
 
 void synchronize() { runtime().synchronize_all(); }
+
+DeviceInfo device_info() {
+  runtime::Runtime& rt = runtime();
+  const device::Spec& spec = rt.spec();
+  return {spec.name, spec.core_version, rt.core_count(), spec.hbm.capacity_bytes, spec.hbm.bytes_per_ns,
+          rt.functional()};
+}
+
+uint64_t memory_free(int core) { return runtime().free_bytes(core); }
+
+uint64_t memory_allocated(int core) { return runtime().spec().hbm.capacity_bytes - runtime().free_bytes(core); }
+
+int64_t simulation_wall_ns() { return runtime().simulation_wall_ns(); }
 
 size_t eager_cache_size() {
   State& s = state();

@@ -22,25 +22,12 @@
 #include <string_view>
 #include <vector>
 
-#include "profiler/activity.h"
-#include "profiler/profile.h"
 #include "runtime/runtime.h"
+#include "sightline/neuron.h"
+#include "sightline/profiler/activity.h"
+#include "sightline/profiler/profile.h"
 
 namespace sightline::neuron {
-
-enum class ProfileMode { DEVICE, RUNTIME };
-std::string_view profile_mode_name(ProfileMode mode);
-
-struct NeuronConfig : profiler::ExperimentalConfig {
-  // DEVICE: per-instruction traces (NTFF) and executables (NEFF); RUNTIME: runtime and hardware lanes.
-  std::vector<ProfileMode> modes = {ProfileMode::DEVICE, ProfileMode::RUNTIME};
-  std::string capture_enabled_for_nc = "0";  // cores whose instruction traces are kept: "0,1,2-5"
-  bool correlate_device_time = true;         // attribute device time to framework ops
-  std::string profile_output_dir = "profile_output";
-  size_t max_events_per_nc = 1'000'000;      // per core; the rest are counted as dropped
-
-  bool has(ProfileMode mode) const;
-};
 
 // Parses "0,1,2-5" into core indices (sorted, unique); throws on malformed input or cores that do
 // not exist, listing the valid range.
@@ -65,20 +52,6 @@ struct NeuronCapture {
 };
 // The capture of the most recent trace that used the neuron source (nullptr before any).
 std::shared_ptr<const NeuronCapture> last_capture();
-
-class NeuronProfiler {
- public:
-  explicit NeuronProfiler(std::shared_ptr<const NeuronConfig> config);
-  // Writes the profile output directory of the profile's last trace (see docs/formats.md).
-  // Returns the directory written.
-  std::string export_trace(profiler::profile& prof);
-  // A callback for ProfileOptions::on_trace_ready.
-  std::function<void(profiler::profile&)> callback();
-
- private:
-  std::shared_ptr<const NeuronConfig> config_;
-  int exports_ = 0;
-};
 
 // Registers the neuron activity source and names the PrivateUse1 backend "neuron" (idempotent).
 void register_profiling();

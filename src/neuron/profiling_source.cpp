@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 #include "formats/neff.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
@@ -261,6 +261,38 @@ std::vector<int> parse_core_list(std::string_view text, int core_count) {
 std::shared_ptr<const NeuronCapture> last_capture() {
   std::lock_guard lock(g_capture_mutex);
   return g_last_capture;
+}
+
+TraceSummary last_trace_summary() {
+  const std::shared_ptr<const NeuronCapture> capture = last_capture();
+  SIGHTLINE_CHECK(capture != nullptr,
+                  "neuron::last_trace_summary: no trace has captured neuron activity yet; profile with "
+                  "ProfilerActivity::PrivateUse1 (the default) and let a trace finish first");
+  TraceSummary s;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const runtime::Event& e : capture->captured.events) {
+    if (!runtime::event_kind_is_device(e.kind)) continue;
+    first = std::min(first, e.start_ns);
+    last = std::max(last, e.end_ns);
+    const double us = static_cast<double>(e.end_ns - e.start_ns) / 1e3;
+    switch (e.kind) {
+      case runtime::EventKind::exec_running:
+        ++s.executions;
+        s.busy_us += us;
+        s.hbm_mb += static_cast<double>(e.bytes) / 1e6;
+        break;
+      case runtime::EventKind::copy_in: ++s.copies_in; break;
+      case runtime::EventKind::model_switch:
+      case runtime::EventKind::first_load: s.overhead_us += us; break;
+      default: break;
+    }
+  }
+  if (first <= last) s.span_us = static_cast<double>(last - first) / 1e3;
+  s.not_completed = capture->not_completed;
+  s.earlier_steps = capture->earlier_steps;
+  s.simulation_ms = static_cast<double>(capture->simulation_wall_ns) / 1e6;
+  s.host_clock = capture->host_clock;
+  return s;
 }
 
 void register_profiling() {

@@ -1,4 +1,4 @@
-#include "profiler/activity.h"
+#include "sightline/profiler/activity.h"
 
 #include <algorithm>
 #include <mutex>

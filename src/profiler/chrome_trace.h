@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 #include "profiler/json_writer.h"
 
 namespace sightline::profiler {

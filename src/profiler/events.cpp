@@ -1,4 +1,4 @@
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 
 #include <algorithm>
 #include <iterator>

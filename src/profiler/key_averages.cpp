@@ -1,4 +1,4 @@
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 
 #include <algorithm>
 #include <cctype>

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <vector>
 
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 #include "sightline/backend.h"
 
 namespace sightline::profiler {

@@ -1,4 +1,4 @@
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,6 @@
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 
 #include <pthread.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "profiler/schedule.h"
+#include "sightline/profiler/schedule.h"
 
 #include <cstdio>
 

@@ -9,7 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/host_clock.h"
+#include "sightline/host_clock.h"
 #include "sightline/error.h"
 
 namespace sightline::runtime {

@@ -14,7 +14,7 @@
 #include "analysis/summary.h"
 #include "analysis/trace_json.h"
 #include "profiles.h"
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 
 using namespace sightline;
 

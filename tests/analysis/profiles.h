@@ -18,7 +18,7 @@
 
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 #include "sightline/sightline.h"
 
 namespace test_profiles {

@@ -4,7 +4,7 @@
 
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 #include "device_runs.h"
 #include "programs.h"
 

@@ -22,7 +22,7 @@
 #include "formats/manifest.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 #include "sightline/compile.h"
 #include "sightline/sightline.h"
 

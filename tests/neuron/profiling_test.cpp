@@ -14,7 +14,7 @@
 #include "formats/output_dir.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
-#include "profiler/profile.h"
+#include "sightline/profiler/profile.h"
 #include "sightline/sightline.h"
 
 using namespace sightline;

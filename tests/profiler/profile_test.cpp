@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/host_clock.h"
-#include "profiler/profile.h"
+#include "sightline/host_clock.h"
+#include "sightline/profiler/profile.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/host_clock.h"
-#include "profiler/record.h"
+#include "sightline/host_clock.h"
+#include "sightline/profiler/record.h"
 
 namespace sightline::profiler {
 namespace {

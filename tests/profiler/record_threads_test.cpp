@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 
 namespace sightline::profiler {
 namespace {

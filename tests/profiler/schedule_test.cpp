@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "profiler/schedule.h"
+#include "sightline/profiler/schedule.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {

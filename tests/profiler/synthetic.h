@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 
 namespace sightline::profiler::testing {
 

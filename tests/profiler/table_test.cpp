@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "profiler/key_averages.h"
+#include "sightline/profiler/key_averages.h"
 #include "sightline/error.h"
 #include "golden.h"
 #include "synthetic.h"

@@ -28,11 +28,11 @@
 #include <string_view>
 #include <vector>
 
-#include "profiler/activity.h"
-#include "profiler/events.h"
-#include "profiler/key_averages.h"
-#include "profiler/record.h"
-#include "profiler/schedule.h"
+#include "sightline/profiler/activity.h"
+#include "sightline/profiler/events.h"
+#include "sightline/profiler/key_averages.h"
+#include "sightline/profiler/record.h"
+#include "sightline/profiler/schedule.h"
 
 namespace sightline::profiler {
 

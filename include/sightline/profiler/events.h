@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "profiler/record.h"
+#include "sightline/profiler/record.h"
 
 namespace sightline::profiler {
 

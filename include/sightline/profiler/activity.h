@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "profiler/events.h"
+#include "sightline/profiler/events.h"
 
 namespace sightline::profiler {
 

@@ -1,0 +1,120 @@
+// The neuron device: sightline's tensors on simulated NeuronCores, and how to profile them the way
+// TorchNeuron does.
+//
+//   #include <sightline/neuron.h>
+//   #include <sightline/profiler.h>
+//   using namespace sightline;
+//
+//   neuron::configure({.spec = "trn2", .functional = true});   // optional, before first use
+//   Tensor x = randn({4096, 4096}).to(Device::parse("neuron:0"));
+//   auto cfg = std::make_shared<neuron::NeuronConfig>();
+//   cfg->profile_output_dir = "profiles/rmsnorm";
+//   cfg->capture_enabled_for_nc = "0";                          // per-instruction traces of core 0
+//   neuron::NeuronProfiler exporter(cfg);
+//   profiler::ProfileOptions options;
+//   options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
+//   options.on_trace_ready = exporter.callback();               // writes the profile directory
+//   options.experimental_config = cfg;
+//   profiler::profile prof(options);
+//   prof.start();
+//   for (int step = 0; step < 4; ++step) { Tensor y = x * x; neuron::synchronize(); prof.step(); }
+//   prof.stop();
+//   neuron::TraceSummary s = neuron::last_trace_summary();     // executions, busy, span, HBM bytes
+//
+// Each eager op builds (once, then cached) a device executable and queues it on the tensor's core;
+// a host scalar combined with a device tensor travels as a host-to-device copy of its own, as on real
+// hardware. All times are modeled (docs/host-model.md); `functional = false` simulates timing only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sightline/profiler/activity.h"
+
+namespace sightline::profiler {
+class profile;
+}
+
+namespace sightline::neuron {
+
+struct Options {
+  std::string spec = "trn2";   // a preset name (trn2, trn1) or the path of a spec JSON file
+  int cores = 0;               // 0: the spec's cores per instance
+  size_t queue_capacity = 64;  // per core: executions and copies in flight before a call waits
+  bool functional = true;      // false: timing only; the same modeled times, results are not computed
+};
+
+// Sets the options used when the runtime starts (at the first use of a neuron device). Throws once
+// the runtime has started, and for a spec that cannot be read.
+void configure(const Options& options);
+// Waits for every queued execution on every core (torch.neuron.synchronize()): the host clock moves to
+// their modeled completion.
+void synchronize();
+
+// What the device is: the spec's name and core version, its cores and memory.
+struct DeviceInfo {
+  std::string spec_name;     // "trn2"
+  std::string core_version;  // "NeuronCore-v3"
+  int cores = 0;
+  uint64_t hbm_bytes_per_core = 0;
+  double hbm_bytes_per_ns = 0;  // per core
+  bool functional = true;
+};
+DeviceInfo device_info();
+// Device memory of `core` allocated now, and free.
+uint64_t memory_allocated(int core);
+uint64_t memory_free(int core);
+// Measured, never part of any time in a profile: wall time the simulator has spent so far.
+int64_t simulation_wall_ns();
+
+enum class ProfileMode { DEVICE, RUNTIME };
+std::string_view profile_mode_name(ProfileMode mode);
+
+struct NeuronConfig : profiler::ExperimentalConfig {
+  // DEVICE: per-instruction traces (NTFF) and executables (NEFF); RUNTIME: runtime and hardware lanes.
+  std::vector<ProfileMode> modes = {ProfileMode::DEVICE, ProfileMode::RUNTIME};
+  std::string capture_enabled_for_nc = "0";  // cores whose instruction traces are kept: "0,1,2-5"
+  bool correlate_device_time = true;         // attribute device time to framework ops
+  std::string profile_output_dir = "profile_output";
+  size_t max_events_per_nc = 1'000'000;      // per core; the rest are counted as dropped
+
+  bool has(ProfileMode mode) const;
+};
+
+// Writes the profile output directory of a profile's last trace (docs/formats.md).
+class NeuronProfiler {
+ public:
+  explicit NeuronProfiler(std::shared_ptr<const NeuronConfig> config);
+  // Returns the directory written.
+  std::string export_trace(profiler::profile& prof);
+  // A callback for ProfileOptions::on_trace_ready.
+  std::function<void(profiler::profile&)> callback();
+
+ private:
+  std::shared_ptr<const NeuronConfig> config_;
+  int exports_ = 0;
+};
+
+// What the device did in the last trace that captured neuron activity, from the runtime's events: the
+// one definition the examples and tools print.
+struct TraceSummary {
+  int executions = 0;         // nc_exec_running
+  int copies_in = 0;          // dmem_buf_copyin
+  double busy_us = 0;         // sum of executions
+  double span_us = 0;         // first to last device activity
+  double overhead_us = 0;     // executable switches and first loads
+  double hbm_mb = 0;          // HBM bytes the executions moved, in 1e6 bytes
+  uint64_t not_completed = 0; // left out: not complete when the trace stopped
+  uint64_t earlier_steps = 0; // left out: launched before the trace, still running in it
+  double simulation_ms = 0;   // measured: the simulator's wall time during the trace (never modeled)
+  std::string host_clock;     // "modeled" or "measured"
+};
+// Throws when no trace has captured neuron activity yet.
+TraceSummary last_trace_summary();
+
+}  // namespace sightline::neuron
