@@ -4,16 +4,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+started=$SECONDS
+# Each step says when it starts, in seconds since the start, so a slow step shows in the log.
+step() { echo "== [$((SECONDS - started)) s] $*"; }
+trap 'echo "== [$((SECONDS - started)) s] done (exit $?)"' EXIT
 
+step "set-up: Debian packages, Release build (-Werror), the Explorer"
 scripts/setup.sh build
-echo "== tests (Release, -Werror)"
+step "tests (Release, -Werror)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== Explorer: unit tests (Vitest) and end-to-end tests (headless chromium against sightline serve)"
+step "the installed SDK: find_package(sightline) consumer project, installed sightline serve"
+scripts/sdk_check.sh build
+
+step "Explorer: unit tests (Vitest) and end-to-end tests (headless chromium against sightline serve)"
 (cd explorer && npx vitest run)
 explorer/run-e2e.sh build
 
-echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+step "tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
   -DSIGHTLINE_WERROR=ON -DSIGHTLINE_SANITIZE='address;undefined' \
   -DSIGHTLINE_BUILD_BENCH=OFF -DSIGHTLINE_BUILD_EXAMPLES=OFF >/dev/null
@@ -21,7 +29,7 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
-echo "== threaded tests under ThreadSanitizer"
+step "threaded tests under ThreadSanitizer"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
   -DSIGHTLINE_WERROR=ON -DSIGHTLINE_SANITIZE=thread \
   -DSIGHTLINE_BUILD_BENCH=OFF -DSIGHTLINE_BUILD_EXAMPLES=OFF >/dev/null

@@ -130,9 +130,16 @@ int ntff_dump(const std::string& path, const std::string& neff_path) {
 
 constexpr int kDefaultPort = 8600;
 
-// The built Explorer UI: $SIGHTLINE_EXPLORER_DIST, else the source tree's explorer/dist.
+// The built Explorer UI: $SIGHTLINE_EXPLORER_DIST; else an install's share/sightline/explorer, found
+// from this binary's own location; else (a build tree) the source tree's explorer/dist.
 std::string default_ui_dir() {
   if (const char* from_environment = std::getenv("SIGHTLINE_EXPLORER_DIST")) return from_environment;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path installed = self.parent_path().parent_path() / "share" / "sightline" / "explorer";
+    if (std::filesystem::exists(installed / "index.html", error)) return installed.string();
+  }
   return SIGHTLINE_EXPLORER_DIST;
 }
 
@@ -263,8 +270,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--no-token", no_token, "uploads and deletes need no token (loopback --host only)");
   serve_cmd->add_option("--allow-host", serve_options.allowed_hosts,
                         "another name clients may reach the server by (repeatable; for --host 0.0.0.0)");
-  serve_cmd->add_option("--ui", serve_ui, "the built Explorer UI (default: $SIGHTLINE_EXPLORER_DIST or the source "
-                        "tree's explorer/dist)");
+  serve_cmd->add_option("--ui", serve_ui, "the built Explorer UI (default: $SIGHTLINE_EXPLORER_DIST, else "
+                        "../share/sightline/explorer beside this binary, else the source tree's explorer/dist)");
   serve_cmd->add_option("--max-upload-mb", max_upload_mb, "largest upload accepted, in MiB")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
