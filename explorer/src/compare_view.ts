@@ -1,6 +1,6 @@
 // Compare two profiles: pick A and B, see the ranked per-executable, per-op and per-engine deltas
 // (sortable), and both system timelines stacked on one time axis, each aligned to its own start,
-// panning and zooming together (reference/neuron.md §4.2, Profile Comparison).
+// panning and zooming together (docs/hardware-model.md §4.2, Profile Comparison).
 
 import { api, type CompareAnswer, type LanesAnswer, type ProfileEntry } from './api';
 import {

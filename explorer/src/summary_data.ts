@@ -1,6 +1,6 @@
 // The Summary page's data: which of the flat summary metrics to show, with what unit, the per-engine
 // active percentages and the arithmetic-intensity verdict against the ridge point. Metric names and
-// definitions are the analysis layer's (docs/analysis.md; reference/neuron.md §3.5).
+// definitions are the analysis layer's (docs/analysis.md; docs/hardware-model.md §3.5).
 
 import type { Insight, SummaryAnswer } from './api';
 import { formatBytes } from './device_summary';

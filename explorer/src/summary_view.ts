@@ -1,6 +1,6 @@
 // The Summary page of one profile: ranked insights with their evidence and fix, key metrics with
 // units, per-engine active time as bars, MFU/MBU, and the arithmetic intensity against the ridge point
-// (reference/neuron.md §4.2, Summary Viewer).
+// (docs/hardware-model.md §4.2, Summary Viewer).
 
 import type { SummaryAnswer } from './api';
 import { escapeHtml } from './html';

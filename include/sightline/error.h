@@ -1,4 +1,4 @@
-// Errors in two tiers (see shared/STYLE.md, "errors in two tiers").
+// Errors in two tiers.
 //
 //  * sightline::Error — a user error: bad shapes, dtypes, devices, files, exhausted memory. The
 //    message says what was wrong and what would be valid, e.g.

@@ -7,7 +7,7 @@
 //   Tensor z = y.contiguous().to(DType::bf16);
 //   fmt::print("{}\n", z.to_string());
 //
-// Nouns (shared/STYLE.md): a Storage is a block of bytes on one device; a Tensor is (storage, dtype,
+// Nouns: a Storage is a block of bytes on one device; a Tensor is (storage, dtype,
 // shape, strides, offset). Views copy the metadata and share the storage. Ops on tensors are free
 // functions declared in ops.h; they go through the dispatcher (backend.h) to the backend that owns the
 // tensors' device.

@@ -1,4 +1,4 @@
-// The roofline (reference/viewers.md §5) of a profile: one point per executable and one per source op,
+// The roofline (the roofline model: Williams, Waterman, Patterson, "Roofline", CACM 2009) of a profile: one point per executable and one per source op,
 // at the HBM level, against the TensorE compute roof and the HBM bandwidth slope.
 //
 //   analysis::Roofline roof = analysis::roofline(profile_dir_load("profiles/fused"));

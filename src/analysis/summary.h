@@ -1,4 +1,4 @@
-// Summary metrics of device executions (reference/neuron.md §3.5), from an executable and its
+// Summary metrics of device executions (docs/hardware-model.md §3.5), from an executable and its
 // instruction trace: one execution, every execution of one NTFF, or a whole profile directory.
 //
 //   analysis::Summary s = analysis::summarize_profile(profile_dir_load("profiles/fused"));

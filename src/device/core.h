@@ -2,7 +2,7 @@
 //
 // Core::run does two things in one pass over the program:
 //   * timing: a deterministic discrete-event simulation of the per-engine in-order streams and the
-//     DMA queues, gated by semaphore waits, with the cost rules of reference/neuron.md §1.6 and the
+//     DMA queues, gated by semaphore waits, with the cost rules of docs/hardware-model.md §1.6 and the
 //     numbers of the Spec (see device/cost_model.h);
 //   * functional: each instruction really computes its result on host memory standing for the
 //     core's HBM, SBUF and PSUM, in float32 with round-to-nearest-even conversion to the operand dtypes.

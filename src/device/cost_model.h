@@ -1,4 +1,4 @@
-// Per-instruction costs of the simulated core (reference/neuron.md §1.6), every number from the Spec.
+// Per-instruction costs of the simulated core (docs/hardware-model.md §1.6), every number from the Spec.
 //
 //   * Vector / Scalar / GpSimd: access overhead + static overhead + inputs * N / rate cycles, where N is
 //     the free size per partition, inputs is 2 for tensor_tensor and 1 otherwise, and rate is the

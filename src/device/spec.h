@@ -1,13 +1,13 @@
 // The simulated NeuronCore's parameters, loaded from a JSON file under specs/ (or a user's file).
 //
 // Every number the simulator uses lives here and comes from the spec file, where each value carries
-// its source (reference/neuron.md section and tag). The C++ code holds no timing literal.
+// its source (docs/hardware-model.md section and tag). The C++ code holds no timing literal.
 //
 //   auto spec = sightline::device::Spec::builtin("trn2");          // NeuronCore-v3, the default
 //   auto mine = sightline::device::Spec::load("my_device.json");    // same schema, user values
 //   double ns = spec.vector.cycles_to_ns(4096);
 //
-// File schema: nested objects whose leaves are {"value": V, "source": "reference/neuron.md §x [Tag]"}.
+// File schema: nested objects whose leaves are {"value": V, "source": "docs/hardware-model.md §x [Tag]"}.
 // Unknown fields, missing fields, missing sources and out-of-range values are sightline::Error naming
 // the field and the file.
 #pragma once
@@ -54,7 +54,7 @@ struct HbmSpec {
   double bytes_per_ns = 0;      // per core, shared by all DMA queues touching HBM
 };
 
-// Per-execution costs paid by the runtime (reference/neuron.md §2.5).
+// Per-execution costs paid by the runtime (docs/hardware-model.md §2.5).
 struct RuntimeCostSpec {
   double submission_ns = 0;         // launch overhead of every execution
   double executable_switch_ns = 0;  // the core last ran a different executable

@@ -3,7 +3,7 @@
 // The manifest is written last (see formats/output_dir.h): a directory without a valid manifest is an
 // incomplete export and readers refuse it. It names the capture (modes, cores), the device spec the
 // times were modeled with, how many events were recorded and dropped, and every other file with its
-// pairing hash (reference/neuron.md §3.2). docs/formats.md has the schema table.
+// pairing hash (docs/hardware-model.md §3.2). docs/formats.md has the schema table.
 //
 //   Manifest m;                                   // sightline version and format version preset
 //   m.created_utc = manifest_now_utc();

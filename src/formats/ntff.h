@@ -1,7 +1,7 @@
 // NTFF-like instruction-trace files: the per-instruction device trace of one (executable, captured core)
 // pair, in a compact, versioned, checksummed binary.
 //
-// Naming and pairing (reference/neuron.md §3.2): the file is `<hash>_instid_0_vnc_<core>.ntff`, where
+// Naming and pairing (docs/hardware-model.md §3.2): the file is `<hash>_instid_0_vnc_<core>.ntff`, where
 // <hash> is the 16 hex digit content hash of the executable (formats::neff_hash), so it pairs with the
 // executable file `neff_<hash>.neff` of the same directory. One file holds every captured execution of
 // that executable on that core, in submission order.

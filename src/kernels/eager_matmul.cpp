@@ -13,7 +13,7 @@
 // each panel is reloaded once per a^T block, `m_block` as large as SBUF allows.
 //
 // Feeding the Tensor engine under the DMA cost model (a transfer pays ~1.3 us of fixed cost before
-// its bytes move at ~23 B/ns per queue, reference/neuron.md §1.4):
+// its bytes move at ~23 B/ns per queue, docs/hardware-model.md §1.4):
 //   * loads are few and large (kLoadPieceBytes), except a short ramp of smaller pieces at the start
 //     so the first matmuls need not wait for a large transfer;
 //   * while a block's a^T still arrives, the K loop runs outermost over a group of every PSUM bank,

@@ -1,4 +1,4 @@
-// Profiling the neuron device, shaped like TorchNeuron's API (reference/neuron.md §5.1):
+// Profiling the neuron device, shaped like TorchNeuron's API (docs/hardware-model.md §5.1):
 //
 //   auto cfg = std::make_shared<neuron::NeuronConfig>();
 //   cfg->profile_output_dir = "profiles/rmsnorm_naive";

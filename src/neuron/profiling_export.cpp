@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The runtime's system trace, one JSON object per event in the style of the Neuron runtime's
-// system-trace events (reference/neuron.md §2.4), with absolute wall-clock ns timestamps.
+// system-trace events (docs/hardware-model.md §2.4), with absolute wall-clock ns timestamps.
 void write_system_trace(const fs::path& path, const NeuronCapture& capture, const profiler::CollectedTrace& trace) {
   std::string text;
   {

@@ -1,4 +1,4 @@
-// runtime/: an NRT-like runtime over simulated NeuronCores (reference/neuron.md §2).
+// runtime/: an NRT-like runtime over simulated NeuronCores (docs/hardware-model.md §2).
 //
 //   runtime::Runtime rt(device::Spec::builtin("trn2"));
 //   auto exe = rt.load(0, std::make_shared<device::Executable>(build_my_kernel()));

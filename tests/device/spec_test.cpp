@@ -82,13 +82,13 @@ TEST(DeviceSpec, ValidationNamesFieldAndFile) {
   e = parse_error(replace(trn2_text(), "\"banks\"", "\"bank_count\""));
   EXPECT_NE(e.find("psum.banks"), std::string::npos) << e;
 
-  e = parse_error(replace(trn2_text(), "\"source\": \"reference/neuron.md §1.3: 128 partitions [A2]\"",
+  e = parse_error(replace(trn2_text(), "\"source\": \"docs/hardware-model.md §1.3: 128 partitions [A2]\"",
                           "\"source\": \"\""));
   EXPECT_NE(e.find("partitions"), std::string::npos) << e;
   EXPECT_NE(e.find("source"), std::string::npos) << e;
 
-  e = parse_error(replace(trn2_text(), "\"value\": 128, \"source\": \"reference/neuron.md §1.3",
-                          "\"value\": 12.5, \"source\": \"reference/neuron.md §1.3"));
+  e = parse_error(replace(trn2_text(), "\"value\": 128, \"source\": \"docs/hardware-model.md §1.3",
+                          "\"value\": 12.5, \"source\": \"docs/hardware-model.md §1.3"));
   EXPECT_NE(e.find("integer"), std::string::npos) << e;
 
   e = parse_error(replace(trn2_text(), "\"runtime\": {",

@@ -1,4 +1,4 @@
-// Timing-model tests: costs follow reference/neuron.md §1.6 with the numbers of the spec.
+// Timing-model tests: costs follow docs/hardware-model.md §1.6 with the numbers of the spec.
 #include <gtest/gtest.h>
 
 #include "device/core.h"
