@@ -63,6 +63,9 @@ class Dims {
 
 // A device is a registered backend plus an index: "cpu", "neuron:0". Backend ids come from the
 // backend registry (backend.h); the cpu backend is simply the first one registered.
+// How many backends the registry holds (register_backend refuses more); Device::backend indexes them.
+inline constexpr size_t kMaxBackends = 16;
+
 struct Device {
   uint8_t backend = 0;
   int16_t index = 0;

@@ -5,8 +5,6 @@
 namespace sightline {
 namespace {
 
-constexpr size_t kMaxBackends = 16;
-
 // Backends are registered once and never removed, so readers index `slots` without a lock once
 // they have seen `count` (release/acquire).
 struct Registry {

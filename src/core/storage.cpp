@@ -12,7 +12,6 @@ namespace {
 
 // Live bytes per (backend, device index). Backends are few and registered at start; indices beyond
 // the table are not counted (memory_allocated reports 0 for them).
-constexpr size_t kMaxBackends = 32;
 constexpr size_t kMaxIndices = 256;
 std::array<std::atomic<int64_t>, kMaxBackends * kMaxIndices> g_allocated{};
 

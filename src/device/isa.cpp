@@ -67,84 +67,33 @@ std::string_view memory_name(Memory m) {
 
 std::string_view opcode_name(Opcode op) {
   switch (op) {
-    case Opcode::matmul:
-      return "MATMUL";
-    case Opcode::tensor_tensor:
-      return "TENSOR_TENSOR";
-    case Opcode::tensor_scalar:
-      return "TENSOR_SCALAR";
-    case Opcode::tensor_reduce:
-      return "TENSOR_REDUCE";
-    case Opcode::bn_stats:
-      return "BN_STATS";
-    case Opcode::tensor_copy:
-      return "TENSOR_COPY";
-    case Opcode::activate:
-      return "ACTIVATE";
-    case Opcode::iota:
-      return "IOTA";
-    case Opcode::partition_all_reduce:
-      return "PARTITION_ALL_REDUCE";
-    case Opcode::dma_copy:
-      return "DMA_COPY";
-    case Opcode::dma_gather:
-      return "DMA_GATHER";
+#define SIGHTLINE_ISA_NAME(name, text) \
+  case Opcode::name:                 \
+    return text;
+    SIGHTLINE_OPCODE_TABLE(SIGHTLINE_ISA_NAME)
+#undef SIGHTLINE_ISA_NAME
   }
   return "?";
 }
 
 std::string_view alu_op_name(AluOp op) {
   switch (op) {
-    case AluOp::add:
-      return "add";
-    case AluOp::subtract:
-      return "subtract";
-    case AluOp::multiply:
-      return "multiply";
-    case AluOp::divide:
-      return "divide";
-    case AluOp::max:
-      return "max";
-    case AluOp::min:
-      return "min";
-    case AluOp::pow:
-      return "pow";
-    case AluOp::bypass:
-      return "bypass";
+#define SIGHTLINE_ISA_NAME(name, text) \
+  case AluOp::name:                 \
+    return text;
+    SIGHTLINE_ALU_OP_TABLE(SIGHTLINE_ISA_NAME)
+#undef SIGHTLINE_ISA_NAME
   }
   return "?";
 }
 
-std::string_view act_func_name(ActFunc f) {
-  switch (f) {
-    case ActFunc::identity:
-      return "identity";
-    case ActFunc::exp:
-      return "exp";
-    case ActFunc::log:
-      return "log";
-    case ActFunc::sqrt:
-      return "sqrt";
-    case ActFunc::rsqrt:
-      return "rsqrt";
-    case ActFunc::reciprocal:
-      return "reciprocal";
-    case ActFunc::tanh:
-      return "tanh";
-    case ActFunc::sigmoid:
-      return "sigmoid";
-    case ActFunc::relu:
-      return "relu";
-    case ActFunc::silu:
-      return "silu";
-    case ActFunc::gelu_tanh:
-      return "gelu_tanh";
-    case ActFunc::square:
-      return "square";
-    case ActFunc::abs:
-      return "abs";
-    case ActFunc::neg:
-      return "neg";
+std::string_view act_func_name(ActFunc op) {
+  switch (op) {
+#define SIGHTLINE_ISA_NAME(name, text) \
+  case ActFunc::name:                 \
+    return text;
+    SIGHTLINE_ACT_FUNC_TABLE(SIGHTLINE_ISA_NAME)
+#undef SIGHTLINE_ISA_NAME
   }
   return "?";
 }

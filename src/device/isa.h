@@ -32,51 +32,71 @@ inline constexpr int kEngineCount = 5;
 enum class Memory : uint8_t { none, hbm, sbuf, psum };
 inline constexpr int kMemoryCount = 4;
 
-enum class Opcode : uint8_t {
-  // Tensor engine: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
-  matmul,
-  // Vector engine.
-  tensor_tensor,  // dst = alu(src0, src1)
-  tensor_scalar,  // dst = alu(src0, s): s = src1[p, 0] when src1 is set, else imm0; flag reverse: alu(s,
-                  // src0)
-  tensor_reduce,  // dst[p, 0] = reduce(alu) over every free element of src0[p, :]; alu is add or max/min
-  bn_stats,       // dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]
-  tensor_copy,    // dst = src0 with dtype conversion
-  // Scalar engine: dst = func(src0 * scale + bias); scale = src1[p, 0] when set, else imm0; bias = imm1.
-  // With an `aux` operand, aux[p, 0] = sum over the free axis of the results (activation-accumulate).
-  activate,
-  // GpSimd engine.
-  iota,                  // dst[p, i] = imm0 + imm1 * p + i (i = flat free index)
-  partition_all_reduce,  // dst[p, i] = reduce(alu) over q of src0[q, i], for every p in dst
-  // DMA queue: dst = src0 with dtype conversion; HBM<->SBUF, SBUF<->SBUF, PSUM->SBUF, HBM<->HBM.
-  dma_copy,
-  // DMA queue, indirect: dst[p, :] = row src1[p, 0] of the table src0 (an HBM pattern whose partitions
-  // are the table's rows). src1 is an SBUF [p, 1] i32 tile of row indices; an index outside
-  // 0..rows-1 is an error. What embedding lookups use (descriptors generated from the indices).
-  dma_gather,
-};
-inline constexpr int kOpcodeCount = 11;
+// The instruction set as X-macro tables (name, profiler name): the enums, their counts and their
+// names are generated from them, so a count cannot drift from its enum.
+//
+// Tensor engine: matmul: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
+// Vector engine: tensor_tensor: dst = alu(src0, src1); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
+//   when src1 is set, else imm0 (flag reverse: alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu)
+//   over every free element of src0[p, :], alu add or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] =
+//   population variance of src0[p, :]; tensor_copy: dst = src0 with dtype conversion.
+// Scalar engine: activate: dst = func(src0 * scale + bias), scale = src1[p, 0] when set, else imm0;
+//   bias = imm1. With an `aux` operand, aux[p, 0] = sum over the free axis of the results.
+// GpSimd engine: iota: dst[p, i] = imm0 + imm1 * p + i (i = flat free index); partition_all_reduce:
+//   dst[p, i] = reduce(alu) over q of src0[q, i], for every p in dst.
+// DMA queue: dma_copy: dst = src0 with dtype conversion (HBM<->SBUF, SBUF<->SBUF, PSUM->SBUF,
+//   HBM<->HBM); dma_gather: dst[p, :] = row src1[p, 0] of the table src0 (an HBM pattern whose
+//   partitions are the table's rows), src1 an SBUF [p, 1] i32 tile of row indices, an index outside
+//   0..rows-1 an error: what embedding lookups use.
+#define SIGHTLINE_OPCODE_TABLE(X)                     \
+  X(matmul, "MATMUL")                                 \
+  X(tensor_tensor, "TENSOR_TENSOR")                   \
+  X(tensor_scalar, "TENSOR_SCALAR")                   \
+  X(tensor_reduce, "TENSOR_REDUCE")                   \
+  X(bn_stats, "BN_STATS")                             \
+  X(tensor_copy, "TENSOR_COPY")                       \
+  X(activate, "ACTIVATE")                             \
+  X(iota, "IOTA")                                     \
+  X(partition_all_reduce, "PARTITION_ALL_REDUCE")     \
+  X(dma_copy, "DMA_COPY")                             \
+  X(dma_gather, "DMA_GATHER")
 
-enum class AluOp : uint8_t { add, subtract, multiply, divide, max, min, pow, bypass };
-inline constexpr int kAluOpCount = 8;
+#define SIGHTLINE_ALU_OP_TABLE(X) \
+  X(add, "add")                   \
+  X(subtract, "subtract")         \
+  X(multiply, "multiply")         \
+  X(divide, "divide")             \
+  X(max, "max")                   \
+  X(min, "min")                   \
+  X(pow, "pow")                   \
+  X(bypass, "bypass")
 
-enum class ActFunc : uint8_t {
-  identity,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  reciprocal,
-  tanh,
-  sigmoid,
-  relu,
-  silu,
-  gelu_tanh,
-  square,
-  abs,
-  neg
-};
-inline constexpr int kActFuncCount = 14;
+#define SIGHTLINE_ACT_FUNC_TABLE(X) \
+  X(identity, "identity")           \
+  X(exp, "exp")                     \
+  X(log, "log")                     \
+  X(sqrt, "sqrt")                   \
+  X(rsqrt, "rsqrt")                 \
+  X(reciprocal, "reciprocal")       \
+  X(tanh, "tanh")                   \
+  X(sigmoid, "sigmoid")             \
+  X(relu, "relu")                   \
+  X(silu, "silu")                   \
+  X(gelu_tanh, "gelu_tanh")         \
+  X(square, "square")               \
+  X(abs, "abs")                     \
+  X(neg, "neg")
+
+#define SIGHTLINE_ISA_ENUMERATOR(name, text) name,
+#define SIGHTLINE_ISA_COUNT(name, text) +1
+enum class Opcode : uint8_t { SIGHTLINE_OPCODE_TABLE(SIGHTLINE_ISA_ENUMERATOR) };
+inline constexpr int kOpcodeCount = 0 SIGHTLINE_OPCODE_TABLE(SIGHTLINE_ISA_COUNT);
+enum class AluOp : uint8_t { SIGHTLINE_ALU_OP_TABLE(SIGHTLINE_ISA_ENUMERATOR) };
+inline constexpr int kAluOpCount = 0 SIGHTLINE_ALU_OP_TABLE(SIGHTLINE_ISA_COUNT);
+enum class ActFunc : uint8_t { SIGHTLINE_ACT_FUNC_TABLE(SIGHTLINE_ISA_ENUMERATOR) };
+inline constexpr int kActFuncCount = 0 SIGHTLINE_ACT_FUNC_TABLE(SIGHTLINE_ISA_COUNT);
+#undef SIGHTLINE_ISA_COUNT
+#undef SIGHTLINE_ISA_ENUMERATOR
 
 // Instruction flag bits.
 inline constexpr uint8_t kFlagAccumulate = 1;  // matmul: add into PSUM instead of overwriting
