@@ -23,9 +23,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "analysis/trace_json.h"
 #include "device/isa.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
+#include "sightline/profiler/key_averages.h"
 
 namespace sightline::server {
 namespace {
@@ -43,7 +45,6 @@ std::string lower(std::string_view text) {
 }
 
 bool is_hardware_lane(const Lane& lane) { return lane.name.find("_hw/") != std::string::npos; }
-bool is_framework_lane(const Lane& lane) { return lane.name.find("/framework/") != std::string::npos; }
 
 std::optional<uint64_t> parse_neff_hash(std::string_view neff) {
   if (neff.starts_with("neff_")) neff.remove_prefix(5);
@@ -1024,71 +1025,42 @@ nlohmann::json ProfileIndex::search(std::string_view text, size_t limit) const {
 }
 
 nlohmann::json ProfileIndex::key_averages() const {
-  // Device time per framework op: hardware events carry the "External id" of the op that caused them.
-  std::unordered_map<int64_t, double> device_by_external_id;
-  for (const Lane& lane : lanes_) {
-    if (!is_hardware_lane(lane)) continue;
-    for (uint32_t id : lane.events) {
-      if (events_[id].external_id != 0) device_by_external_id[events_[id].external_id] += events_[id].dur_us;
-    }
-  }
-  struct Row {
-    uint64_t count = 0;
-    double cpu_total = 0, self_cpu = 0, device_total = 0, self_device = 0;
-  };
-  std::map<std::string, Row> rows;
-  for (const Lane& lane : lanes_) {
-    if (!is_framework_lane(lane)) continue;
-    // Walk the lane keeping the open ancestors; a child's time leaves its parent's self time.
-    std::vector<uint32_t> stack;
-    std::vector<double> self_cpu(lane.events.size()), self_device(lane.events.size()),
-        device_total(lane.events.size());
-    std::unordered_map<uint32_t, size_t> position;
-    for (size_t i = 0; i < lane.events.size(); ++i) position[lane.events[i]] = i;
-    std::vector<int64_t> parent(lane.events.size(), -1);
-    for (size_t i = 0; i < lane.events.size(); ++i) {
-      const TraceEvent& event = events_[lane.events[i]];
-      while (!stack.empty() && events_[stack.back()].depth >= event.depth) stack.pop_back();
-      if (!stack.empty()) parent[i] = static_cast<int64_t>(position[stack.back()]);
-      stack.push_back(lane.events[i]);
-      self_cpu[i] = event.dur_us;
-      if (auto device = device_by_external_id.find(event.external_id);
-          event.external_id != 0 && device != device_by_external_id.end()) {
-        self_device[i] = device->second;
-      }
-      device_total[i] = self_device[i];
-    }
-    for (size_t i = lane.events.size(); i-- > 0;) {
-      if (parent[i] < 0) continue;
-      self_cpu[static_cast<size_t>(parent[i])] -= events_[lane.events[i]].dur_us;
-      device_total[static_cast<size_t>(parent[i])] += device_total[i];
-    }
-    for (size_t i = 0; i < lane.events.size(); ++i) {
-      Row& row = rows[names_[events_[lane.events[i]].name]];
-      ++row.count;
-      row.cpu_total += events_[lane.events[i]].dur_us;
-      row.self_cpu += std::max(0.0, self_cpu[i]);
-      row.self_device += self_device[i];
-      row.device_total += device_total[i];
-    }
-  }
+  // One reader and one table: trace.json read back as the CLI's `sightline table` reads it
+  // (analysis/trace_json), averaged by the profiler's own key_averages, so the Explorer's table is
+  // the live one (ProfilerStep#N merged into ProfilerStep*, torch's self times), computed once.
+  std::lock_guard lock(key_averages_mutex_);
+  if (key_averages_) return *key_averages_;
+  const std::string path = (dir_ / "trace.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RequestError(404, fmt::format("{} cannot be read", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  const profiler::CollectedTrace trace = analysis::trace_json_parse(text.str(), path);
+  const std::string device = analysis::trace_json_device_name(text.str());
+  const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
   json table = json::array();
   double self_cpu_total = 0, self_device_total = 0;
-  for (const auto& [name, row] : rows) {
-    self_cpu_total += row.self_cpu;
-    self_device_total += row.self_device;
-    table.push_back({{"name", name},
+  for (const profiler::FunctionEventAvg& row : averages.rows()) {
+    self_cpu_total += static_cast<double>(row.self_cpu_time_total_ns) / 1e3;
+    self_device_total += static_cast<double>(row.self_device_time_total_ns) / 1e3;
+    table.push_back({{"name", row.key},
                      {"count", row.count},
-                     {"cpu_total_us", row.cpu_total},
-                     {"self_cpu_us", row.self_cpu},
-                     {"device_total_us", row.device_total},
-                     {"self_device_us", row.self_device}});
+                     {"cpu_total_us", static_cast<double>(row.cpu_time_total_ns) / 1e3},
+                     {"self_cpu_us", static_cast<double>(row.self_cpu_time_total_ns) / 1e3},
+                     {"device_total_us", static_cast<double>(row.device_time_total_ns) / 1e3},
+                     {"self_device_us", static_cast<double>(row.self_device_time_total_ns) / 1e3}});
   }
-  return {{"source", "rebuilt from trace.json"},
-          {"device", "NEURON"},
-          {"rows", table},
-          {"self_cpu_total_us", self_cpu_total},
-          {"self_device_total_us", self_device_total}};
+  std::string upper = device;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  json notes = json::array();
+  for (const std::string& note : averages.notes()) notes.push_back(note);
+  key_averages_ = json{{"source", "trace.json through analysis::trace_json and profiler::key_averages"},
+                       {"device", upper},
+                       {"rows", table},
+                       {"notes", notes},
+                       {"self_cpu_total_us", self_cpu_total},
+                       {"self_device_total_us", self_device_total}};
+  return *key_averages_;
 }
 
 std::shared_ptr<const ProfileIndex::DeviceTrace> ProfileIndex::device_trace(uint64_t neff_hash,

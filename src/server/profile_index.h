@@ -134,6 +134,8 @@ class ProfileIndex {
   double start_us_ = 0;
   double end_us_ = 0;
   mutable std::mutex device_mutex_;
+  mutable std::mutex key_averages_mutex_;
+  mutable std::optional<nlohmann::json> key_averages_;  // computed on first request
   mutable std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const DeviceTrace>> device_traces_;
 };
 
