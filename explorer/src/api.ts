@@ -15,6 +15,7 @@ export interface ProfileEntry {
     captured_cores: number[];
     events: { framework: number; runtime: number; hardware: number; instruction_records: number };
     dropped: number;
+    timing?: { host_clock: string; functional: boolean; simulation_wall_ns: number; left_out: number };
     files: number;
     bytes: number;
   };

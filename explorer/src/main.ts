@@ -112,7 +112,7 @@ async function showProfiles(): Promise<void> {
     ? '<p class="muted" data-testid="profile-list">No profile directories (with a manifest.json) under the served directory.</p>'
     : `<table class="grid" data-testid="profile-list"><tr><th>Name</th><th>Created (UTC)</th><th>Device</th>
        <th class="num">Framework</th><th class="num">Runtime</th><th class="num">Hardware</th>
-       <th class="num">Instructions</th><th class="num">Dropped</th><th></th></tr>${rows}</table>`}
+       <th class="num">Instructions</th><th class="num">Dropped</th><th>Host clock</th><th></th></tr>${rows}</table>`}
     ${UPLOAD_FORM}</div>`;
   app.querySelectorAll<HTMLButtonElement>('button[data-delete]').forEach((button) =>
     button.addEventListener('click', () => {
@@ -194,13 +194,27 @@ function profileRow(p: ProfileEntry): string {
   const link = `<a href="${formatRoute({ profile: p.name })}" data-profile="${escapeHtml(p.name)}">${escapeHtml(p.name)}</a>`;
   const remove = `<button class="link" data-delete="${escapeHtml(p.name)}">delete</button>`;
   if (!p.ok || !p.manifest) {
-    return `<tr><td>${escapeHtml(p.name)}</td><td colspan="7" class="muted">unreadable: ${escapeHtml(p.error ?? '')}</td>` +
+    return `<tr><td>${escapeHtml(p.name)}</td><td colspan="8" class="muted">unreadable: ${escapeHtml(p.error ?? '')}</td>` +
       `<td>${remove}</td></tr>`;
   }
   const m = p.manifest;
   return `<tr><td>${link}</td><td>${escapeHtml(m.created_utc)}</td><td>${escapeHtml(m.device)} (${escapeHtml(m.core_version)})</td>` +
     `<td class="num">${m.events.framework}</td><td class="num">${m.events.runtime}</td><td class="num">${m.events.hardware}</td>` +
-    `<td class="num">${m.events.instruction_records}</td><td class="num">${m.dropped}</td><td>${remove}</td></tr>`;
+    `<td class="num">${m.events.instruction_records}</td><td class="num">${m.dropped}</td><td>${clockCell(m.timing)}</td>` +
+    `<td>${remove}</td></tr>`;
+}
+
+// The clock the profile's times come from; the simulator's wall time is shown as what it is, a measured
+// figure apart from every time in the profile.
+function clockCell(timing: NonNullable<ProfileEntry['manifest']>['timing']): string {
+  if (!timing) return '<span class="muted">unknown</span>';
+  const wall = timing.simulation_wall_ns >= 1e9 ? `${(timing.simulation_wall_ns / 1e9).toFixed(2)} s`
+    : `${(timing.simulation_wall_ns / 1e6).toFixed(1)} ms`;
+  const simulated = `simulated in ${wall} of wall time (measured, not part of any time shown)`;
+  const notes = [timing.functional ? '' : 'timing only', timing.left_out > 0 ? `${timing.left_out} left out` : '']
+    .filter((s) => s !== '').join(', ');
+  return `<span title="${escapeHtml(simulated)}" data-testid="host-clock">${escapeHtml(timing.host_clock)}` +
+    `${notes ? ` (${escapeHtml(notes)})` : ''}</span>`;
 }
 
 // ---- Profile view ---------------------------------------------------------------------------------

@@ -62,6 +62,12 @@ json manifest_summary(const formats::Manifest& manifest) {
             {"hardware", manifest.events.hardware},
             {"instruction_records", manifest.events.instruction_records}}},
           {"dropped", manifest.dropped.total()},
+          // Which host clock the times come from, and what the simulator cost (measured, apart).
+          {"timing",
+           {{"host_clock", manifest.timing.host_clock.empty() ? "unknown" : manifest.timing.host_clock},
+            {"functional", manifest.timing.functional},
+            {"simulation_wall_ns", manifest.timing.simulation_wall_ns},
+            {"left_out", manifest.timing.not_completed + manifest.timing.earlier_steps}}},
           {"files", manifest.files.size()},
           {"bytes", bytes}};
 }

@@ -40,6 +40,9 @@ try {
   await page.waitForSelector('[data-testid="profile-list"]');
   const names = await page.$$eval('[data-testid="profile-list"] a[data-profile]', (links) => links.map((a) => a.textContent));
   check(names.includes('naive') && names.includes('fused'), `profile list shows naive and fused (${names.join(', ')})`);
+  const clocks = await page.$$eval('[data-testid="host-clock"]', (cells) => cells.map((c) => [c.textContent, c.title]));
+  check(clocks.length >= 2 && clocks.every(([text, title]) => text === 'modeled' && /simulated in [0-9.]+ m?s of wall time/.test(title)),
+    `each profile says its host clock is modeled and what the simulator cost, apart (${JSON.stringify(clocks.slice(0, 2))})`);
   await shot('01-profiles.png');
 
   // Open the naive profile; find an aten::mul with search, then select it by clicking its box on the canvas.
