@@ -129,7 +129,7 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large
     fail("device spec '{}': not valid JSON: {}", origin, e.what());
   }
   if (!root.is_object()) fail("device spec '{}': the top level must be a JSON object", origin);

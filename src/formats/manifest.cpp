@@ -178,10 +178,13 @@ Json device_json(const device::Spec& s) {
                       {"executable_switch_ns", s.runtime.executable_switch_ns},
                       {"completion_ns", s.runtime.completion_ns},
                       {"first_load_ns", s.runtime.first_load_ns}};
-  j["host"] = Json{{"framework_op_ns", s.host.framework_op_ns},
-                   {"runtime_call_ns", s.host.runtime_call_ns},
-                   {"allocation_ns", s.host.allocation_ns},
-                   {"copy_bytes_per_ns", s.host.copy_bytes_per_ns}};
+  // A spec read from a manifest written before the host model has no host costs: write none back.
+  if (s.host.copy_bytes_per_ns > 0) {
+    j["host"] = Json{{"framework_op_ns", s.host.framework_op_ns},
+                     {"runtime_call_ns", s.host.runtime_call_ns},
+                     {"allocation_ns", s.host.allocation_ns},
+                     {"copy_bytes_per_ns", s.host.copy_bytes_per_ns}};
+  }
   return j;
 }
 
@@ -379,7 +382,7 @@ Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number too large
     fail("manifest '{}': not valid JSON ({}); the export was interrupted or the file was edited", origin,
          e.what());
   }

@@ -101,3 +101,15 @@ TEST(DeviceSpec, ValidationNamesFieldAndFile) {
 
 }  // namespace
 }  // namespace sightline::device
+
+namespace sightline::device {
+namespace {
+
+// Found by manifest_fuzz (the same reader shape): a number too large for any type is a named error.
+TEST(DeviceSpec, NumbersTooLargeForAnyTypeAreANamedError) {
+  const std::string e = parse_error(replace(trn2_text(), "\"value\": 0.96", "\"value\": 96e9999"));
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sightline::device

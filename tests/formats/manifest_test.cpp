@@ -238,3 +238,38 @@ TEST(Manifest, SaveAndLoadFromFileOrDirectory) {
 
 }  // namespace
 }  // namespace sightline::formats
+
+namespace sightline::formats {
+namespace {
+
+// Found by manifest_fuzz: a number too large for any C++ type escaped the reader as nlohmann's
+// out_of_range instead of a sightline::Error.
+TEST(Manifest, NumbersTooLargeForAnyTypeAreANamedError) {
+  std::string text = manifest_serialize(sample());
+  text.replace(text.find("\"format_version\": 1"), std::string("\"format_version\": 1").size(),
+               "\"format_version\": 80e793");
+  const std::string e = error_of(text);
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sightline::formats
+
+namespace sightline::formats {
+namespace {
+
+// Found by manifest_fuzz: a manifest from before the host model (no device.host) was read, but the
+// writer then wrote host costs of 0, which its reader refuses. What the reader accepts, the writer
+// writes back readable.
+TEST(Manifest, AManifestWithoutHostCostsRoundTrips) {
+  auto j = nlohmann::ordered_json::parse(manifest_serialize(sample()));
+  j["device"].erase("host");
+  const Manifest old = manifest_parse(j.dump(), "old.json");
+  EXPECT_EQ(old.device.host.copy_bytes_per_ns, 0);
+  const std::string text = manifest_serialize(old);
+  EXPECT_NO_THROW(manifest_parse(text, "again.json"));
+  EXPECT_EQ(manifest_serialize(manifest_parse(text, "again.json")), text);
+}
+
+}  // namespace
+}  // namespace sightline::formats
