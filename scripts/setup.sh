@@ -7,11 +7,13 @@ cd "$(dirname "$0")/.."
 
 build_dir=${1:-build}
 
-# Debian packages: toolchain, C++ libraries, and what the tests use.
+# Debian packages: toolchain, C++ libraries, and what the tests use (clang and its libFuzzer runtime
+# for scripts/fuzz.sh).
 packages=(
   g++ cmake ninja-build pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   chromium
 )
 # Node.js and npm for the Explorer; a machine that has them already (any recent version) keeps its own.

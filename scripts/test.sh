@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: the suite in a Release build with warnings as errors, again under ASan+UBSan, and the
-# threaded tests under TSan. Fails on the first red step.
+# Every test (docs/testing.md): the suite in a Release build with warnings as errors, the installed
+# SDK, the Explorer, the suite under ASan+UBSan, the threaded tests under TSan, and fuzzing. Fails on
+# the first red step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -35,3 +36,6 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
   -DSIGHTLINE_BUILD_BENCH=OFF -DSIGHTLINE_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target sightline_threads_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/tests/tsan.supp" ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L threads --no-tests=error
+
+step "fuzzing every reader of our file formats (libFuzzer, ASan+UBSan), fixed seed and runs"
+scripts/fuzz.sh
