@@ -25,6 +25,7 @@
 #include "sightline/profiler/profile.h"
 #include "sightline/compile.h"
 #include "sightline/sightline.h"
+#include "study_util.h"
 
 using namespace sightline;
 using ::testing::HasSubstr;
@@ -34,15 +35,9 @@ using nlohmann::json;
 
 namespace {
 
-Tensor rms_norm_naive(const Tensor& x, const Tensor& w) {
-  return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
-}
+using test::rms_norm_naive;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("sightline_modeled_{}_{}", name, ::getpid());
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_dir("modeled", name); }
 
 struct Study {
   std::string table;

@@ -16,6 +16,7 @@
 #include "neuron/profiling.h"
 #include "sightline/profiler/profile.h"
 #include "sightline/sightline.h"
+#include "study_util.h"
 
 using namespace sightline;
 using ::testing::HasSubstr;
@@ -23,15 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Tensor rms_norm_naive(const Tensor& x, const Tensor& w) {
-  return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
-}
+using test::rms_norm_naive;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("sightline_profiling_{}_{}", name, ::getpid());
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return test::fresh_dir("profiling", name); }
 
 struct Profiled {
   std::string table;
