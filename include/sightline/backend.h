@@ -63,6 +63,11 @@ static_assert(kOpCount <= 64, "grow Backend::kernels");
 
 // Registers a backend and returns its id (the Device::backend of its devices). Names are unique.
 uint8_t register_backend(std::unique_ptr<Backend> backend);
+// Registers the backend `factory` makes the first time the registry is used (or at once, when it
+// already has been), after cpu. For a backend linked into the program that must exist before the
+// program's first tensor without anyone calling it: neuron registers this way from a static
+// initializer of its own layer.
+void register_backend_factory(std::unique_ptr<Backend> (*factory)());
 // The backend with this id or name; find_backend returns nullptr for an unknown name.
 Backend& backend(uint8_t id);
 Backend* find_backend(std::string_view name);

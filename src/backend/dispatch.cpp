@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "sightline/host_clock.h"
-#include "ops/view_ops.h"
+#include "backend/view_ops.h"
 #include "sightline/backend.h"
 
 namespace sightline {

@@ -1,6 +1,8 @@
 #include <mutex>
+#include <vector>
 
-#include "backend/builtin_backends.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/device_names.h"
 
 namespace sightline {
 namespace {
@@ -20,10 +22,35 @@ Registry& raw_registry() {
 
 uint8_t add_backend(std::unique_ptr<Backend> b);
 
-// The built-in backends are registered before any other, on first use of the registry.
+using BackendFactory = std::unique_ptr<Backend> (*)();
+
+// Factories of backends linked into the program (neuron's registers from its own layer at static
+// initialization) that wait for the registry's first use. Guarded by `mutex`; `started` turns true
+// once the registry has been initialized, after which a factory runs at once.
+struct Pending {
+  std::mutex mutex;
+  std::vector<BackendFactory> factories;
+  bool started = false;
+};
+
+Pending& pending() {
+  static Pending p;
+  return p;
+}
+
+// On first use: cpu first (so that Device::cpu() is backend id 0), then every factory registered
+// before this point, in registration order.
 Registry& registry() {
   static const bool initialized = [] {
-    for (auto& b : builtin_backends()) add_backend(std::move(b));
+    add_backend(make_cpu_backend());
+    std::vector<BackendFactory> factories;
+    {
+      Pending& p = pending();
+      std::lock_guard lock(p.mutex);
+      factories.swap(p.factories);
+      p.started = true;
+    }
+    for (BackendFactory factory : factories) add_backend(factory());
     return true;
   }();
   (void)initialized;
@@ -43,6 +70,7 @@ uint8_t add_backend(std::unique_ptr<Backend> b) {
                     b->name());
   }
   SIGHTLINE_CHECK(n < kMaxBackends, "register_backend: at most {} backends can be registered", kMaxBackends);
+  set_device_type_name(static_cast<uint8_t>(n), b->name());
   r.slots[n] = std::move(b);
   r.count.store(n + 1, std::memory_order_release);
   return static_cast<uint8_t>(n);
@@ -53,6 +81,19 @@ uint8_t add_backend(std::unique_ptr<Backend> b) {
 uint8_t register_backend(std::unique_ptr<Backend> b) {
   registry();
   return add_backend(std::move(b));
+}
+
+void register_backend_factory(BackendFactory factory) {
+  SIGHTLINE_CHECK(factory != nullptr, "register_backend_factory: null factory");
+  {
+    Pending& p = pending();
+    std::lock_guard lock(p.mutex);
+    if (!p.started) {
+      p.factories.push_back(factory);
+      return;
+    }
+  }
+  register_backend(factory());
 }
 
 Backend& backend(uint8_t id) {
@@ -80,17 +121,7 @@ std::vector<std::string> backend_names() {
 
 void synchronize(Device device) { backend(device.backend).synchronize(device); }
 
-// ---- Device: names come from the registry ----
-
-Device Device::cpu() { return Device{0, 0}; }
-
-bool Device::is_cpu() const { return backend == 0; }
-
-std::string Device::to_string() const {
-  const Backend& b = sightline::backend(backend);
-  if (is_cpu()) return b.name();
-  return fmt::format("{}:{}", b.name(), index);
-}
+// ---- Device::parse: names are looked up in the registry (core keeps a copy for to_string) ----
 
 Device Device::parse(std::string_view text) {
   const size_t colon = text.find(':');

@@ -1,10 +1,11 @@
-// Storage lifetime: the accounting behind memory_allocated() and the [memory] records of
-// profile_memory. Every backend's allocation passes through here, so one place covers them all.
+// Storage lifetime: the accounting behind memory_allocated() and, through the memory observer the
+// profiler installs (core/memory_hook.h), the [memory] records of profile_memory. Every backend's
+// allocation passes through here, so one place covers them all.
 #include <array>
 #include <atomic>
 #include <cstdint>
 
-#include "sightline/profiler/record.h"
+#include "core/memory_hook.h"
 #include "sightline/tensor.h"
 
 namespace sightline {
@@ -22,15 +23,17 @@ std::atomic<int64_t>* counter(Device device) {
   return &g_allocated[device.backend * kMaxIndices + static_cast<size_t>(device.index)];
 }
 
+std::atomic<MemoryObserver> g_memory_observer{nullptr};
+
 void record(const Storage& storage, int64_t bytes, int64_t total) {
-  if (!profiler::memory_requested()) return;
-  const Device device = storage.device();
-  const int16_t index = device.is_cpu() ? int16_t{-1} : device.index;
-  const void* identity = storage.data() != nullptr ? storage.data() : storage.backend_context();
-  profiler::record_memory(index, reinterpret_cast<uintptr_t>(identity), bytes, total, total);
+  if (MemoryObserver observer = g_memory_observer.load(std::memory_order_acquire)) observer(storage, bytes, total);
 }
 
 }  // namespace
+
+void set_memory_observer(MemoryObserver observer) noexcept {
+  g_memory_observer.store(observer, std::memory_order_release);
+}
 
 Storage::Storage(Device device, size_t nbytes, void* data, Release release, void* backend_context)
     : device_(device), nbytes_(nbytes), data_(data), release_(release), context_(backend_context) {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 #include "device/validate.h"
 #include "sightline/error.h"
 
@@ -605,7 +605,7 @@ void FunctionalExecutor::matmul_run(const Instruction& in) {
   // Output rows are independent: split them (in groups of four) over the CPU backend's thread pool.
   const int64_t groups = static_cast<int64_t>((m + 3) / 4);
   const int64_t grain = std::max<int64_t>(1, 16384 / static_cast<int64_t>(std::max<size_t>(k * n, 1)));
-  cpu::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
     matmul_rows(st_rows_.data(), mv_rows_.data(), out_rows_.data(), k, n, static_cast<size_t>(g0) * 4,
                 std::min(m, static_cast<size_t>(g1) * 4));
   });

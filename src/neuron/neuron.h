@@ -3,13 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "runtime/runtime.h"
+#include "sightline/backend.h"
 #include "sightline/neuron.h"
 #include "sightline/tensor.h"
 
 namespace sightline::neuron {
+
+// The neuron backend object; neuron/register.cpp hands this factory to the registry.
+std::unique_ptr<Backend> make_backend();
 
 // The runtime behind the backend, started on first call.
 runtime::Runtime& runtime();

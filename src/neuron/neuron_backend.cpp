@@ -1,7 +1,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/builtin_backends.h"
 #include "kernels/eager.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
@@ -203,8 +202,7 @@ uint64_t device_address(const Tensor& t) {
   return address_of(t);
 }
 
+std::unique_ptr<Backend> make_backend() { return std::make_unique<NeuronBackend>(); }
+
 }  // namespace neuron
-
-std::unique_ptr<Backend> make_neuron_backend() { return std::make_unique<neuron::NeuronBackend>(); }
-
 }  // namespace sightline

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "profiler/chrome_trace.h"
+#include "profiler/memory_observer.h"
 #include "profiler/op_observer.h"
 #include "sightline/error.h"
 
@@ -125,6 +126,7 @@ void profile::start_trace() {
   window_wall_start_ns_ = wall_clock_ns();
   recording_start({options_.max_events, options_.record_shapes, options_.profile_memory});
   if (wants(options_.activities, ProfilerActivity::CPU)) start_op_recording({options_.with_flops});
+  if (options_.profile_memory) start_memory_recording();
   tracing_ = true;
   for (auto& source : sources_) source->start();
 }
@@ -133,6 +135,7 @@ void profile::stop_trace() {
   if (!tracing_) return;
   tracing_ = false;
   stop_op_recording();
+  stop_memory_recording();
   recording_stop();
   for (auto& source : sources_) source->stop();
   const std::int64_t window_end_ns = now_ns();

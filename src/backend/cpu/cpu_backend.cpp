@@ -7,7 +7,7 @@
 #include <new>
 #include <vector>
 
-#include "backend/builtin_backends.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/guard.h"
 #include "backend/cpu/kernels.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 #include "backend/cpu/strided_loop.h"
 #include "core/view_meta.h"
 

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 #include "backend/cpu/strided_loop.h"
 
 namespace sightline::cpu {

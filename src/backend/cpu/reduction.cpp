@@ -8,7 +8,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/view_meta.h"
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 #include "backend/cpu/strided_loop.h"
 
 namespace sightline::cpu {
@@ -153,7 +153,8 @@ void reduce_kernel(const OpCall& call, Tensor& out) {
     });
   }
   // Write (and round) into the output dtype.
-  Tensor tmp = from_vector(std::span<const float>(result), out.shape(), DType::f32);
+  Tensor tmp = empty(out.shape(), DType::f32);
+  std::copy(result.begin(), result.end(), tmp.data<float>());
   copy_strided(tmp, out);
 }
 

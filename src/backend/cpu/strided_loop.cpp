@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 
 namespace sightline::cpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-namespace sightline::cpu {
+namespace sightline {
 namespace {
 
 thread_local bool t_in_parallel = false;
@@ -115,4 +115,4 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function
   if (!pool().try_run(begin, end, chunk, fn)) fn(begin, end);
 }
 
-}  // namespace sightline::cpu
+}  // namespace sightline

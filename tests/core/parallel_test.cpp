@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/parallel.h"
+#include "core/parallel.h"
 #include "sightline/sightline.h"
 
 using namespace sightline;
@@ -34,10 +34,10 @@ TEST(CpuParallel, ConcurrentOpsFromManyThreadsMatchSerialResults) {
 
 TEST(CpuParallel, ParallelForCoversTheRangeOnceAndNests) {
   std::vector<std::atomic<int>> hits(100000);
-  cpu::parallel_for(0, 100000, 1000, [&](int64_t b, int64_t e) {
+  parallel_for(0, 100000, 1000, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
     // A nested parallel_for runs inline instead of deadlocking on the pool.
-    cpu::parallel_for(0, 10, 1, [](int64_t, int64_t) {});
+    parallel_for(0, 10, 1, [](int64_t, int64_t) {});
   });
   for (auto& h : hits) ASSERT_EQ(h.load(), 1);
 }

@@ -2,8 +2,6 @@
 // through dispatch(), so every op is seen by the observer hooks (and so by the profiler).
 #include <vector>
 
-#include "core/view_meta.h"
-#include "ops/view_ops.h"
 #include "sightline/backend.h"
 
 namespace sightline {
@@ -162,13 +160,6 @@ Tensor Tensor::expand(const Dims& shape) const {
 Tensor Tensor::unsqueeze(int d) const { return along_dim(OpId::unsqueeze, *this, d); }
 Tensor Tensor::squeeze(int d) const { return along_dim(OpId::squeeze, *this, d); }
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return unary(OpId::contiguous, *this);
-}
-
-Tensor Tensor::clone() const { return unary(OpId::contiguous, *this); }
-
 Tensor Tensor::to(Device target) const {
   if (device() == target) return *this;
   OpAttrs attrs;
@@ -189,44 +180,6 @@ double Tensor::item() const {
   SIGHTLINE_CHECK(defined() && numel() == 1, "item(): a tensor with one element is required, got {}", describe());
   const Tensor host = to(Device::cpu());
   return dtype_visit(host.dtype(), [&]<typename T>() { return to_double(*host.data<T>()); });
-}
-
-// ---- view ops ----
-
-Tensor apply_view_op(const OpCall& call) {
-  const Tensor& x = call.inputs[0];
-  const OpAttrs& at = call.attrs;
-  SIGHTLINE_CHECK(x.defined(), "{}: the input is undefined", op_name(call.op));
-  switch (call.op) {
-    case OpId::view:
-    case OpId::reshape: {
-      const Dims shape = view_meta::infer_view_shape(at.dims, x.numel(), op_name(call.op), x.shape());
-      if (auto strides = view_meta::view_strides(x, shape)) {
-        return Tensor(x.storage(), x.dtype(), shape, *strides, x.offset());
-      }
-      SIGHTLINE_CHECK(call.op == OpId::reshape,
-                      "aten::view: a tensor of shape {} and strides {} cannot be viewed as {} without a copy; use "
-                      ".reshape(), or .contiguous().view()", x.shape(), x.strides(), shape);
-      const Tensor dense = x.clone();
-      return Tensor(dense.storage(), dense.dtype(), shape, contiguous_strides(shape), dense.offset());
-    }
-    case OpId::transpose:
-      return view_meta::transpose(x, static_cast<int>(at.dim), static_cast<int>(at.dim1));
-    case OpId::permute:
-      return view_meta::permute(x, at.dims);
-    case OpId::slice:
-      return view_meta::slice(x, static_cast<int>(at.dim), at.start, at.end, at.step);
-    case OpId::expand:
-      return view_meta::expand(x, at.dims);
-    case OpId::unsqueeze:
-      return view_meta::unsqueeze(x, static_cast<int>(at.dim));
-    case OpId::squeeze:
-      return view_meta::squeeze(x, static_cast<int>(at.dim));
-    default:
-      break;
-  }
-  SIGHTLINE_ASSERT_MSG(false, "{} is not a view op", op_name(call.op));
-  return {};
 }
 
 }  // namespace sightline

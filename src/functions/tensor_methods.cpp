@@ -8,15 +8,6 @@
 
 namespace sightline {
 
-Tensor empty(const Dims& shape, TensorOptions options) {
-  for (int64_t d : shape) {
-    SIGHTLINE_CHECK(d >= 0, "empty: negative size in shape {}", shape);
-  }
-  const size_t nbytes = static_cast<size_t>(shape.product()) * dtype_size(options.dtype);
-  std::shared_ptr<Storage> storage = backend(options.device.backend).allocate(options.device, nbytes);
-  return Tensor(std::move(storage), options.dtype, shape, contiguous_strides(shape), 0);
-}
-
 Tensor full(const Dims& shape, double value, TensorOptions options) {
   OpAttrs attrs;
   attrs.dims = shape;
