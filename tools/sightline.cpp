@@ -15,6 +15,7 @@
 // 3 internal error.
 #include <pthread.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
   serve_options.static_dir = default_ui_dir();
   std::string serve_root = ".", serve_ui = serve_options.static_dir.string();
   uint64_t max_upload_mb = serve_options.max_upload_bytes >> 20;
+  uint64_t request_timeout_s = static_cast<uint64_t>(serve_options.request_timeout.count() / 1000);
   auto* serve_cmd = app.add_subcommand("serve", "The Explorer (browser UI and JSON API) over a directory of profiles");
   serve_cmd->add_option("dir", serve_root, "directory holding one profile output directory per subdirectory")
       ->capture_default_str();
@@ -275,7 +277,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-upload-mb", max_upload_mb, "largest upload accepted, in MiB")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
+  serve_cmd->add_option("--request-timeout", request_timeout_s,
+                        "longest one request may take to arrive and be answered, in seconds (uploads included; "
+                        "docs/security.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{10}, uint64_t{86400}));
   serve_cmd->callback([&] {
+    serve_options.request_timeout = std::chrono::seconds(request_timeout_s);
     serve_options.profile_root = serve_root;
     serve_options.static_dir = serve_ui;
     serve_options.max_upload_bytes = max_upload_mb << 20;

@@ -2,12 +2,19 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <fmt/ranges.h>
 #include <httplib.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -152,6 +159,190 @@ std::vector<uint32_t> parse_lane_list(std::string_view text) {
   return lanes;
 }
 
+// Whole-request deadlines. cpp-httplib 0.11 bounds each read and write (set_read_timeout), and an
+// idle keep-alive wait, but not a request: a client that sends a header byte every second, or an
+// upload body a byte a second, keeps its worker as long as it likes. It has no hook on accepted
+// sockets either (set_socket_options applies to the listening one), so the server below replaces
+// Server::process_and_close_socket, the per-connection loop (a virtual function), with the same
+// keep-alive loop over a Stream of its own that checks a deadline on every read and write:
+//   - the request line and headers must arrive within header_timeout of the request's first byte;
+//   - the body must then arrive at min_bytes_per_second at least, after header_timeout of grace
+//     (mod_reqtimeout's rule: deadline = body start + grace + bytes so far / rate), and so must the
+//     answer as the client reads it;
+//   - no read or write of the request happens later than request_timeout after its first byte.
+// A request past its deadline has its connection closed. Each read also waits at most io_timeout.
+struct RequestLimits {
+  std::chrono::milliseconds io_timeout;
+  std::chrono::milliseconds header_timeout;
+  std::chrono::milliseconds request_timeout;
+  uint64_t min_bytes_per_second;
+};
+
+class DeadlineStream final : public httplib::Stream {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  DeadlineStream(int sock, const RequestLimits& limits) : sock_(sock), limits_(limits) {}
+
+  // The next request on the connection starts now: its deadlines count from here.
+  void begin_request() {
+    start_ = Clock::now();
+    headers_read_ = false;
+    writing_ = false;
+    body_bytes_ = written_bytes_ = 0;
+  }
+  // Called once the request line and headers are in (cpp-httplib's setup_request hook).
+  void headers_read() {
+    headers_read_ = true;
+    body_start_ = Clock::now();
+  }
+  bool timed_out() const { return timed_out_; }
+  bool has_buffered() const { return buffer_at_ < buffer_end_; }
+
+  bool is_readable() const override { return has_buffered() || wait(POLLIN, read_deadline()); }
+  bool is_writable() const override { return wait(POLLOUT, write_deadline()); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (!has_buffered()) {
+      if (!wait(POLLIN, read_deadline())) return -1;
+      ssize_t got = 0;
+      do {
+        got = ::recv(sock_, buffer_.data(), buffer_.size(), 0);
+      } while (got < 0 && errno == EINTR);
+      if (got <= 0) return got;
+      buffer_at_ = 0;
+      buffer_end_ = static_cast<size_t>(got);
+    }
+    const size_t n = std::min(size, buffer_end_ - buffer_at_);
+    std::memcpy(ptr, buffer_.data() + buffer_at_, n);
+    buffer_at_ += n;
+    if (headers_read_) body_bytes_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!writing_) {
+      writing_ = true;
+      write_start_ = Clock::now();
+    }
+    if (!wait(POLLOUT, write_deadline())) return -1;
+    ssize_t sent = 0;
+    do {
+      sent = ::send(sock_, ptr, size, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent > 0) written_bytes_ += static_cast<uint64_t>(sent);
+    return sent;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(::getpeername, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(::getsockname, ip, port); }
+  socket_t socket() const override { return sock_; }
+
+ private:
+  Clock::time_point rate_deadline(Clock::time_point since, uint64_t bytes) const {
+    const uint64_t rate = std::max<uint64_t>(1, limits_.min_bytes_per_second);
+    // bytes / rate seconds, in milliseconds without overflow for any byte count a request can move.
+    const auto allowance = std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+    return std::min(start_ + limits_.request_timeout, since + limits_.header_timeout + allowance);
+  }
+  Clock::time_point read_deadline() const {
+    if (!headers_read_) return std::min(start_ + limits_.header_timeout, start_ + limits_.request_timeout);
+    return rate_deadline(body_start_, body_bytes_);
+  }
+  Clock::time_point write_deadline() const { return rate_deadline(write_start_, written_bytes_); }
+
+  // Waits until the socket is ready for `events`, at most io_timeout and never past `deadline`.
+  bool wait(short events, Clock::time_point deadline) const {
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        timed_out_ = true;
+        return false;
+      }
+      const bool capped = left > limits_.io_timeout;
+      pollfd entry{.fd = sock_, .events = events, .revents = 0};
+      const int ready = ::poll(&entry, 1, static_cast<int>(std::min(left, limits_.io_timeout).count()));
+      if (ready > 0) return true;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0 && !capped) timed_out_ = true;  // the request's deadline, not only one read's wait
+      return false;
+    }
+  }
+
+  template <typename Query>
+  void address_of(Query query, std::string& ip, int& port) const {
+    sockaddr_storage address{};
+    socklen_t length = sizeof address;
+    if (query(sock_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+    std::array<char, INET6_ADDRSTRLEN> text{};
+    if (address.ss_family == AF_INET) {
+      const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+      if (::inet_ntop(AF_INET, &v4.sin_addr, text.data(), text.size()) != nullptr) ip = text.data();
+      port = ntohs(v4.sin_port);
+    } else if (address.ss_family == AF_INET6) {
+      const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+      if (::inet_ntop(AF_INET6, &v6.sin6_addr, text.data(), text.size()) != nullptr) ip = text.data();
+      port = ntohs(v6.sin6_port);
+    }
+  }
+
+  int sock_;
+  RequestLimits limits_;
+  Clock::time_point start_ = Clock::now(), body_start_ = start_, write_start_ = start_;
+  bool headers_read_ = false;
+  bool writing_ = false;
+  uint64_t body_bytes_ = 0, written_bytes_ = 0;
+  mutable bool timed_out_ = false;
+  std::array<char, 4096> buffer_{};
+  size_t buffer_at_ = 0, buffer_end_ = 0;
+};
+
+// The stream of the request this worker thread is serving, so that a handler can tell a body cut off
+// by its deadline from one the client ended early.
+thread_local const DeadlineStream* current_stream = nullptr;
+
+class DeadlineServer final : public httplib::Server {
+ public:
+  explicit DeadlineServer(const RequestLimits& limits) : limits_(limits) {}
+
+ private:
+  // cpp-httplib's own loop (detail::process_server_socket), over a DeadlineStream that lives as long
+  // as the connection, so bytes of a pipelined next request that were read with this one are kept.
+  bool process_and_close_socket(socket_t sock) override {
+    DeadlineStream stream(sock, limits_);
+    current_stream = &stream;
+    bool ok = false;
+    for (size_t count = keep_alive_max_count_; count > 0 && next_request_arrives(stream); --count) {
+      stream.begin_request();
+      bool connection_closed = false;
+      ok = process_request(stream, count == 1, connection_closed,
+                           [&stream](httplib::Request&) { stream.headers_read(); });
+      if (!ok || connection_closed || stream.timed_out()) break;
+    }
+    current_stream = nullptr;
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ok;
+  }
+
+  // Waits, up to the keep-alive timeout, for the first byte of the next request; false when the
+  // server is stopping (checked every 50 ms, as cpp-httplib does every 10) or the client is silent.
+  bool next_request_arrives(const DeadlineStream& stream) const {
+    if (stream.has_buffered()) return true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+    while (svr_sock_ != INVALID_SOCKET) {
+      pollfd entry{.fd = stream.socket(), .events = POLLIN, .revents = 0};
+      const int ready = ::poll(&entry, 1, 50);
+      if (ready > 0) return true;
+      if (ready < 0 && errno != EINTR) return false;
+      if (std::chrono::steady_clock::now() >= until) return false;
+    }
+    return false;
+  }
+
+  RequestLimits limits_;
+};
+
 }  // namespace
 
 bool is_loopback_host(std::string_view host) {
@@ -165,12 +356,15 @@ bool is_loopback_host(std::string_view host) {
 struct ExplorerServer::State {
   ServerOptions options;
   ProfileStore store;
-  httplib::Server http;
+  DeadlineServer http;
   std::set<std::string> host_names;  // what a Host header may name
   int port = 0;                      // after bind()
 
   explicit State(ServerOptions server_options)
-      : options(std::move(server_options)), store(options.profile_root) {
+      : options(std::move(server_options)),
+        store(options.profile_root),
+        http(RequestLimits{options.io_timeout, options.header_timeout, options.request_timeout,
+                           options.min_bytes_per_second}) {
     const bool loopback = is_loopback_host(options.host);
     if (!options.require_token && !loopback) {
       throw Error(fmt::format("the server on {} would accept uploads and deletes from anyone who reaches it; "
@@ -291,6 +485,13 @@ struct ExplorerServer::State {
     if (!complete) response.set_header("Connection", "close");  // the rest of the body is not read
     if (over_limit || response.status == 413) throw RequestError(413, upload_limit_message());
     if (refused) std::rethrow_exception(refused);
+    if (!complete && current_stream != nullptr && current_stream->timed_out()) {
+      throw RequestError(408, fmt::format("the upload body arrived too slowly: a request has {} s for its headers, "
+                                          "then its body must arrive at {} KiB/s or more, and at most {} s in all",
+                                          options.header_timeout.count() / 1000.0,
+                                          options.min_bytes_per_second / 1024,
+                                          options.request_timeout.count() / 1000.0));
+    }
     if (!complete) {
       throw RequestError(400, "the upload body could not be read: the connection closed early or the multipart "
                               "body is malformed");

@@ -16,8 +16,11 @@
 //     max_upload_bytes;
 //   - a window answer is bounded: lane ids are deduplicated and at most kMaxWindowEntries events and
 //     merged boxes are sent (more is a 400 that says how to ask for less);
-//   - reads and writes time out (io_timeout) and requests are served by a pool of worker_threads, so a
-//     few slow clients do not hold every worker.
+//   - reads and writes time out (io_timeout), and so does a request as a whole: its request line and
+//     headers must arrive within header_timeout of its first byte, its body and its answer must move
+//     at min_bytes_per_second or more after that much grace, and no request's I/O lasts past
+//     request_timeout; a client that trickles a byte a second is disconnected, whatever it sends;
+//   - requests are served by a pool of worker_threads, so a few slow clients do not hold every worker.
 //
 // API (every error is a 4xx/5xx JSON object {"error": message} that the UI shows as it is):
 //   GET    /api/profiles                           list with manifest metadata
@@ -74,6 +77,11 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts{};
   unsigned worker_threads = 0;                  // 0: max(64, 4 x hardware threads)
   std::chrono::milliseconds io_timeout{5000};  // per read or write on a connection
+  // Whole-request bounds (docs/security.md): cpp-httplib's timeouts are per read, which a client that
+  // sends one byte every second never trips.
+  std::chrono::milliseconds header_timeout{10000};    // request line + headers, from the request's first byte
+  std::chrono::milliseconds request_timeout{300000};  // every read and write of one request, from its first byte
+  uint64_t min_bytes_per_second = uint64_t{64} << 10;  // body and answer, after header_timeout of grace
 };
 
 // Header that carries the token on writes (the query parameter "token" works too).

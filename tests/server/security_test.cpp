@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -348,6 +350,93 @@ TEST_F(SecurityTest, AClientThatStopsSendingIsDisconnected) {
   ::close(fd);
   EXPECT_EQ(got, 0) << "the server kept the stalled connection open";
   EXPECT_LT(waited, std::chrono::seconds(3));
+}
+
+// Slowloris: per-read timeouts never fire for a client that sends a byte every 200 ms, so before the
+// whole-request deadline these three held all three workers for as long as they kept sending, and the
+// light request below was never answered.
+TEST_F(SecurityTest, ASlowRequestIsCutOffAtItsDeadlineWhateverItSends) {
+  ServerOptions options;
+  options.worker_threads = 3;
+  options.header_timeout = std::chrono::seconds(2);
+  options.request_timeout = std::chrono::seconds(4);
+  httplib::Client& client = start(options);
+  const std::string boundary = "sightline-slow-boundary";
+  const std::vector<std::string> openings = {
+      // Headers that never end: one more header byte at a time.
+      fmt::format("GET /api/profiles HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Slow: ", port_),
+      fmt::format("GET /api/profiles/good/lanes HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nX-Slow: ", port_),
+      // An upload whose headers are complete and whose body comes a byte at a time.
+      fmt::format("POST /api/profiles?name=slow HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{}: {}\r\n"
+                  "Content-Type: multipart/form-data; boundary={}\r\nContent-Length: 1000000\r\n\r\n"
+                  "--{}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"trace.json\"\r\n\r\n",
+                  port_, kTokenHeader, kToken, boundary, boundary)};
+  struct Slow {
+    int fd;
+    std::optional<std::chrono::steady_clock::duration> closed_after;
+  };
+  std::vector<Slow> slow;
+  const auto started = std::chrono::steady_clock::now();
+  for (const std::string& opening : openings) {
+    const int fd = connect_to(port_);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, opening.data(), opening.size(), MSG_NOSIGNAL), static_cast<ssize_t>(opening.size()));
+    slow.push_back({fd, std::nullopt});
+  }
+  std::atomic<bool> done{false};
+  std::thread drip([&] {
+    char buffer[4096];
+    while (!done && std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+      for (Slow& one : slow) {
+        if (one.closed_after) continue;
+        // Whatever the server answers is read; the end of the stream (or a reset) is the cut-off.
+        pollfd entry{.fd = one.fd, .events = POLLIN, .revents = 0};
+        bool closed = false;
+        while (::poll(&entry, 1, 0) > 0) {
+          const ssize_t got = ::recv(one.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+          if (got > 0) continue;
+          closed = got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+          break;
+        }
+        if (!closed && ::send(one.fd, "x", 1, MSG_NOSIGNAL) != 1) closed = true;
+        if (closed) one.closed_after = std::chrono::steady_clock::now() - started;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // With every worker taken by a slow client, the light request waits for the first cut-off.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  client.set_read_timeout(std::chrono::seconds(10));
+  auto light = client.Get("/api/profiles");
+  const auto light_after = std::chrono::steady_clock::now() - started;
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the three cut-offs are seen by the drip loop
+  done = true;
+  drip.join();
+  for (const Slow& one : slow) ::close(one.fd);
+  ASSERT_TRUE(light) << "the light request got no answer while slow clients held every worker";
+  EXPECT_EQ(light->status, 200);
+  EXPECT_LT(light_after, std::chrono::seconds(10));
+  for (size_t i = 0; i < slow.size(); ++i) {
+    ASSERT_TRUE(slow[i].closed_after) << "slow client " << i << " was still connected after 10 s";
+    EXPECT_LT(*slow[i].closed_after, std::chrono::seconds(10)) << "slow client " << i;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "slow"));
+}
+
+// The deadline is per request, not per connection: a keep-alive client that sends its requests
+// promptly is served past the deadline of its first one.
+TEST_F(SecurityTest, PromptRequestsOnOneConnectionAreServedPastOneDeadline) {
+  ServerOptions options;
+  options.header_timeout = std::chrono::milliseconds(500);
+  options.request_timeout = std::chrono::seconds(1);
+  httplib::Client& client = start(options);
+  client.set_keep_alive(true);
+  for (int i = 0; i < 4; ++i) {
+    auto answer = client.Get("/api/profiles/good/lanes");
+    ASSERT_TRUE(answer) << i;
+    EXPECT_EQ(answer->status, 200) << answer->body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
 }
 
 TEST_F(SecurityTest, ADamagedManifestWithInvalidUtf8IsListedAsBroken) {
