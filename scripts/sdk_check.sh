@@ -5,6 +5,7 @@
 # Usage: scripts/sdk_check.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 build_dir=${1:-build}
 work=$(mktemp -d)
 server_pid=
@@ -23,10 +24,21 @@ cmake --build "$work/consumer" >/dev/null
 grep -q "Torch-Compiled Region" "$work/consumer.out" || { cat "$work/consumer.out"; echo "sdk: no compiled row"; exit 1; }
 test -f "$work/profiles/rmsnorm/manifest.json" || { echo "sdk: the consumer wrote no profile"; exit 1; }
 
+# The installed Python package, when the build has it (docs/python.md): the naive tutorial script runs
+# from outside the source tree against the install only, and its profile is served below.
+python_site=$(find "$work/prefix" -path '*/site-packages/sightline' -type d -printf '%h\n' 2>/dev/null | head -1)
+python_names=
+if [ -n "$python_site" ]; then
+  (cd "$work" && PYTHONPATH="$python_site" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 \
+    "$repo/examples/python/rmsnorm_naive.py" --rows 256 --cols 512 --out "$work/profiles") > "$work/python.out"
+  grep -q "Self NEURON time total" "$work/python.out" || { cat "$work/python.out"; echo "sdk: no table from Python"; exit 1; }
+  python_names=naive
+fi
+
 port=$((20000 + RANDOM % 20000))
 "$work/prefix/bin/sightline" serve "$work/profiles" --port "$port" > "$work/serve.out" 2>&1 &
 server_pid=$!
-python3 - "$port" <<'PY'
+python3 - "$port" $python_names <<'PY'
 import json, sys, time, urllib.request
 port = sys.argv[1]
 for _ in range(100):
@@ -39,8 +51,9 @@ for _ in range(100):
 else:
     sys.exit("sdk: the installed sightline serve did not answer")
 names = [p.get("name") for p in listing.get("profiles", listing if isinstance(listing, list) else [])]
-if "rmsnorm" not in names:
-    sys.exit(f"sdk: the installed server does not list the consumer's profile: {listing}")
+for expected in ["rmsnorm", *sys.argv[2:]]:
+    if expected not in names:
+        sys.exit(f"sdk: the installed server does not list the profile {expected}: {listing}")
 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
     if b"<html" not in r.read().lower():
         sys.exit("sdk: the installed server does not serve the installed Explorer")

@@ -7,12 +7,14 @@ cd "$(dirname "$0")/.."
 
 build_dir=${1:-build}
 
-# Debian packages: toolchain, C++ libraries, and what the tests use (clang and its libFuzzer runtime
-# for scripts/fuzz.sh).
+# Debian packages: toolchain, C++ libraries, the Python package's build and tests (pybind11, numpy,
+# pytest for Debian's /usr/bin/python3), and what the tests use (clang and its libFuzzer runtime for
+# scripts/fuzz.sh).
 packages=(
   g++ cmake ninja-build pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest
   clang libclang-rt-14-dev
   chromium
 )

@@ -30,6 +30,8 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     manual_seed,
     from_numpy,
     promote_types,
+    dtype_parse,
+    host_clock,
     op_table,
     # elementwise ops, bound from the op table (see _sightline.generic_ops)
     add, sub, mul, div, maximum, minimum,

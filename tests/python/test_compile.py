@@ -1,0 +1,91 @@
+"""compile() over Python functions: the decorator forms, capture of the function's ops into one
+program, the guards, and the errors of what cannot be captured."""
+
+import numpy as np
+import pytest
+
+import sightline as torch
+
+X = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+W = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+
+
+def naive(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def test_compile_as_decorator_and_call():
+    @torch.compile
+    def f1(x, w):
+        return naive(x, w)
+
+    @torch.compile(backend="neuron")
+    def f2(x, w):
+        return naive(x, w)
+
+    f3 = torch.compile(naive, backend="neuron")
+    x, w = torch.from_numpy(X).to("neuron"), torch.from_numpy(W).to("neuron")
+    expected = naive(x, w).cpu().numpy()
+    for f in (f1, f2, f3):
+        np.testing.assert_allclose(f(x, w).cpu().numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert f2.__name__ == "f2" and f3.__wrapped__ is naive
+
+
+def test_the_naive_rmsnorm_compiles_to_one_fused_op_and_one_device_call():
+    compiled = torch.compile(naive, backend="neuron")
+    x, w = torch.from_numpy(X).to("neuron"), torch.from_numpy(W).to("neuron")
+    compiled(x, w)
+    compiled(x, w)
+    s = compiled.stats()
+    assert (s.compilations, s.calls, s.cache_hits, s.device_calls) == (1, 2, 1, 2)
+    assert "aten::rms_norm" in compiled.graph_dump(x, w)
+    compiled(torch.from_numpy(X[:4]).to("neuron"), w)  # a new signature compiles again
+    assert compiled.stats().compilations == 2
+
+
+def test_compile_on_cpu_and_tuple_results():
+    @torch.compile
+    def two(a, b):
+        return a + b, a * b
+
+    a, b = torch.from_numpy(X), torch.from_numpy(X[::-1].copy())
+    s, p = two(a, b)
+    np.testing.assert_allclose(s.numpy(), X + X[::-1])
+    np.testing.assert_allclose(p.numpy(), X * X[::-1])
+
+
+def test_what_cannot_be_captured_is_an_error():
+    outside = torch.ones(64)
+
+    @torch.compile
+    def reads_host(x):
+        return x * x.sum().item()
+
+    @torch.compile
+    def closes_over(x):
+        return x * outside
+
+    @torch.compile
+    def raises(x):
+        raise KeyError("from the user's function")
+
+    @torch.compile
+    def returns_number(x):
+        return 3
+
+    x = torch.from_numpy(X)
+    with pytest.raises(torch.Error, match="aten::sum"):
+        reads_host(x)
+    with pytest.raises(torch.Error):
+        closes_over(x)
+    with pytest.raises(KeyError, match="from the user's function"):
+        raises(x)
+    with pytest.raises(TypeError, match="must return a Tensor"):
+        returns_number(x)
+    with pytest.raises(TypeError, match="argument 1 is a float"):
+        torch.compile(naive)(x, 1e-6)
+    with pytest.raises(ValueError, match="unknown backend"):
+        torch.compile(naive, backend="cudagraphs")
+    with pytest.raises(ValueError, match="unknown options"):
+        torch.compile(naive, options={"max_autotune": True})
+    assert torch.compile(naive, disable=True) is naive

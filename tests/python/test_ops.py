@@ -1,0 +1,124 @@
+"""The op table from Python, checked against numpy on the cpu reference and on the simulated
+NeuronCore (small shapes: each neuron op is one simulated executable)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import sightline as torch
+from sightline import _sightline
+import sightline.nn.functional as F
+
+DEVICES = ["cpu", "neuron"]
+RNG = np.random.default_rng(5)
+A = RNG.standard_normal((4, 32)).astype(np.float32)
+B = RNG.standard_normal((4, 32)).astype(np.float32)
+POS = (np.abs(A) + 0.5).astype(np.float32)
+
+UNARY = {
+    "neg": (np.negative, A), "abs": (np.abs, A), "exp": (np.exp, A), "log": (np.log, POS),
+    "sqrt": (np.sqrt, POS), "rsqrt": (lambda v: 1 / np.sqrt(v), POS), "reciprocal": (lambda v: 1 / v, POS),
+    "tanh": (np.tanh, A), "sigmoid": (lambda v: 1 / (1 + np.exp(-v)), A), "relu": (lambda v: np.maximum(v, 0), A),
+    "silu": (lambda v: v / (1 + np.exp(-v)), A),
+    "gelu": (lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))), A),
+}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
+          "minimum": np.minimum}
+
+
+def close(actual, expected, tol=2e-5):
+    np.testing.assert_allclose(actual.cpu().numpy(), expected, rtol=tol, atol=tol)
+
+
+def test_every_elementwise_op_of_the_table_is_bound():
+    table = {op["name"] for op in torch.op_table if op["kind"] == "elementwise" and op["arity"] in (1, 2)}
+    assert table - {"pow", "to_copy"} == set(_sightline.generic_ops)
+    assert set(UNARY) | set(BINARY) == set(_sightline.generic_ops)  # so the numeric checks cover them all
+    assert {op["profiler_name"] for op in torch.op_table} >= {"aten::mul", "aten::rms_norm", "aten::view"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_match_numpy(device, name):
+    fn, data = UNARY[name]
+    x = torch.from_numpy(data).to(device)
+    close(getattr(torch, name)(x), fn(data), tol=1e-4)
+    close(getattr(x, name)(), fn(data), tol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_ops_match_numpy_with_broadcast(device, name):
+    x, y = torch.from_numpy(A).to(device), torch.from_numpy(B[:1]).to(device)
+    close(getattr(torch, name)(x, y), BINARY[name](A, B[:1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_operators_and_scalars(device):
+    x, y = torch.from_numpy(A).to(device), torch.from_numpy(POS).to(device)
+    close(x + y, A + POS)
+    close(x - y, A - POS)
+    close(x * y, A * POS)
+    close(x / y, A / POS)
+    close(x + 2, A + 2)
+    close(3 * x, 3 * A)
+    close(1 - x, 1 - A)
+    close(2 / y, 2 / POS, tol=1e-4)
+    close(-x, -A)
+    close(abs(x), np.abs(A))
+    close(y ** 2, POS ** 2, tol=1e-4)
+    close(x @ y.T, A @ POS.T, tol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reductions_and_softmax(device):
+    x = torch.from_numpy(A).to(device)
+    close(x.mean(-1, keepdim=True), A.mean(-1, keepdims=True))
+    close(x.sum(0), A.sum(0), tol=1e-4)
+    close(torch.sum(x), np.array(A.sum()), tol=1e-4)
+    close(x.amax((0, 1)), np.array(A.max()))
+    e = np.exp(A - A.max(-1, keepdims=True))
+    close(x.softmax(-1), e / e.sum(-1, keepdims=True))
+    close(F.log_softmax(x, dim=1), np.log(e / e.sum(-1, keepdims=True)), tol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_norms_with_torch_signatures(device):
+    x, w, b = (torch.from_numpy(v).to(device) for v in (A, B[0], B[1]))
+    rms = A / np.sqrt((A * A).mean(-1, keepdims=True) + 1e-6) * B[0]
+    close(torch.rms_norm(x, (32,), w, eps=1e-6), rms, tol=1e-4)
+    close(F.rms_norm(x, [32], w, 1e-6), rms, tol=1e-4)
+    default_eps = A / np.sqrt((A * A).mean(-1, keepdims=True) + np.finfo(np.float32).eps)
+    close(torch.rms_norm(x, (32,)), default_eps, tol=1e-4)  # eps=None is torch's finfo(dtype).eps
+    mu, var = A.mean(-1, keepdims=True), A.var(-1, keepdims=True)
+    close(torch.layer_norm(x, (32,), w, b), (A - mu) / np.sqrt(var + 1e-5) * B[0] + B[1], tol=1e-4)
+    with pytest.raises(ValueError, match="last dim"):
+        torch.rms_norm(x, (4, 32), w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_linear_cat_embedding(device):
+    x, wt = torch.from_numpy(A).to(device), torch.from_numpy(B[:, :16].T.copy()).to(device)
+    close(torch.matmul(x[:, :4], wt[:4]), A[:, :4] @ B[:, :16].T[:4], tol=1e-4)
+    weight = torch.from_numpy(B[:, :8].copy()).to(device)  # [out=4, in=8]
+    bias = torch.from_numpy(B[0, :4].copy()).to(device)
+    close(F.linear(x[:, :8], weight, bias), A[:, :8] @ B[:, :8].T + B[0, :4], tol=1e-4)
+    close(torch.cat([x, x], 0), np.concatenate([A, A], 0))
+    close(torch.stack([x, x], 1), np.stack([A, A], 1))
+    idx = torch.tensor([[3, 0], [1, 1]]).to(device)
+    close(F.embedding(idx, x), A[[[3, 0], [1, 1]]])
+
+
+def test_bf16_rounds_like_torch():
+    x = torch.tensor([1.0 + 2**-9, 1.0 + 3 * 2**-9])
+    assert x.bfloat16().float().tolist() == [1.0, 1.0 + 2**-7]  # round to nearest, ties to even
+
+
+def test_shape_and_dtype_errors_name_the_op():
+    with pytest.raises(torch.Error, match="aten::matmul"):
+        torch.ones(2, 3) @ torch.ones(4, 5)
+    with pytest.raises(torch.Error, match="aten::rms_norm"):
+        torch.rms_norm(torch.ones(2, 3), (3,), torch.ones(4))
+    with pytest.raises(TypeError):
+        torch.exp(3.0)

@@ -1,0 +1,146 @@
+"""The profiler from Python: torch.profiler's API, the table byte for byte the C++ one (the golden
+tables of tests/neuron, written by the C++ suite), modeled-time determinism, record_function, the
+exports and the errors."""
+
+import json
+import os
+
+import pytest
+
+import sightline as torch
+from sightline.neuron import NeuronConfig, NeuronProfiler
+from sightline.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
+
+from conftest import run_python
+
+# The program of tests/neuron/modeled_time_test.cpp's GoldenTablesOfTheThreeVariants, in Python. It
+# runs in a fresh process: which executables a core has loaded is part of the profile.
+GOLDEN_PROGRAM = r'''
+import os, sys
+import sightline as torch
+from sightline.neuron import NeuronConfig, NeuronProfiler
+from sightline.profiler import ProfilerActivity, profile, schedule
+
+def naive(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+g = torch.Generator(3)
+x = torch.randn(256, 384, generator=g).to("neuron")
+w = torch.rand(384, generator=g).to("neuron")
+compiled = torch.compile(naive, backend="neuron")
+variants = {"naive": naive, "fused": lambda x, w: torch.rms_norm(x, (384,), w, eps=1e-6), "compiled": compiled}
+for name, fn in variants.items():
+    cfg = NeuronConfig(profile_output_dir=os.path.join(sys.argv[1], name), capture_enabled_for_nc="0")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 schedule=schedule(wait=2, warmup=1, active=1), on_trace_ready=NeuronProfiler(cfg).export_trace,
+                 record_shapes=True, experimental_config=cfg) as prof:
+        for _ in range(4):
+            fn(x, w)
+            torch.neuron.synchronize()
+            prof.step()
+    with open(os.path.join(sys.argv[1], name + "_table.txt"), "w") as f:
+        f.write(prof.key_averages().table(sort_by="self_privateuse1_time_total", row_limit=12))
+'''
+
+
+def test_the_tables_equal_the_cpp_profilers_golden_tables(tmp_path, source_dir):
+    script = tmp_path / "golden.py"
+    script.write_text(GOLDEN_PROGRAM)
+    r = run_python([script, tmp_path], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for name in ("naive", "fused", "compiled"):
+        golden = (source_dir / "tests/neuron/data" / f"modeled_{name}_table.txt").read_text()
+        assert (tmp_path / f"{name}_table.txt").read_text() == golden, name
+        assert {"trace.json", "manifest.json", "system_trace.json"} <= set(os.listdir(tmp_path / name))
+
+
+def naive(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def run_steps(fn, steps=4, **kwargs):
+    kwargs.setdefault("schedule", schedule(wait=1, warmup=1, active=1, repeat=1))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], **kwargs) as prof:
+        for _ in range(steps):
+            with record_function("model_inference"):
+                fn()
+            torch.neuron.synchronize()
+            prof.step()
+    return prof
+
+
+def test_modeled_time_is_deterministic():
+    x, w = torch.randn(64, 128, device="neuron"), torch.ones(128, device="neuron")
+    tables = [run_steps(lambda: naive(x, w)).key_averages().table(sort_by="self_privateuse1_time_total")
+              for _ in range(2)]
+    assert tables[0] == tables[1]
+    assert "model_inference" in tables[0] and "aten::rsqrt" in tables[0] and "ProfilerStep*" in tables[0]
+
+
+def test_on_trace_ready_gets_the_profile_and_exports(tmp_path):
+    x = torch.randn(16, 32, device="neuron")
+    seen = []
+    cfg = NeuronConfig(profile_output_dir=str(tmp_path / "neuron"), modes=[torch.neuron.ProfileMode.DEVICE,
+                                                                          torch.neuron.ProfileMode.RUNTIME])
+    exporter = NeuronProfiler(cfg)
+
+    def ready(prof):
+        seen.append(prof)
+        seen.append(exporter.export_trace(prof))
+        prof.export_chrome_trace(str(tmp_path / "chrome.json"))
+
+    prof = run_steps(lambda: x * x, on_trace_ready=ready, experimental_config=cfg, record_shapes=True)
+    assert seen[0] is prof and isinstance(prof, profile)
+    assert os.path.isfile(os.path.join(seen[1], "trace.json"))
+    events = json.loads((tmp_path / "chrome.json").read_text())["traceEvents"]
+    assert any(e.get("name") == "aten::mul" for e in events)
+    rows = {r.key: r for r in prof.key_averages()}
+    assert rows["aten::mul"].count == 1 and rows["aten::mul"].self_device_time_total > 0
+    assert rows["model_inference"].is_user_annotation
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    assert any(r.input_shapes == [[16, 32], [16, 32]] for r in by_shape if r.key == "aten::mul")
+    assert "Input Shapes" in by_shape.table(sort_by="count", row_limit=5)
+    assert any(e["name"] == "aten::mul" for e in prof.events())
+    handler_dir = tmp_path / "tb"
+    run_steps(lambda: x + 1, on_trace_ready=torch.profiler.tensorboard_trace_handler(str(handler_dir)))
+    assert [p.endswith(".pt.trace.json") for p in os.listdir(handler_dir)] == [True]
+
+
+def test_schedules_and_start_stop_without_a_schedule():
+    s = schedule(wait=2, warmup=1, active=1)
+    assert [s(i) for i in range(4)] == [ProfilerAction.NONE, ProfilerAction.NONE, ProfilerAction.WARMUP,
+                                        ProfilerAction.RECORD_AND_SAVE]
+    x = torch.randn(8, 8)
+    prof = profile(activities=[ProfilerActivity.CPU])
+    prof.start()
+    torch.exp(x)
+    prof.stop()
+    assert "aten::exp" in prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=5)
+
+    calls = []
+
+    def my_schedule(step):  # any callable step -> ProfilerAction, as torch accepts
+        calls.append(step)
+        return [ProfilerAction.WARMUP, ProfilerAction.RECORD_AND_SAVE][step] if step < 2 else ProfilerAction.NONE
+
+    prof = run_steps(lambda: torch.exp(x), steps=2, schedule=my_schedule)
+    assert calls and "aten::exp" in prof.key_averages().table()
+
+
+def test_profiler_errors():
+    with pytest.raises(torch.Error):
+        profile().step()  # outside start()/stop()
+    with pytest.raises(TypeError, match="ProfilerActivity"):
+        profile(activities=["cpu"])
+    with pytest.raises(torch.Error):
+        schedule(wait=0, warmup=1, active=0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.exp(torch.ones(2))
+    with pytest.raises(torch.Error, match="sort"):
+        prof.key_averages().table(sort_by="no_such_column")
+    with pytest.warns(UserWarning, match="with_stack"):
+        profile(with_stack=True)
+    with pytest.raises(ValueError, match="already open"):
+        scope = torch._sightline._RecordFunction("x")
+        with scope:
+            scope.__enter__()
