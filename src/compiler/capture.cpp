@@ -326,7 +326,7 @@ std::string explain(const std::string& message) {
 
 Device capture_device() { return Device{capture_backend_id(), 0}; }
 
-Graph capture(const TensorListFn& fn, std::span<const TensorMeta> inputs, Device target) {
+Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target) {
   const Device device = capture_device();
   CaptureContext ctx;
   ctx.target = target;

@@ -1,4 +1,5 @@
-// Capture: run a function on proxy tensors and record the ops it performs as a Graph.
+// Graph capture (torch's term; not the profiler's capture of a trace): run a function on proxy tensors
+// and record the ops it performs as a Graph.
 //
 // Proxies live on the "capture" backend, registered through register_backend() like any other: its
 // storage has no memory, and its kernel for every op records a node (op, inputs, attributes, the meta
@@ -14,15 +15,14 @@
 #include <vector>
 
 #include "compiler/graph.h"
+#include "sightline/compile.h"
 
 namespace sightline::compiler {
-
-using TensorListFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Runs `fn` once on proxies with the metas of `inputs` and returns the recorded graph (dead nodes
 // included). Constants the function creates (zeros, full, ...) are recorded for device `target`.
 // Throws sightline::Error for what cannot be captured, with the reason and the fix.
-Graph capture(const TensorListFn& fn, std::span<const TensorMeta> inputs, Device target);
+Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target);
 
 // The device proxies report inside a captured function ("capture:0").
 Device capture_device();

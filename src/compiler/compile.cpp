@@ -108,7 +108,7 @@ struct CompiledFunctionState {
     // Compile outside the lock: capturing runs user code, which may call other compiled functions.
     std::vector<TensorMeta> metas;
     for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
-    compiler::Graph graph = compiler::capture(fn, metas, device);
+    compiler::Graph graph = compiler::capture_graph(fn, metas, device);
     graph = options.optimize ? compiler::optimize(std::move(graph)) : compiler::eliminate_dead_code(graph);
     std::shared_ptr<const compiler::DeviceProgram> device_program;
     compiler::CacheOutcome outcome = compiler::CacheOutcome::lowered;

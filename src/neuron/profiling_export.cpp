@@ -33,8 +33,8 @@ void write_system_trace(const fs::path& path, const NeuronCapture& capture, cons
     for (const runtime::Event& e : capture.captured.events) {
       json.begin_object();
       json.key("id").value(++id);
-      json.key("name").value(runtime::event_kind_name(e.kind));
-      json.key("group").value(fmt::format("{}-nc-{:03d}", runtime::event_kind_is_device(e.kind) ? "hw" : "nrt",
+      json.key("name").value(runtime::runtime_event_name(e.kind));
+      json.key("group").value(fmt::format("{}-nc-{:03d}", runtime::runtime_event_is_device(e.kind) ? "hw" : "nrt",
                                           e.core));
       json.key("timestamp").value(e.start_ns + offset);
       json.key("duration").value(e.end_ns - e.start_ns);
@@ -125,7 +125,7 @@ std::string NeuronProfiler::export_trace(profiler::profile& prof) {
     // Every executable that ran gets its NEFF; every (executable, captured core) its NTFF.
     std::set<runtime::ExecutableId> ran;
     for (const runtime::Event& e : capture->captured.events) {
-      if (e.kind == runtime::EventKind::exec_running) ran.insert(e.executable);
+      if (e.kind == runtime::RuntimeEventKind::exec_running) ran.insert(e.executable);
     }
     std::map<std::pair<runtime::ExecutableId, int>, formats::NtffTrace> traces;
     for (const runtime::ExecutionTrace& t : capture->captured.traces) {

@@ -24,11 +24,11 @@ uint64_t launch_id(int core, uint64_t seq) {
 
 uint64_t unique_host_id(uint64_t index) { return (uint64_t{3} << 62) | index; }
 
-profiler::EventKind device_kind(runtime::EventKind kind) {
+profiler::EventKind device_kind(runtime::RuntimeEventKind kind) {
   switch (kind) {
-    case runtime::EventKind::exec_running: return profiler::EventKind::device_exec;
-    case runtime::EventKind::copy_in:
-    case runtime::EventKind::copy_out: return profiler::EventKind::device_memcpy;
+    case runtime::RuntimeEventKind::exec_running: return profiler::EventKind::device_exec;
+    case runtime::RuntimeEventKind::copy_in:
+    case runtime::RuntimeEventKind::copy_out: return profiler::EventKind::device_memcpy;
     default: return profiler::EventKind::device_other;
   }
 }
@@ -115,8 +115,8 @@ class NeuronSource final : public profiler::ActivitySource {
     auto key = [](int core, uint64_t seq) { return (static_cast<uint64_t>(core) << 48) | seq; };
     std::unordered_set<uint64_t> launched;
     for (const runtime::Event& e : capture.captured.events) {
-      if (e.kind == runtime::EventKind::execute_schedule || e.kind == runtime::EventKind::tensor_write ||
-          e.kind == runtime::EventKind::tensor_read) {
+      if (e.kind == runtime::RuntimeEventKind::execute_schedule || e.kind == runtime::RuntimeEventKind::tensor_write ||
+          e.kind == runtime::RuntimeEventKind::tensor_read) {
         launched.insert(key(e.core, e.seq));
       }
     }
@@ -124,9 +124,9 @@ class NeuronSource final : public profiler::ActivitySource {
     std::vector<runtime::Event> kept;
     kept.reserve(capture.captured.events.size());
     for (const runtime::Event& e : capture.captured.events) {
-      if (runtime::event_kind_is_device(e.kind)) {
-        const bool counted = e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
-                             e.kind == runtime::EventKind::copy_out;
+      if (runtime::runtime_event_is_device(e.kind)) {
+        const bool counted = e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
+                             e.kind == runtime::RuntimeEventKind::copy_out;
         if (!launched.contains(key(e.core, e.seq))) {
           capture.earlier_steps += counted ? 1 : 0;
           left_out.insert(key(e.core, e.seq));
@@ -152,21 +152,21 @@ class NeuronSource final : public profiler::ActivitySource {
     uint64_t host_index = 0;
     std::vector<bool> core_seen(static_cast<size_t>(rt.core_count()), false);
     for (const runtime::Event& e : capture.captured.events) {
-      const bool device = runtime::event_kind_is_device(e.kind);
+      const bool device = runtime::runtime_event_is_device(e.kind);
       if (!runtime_mode && !device) continue;
       // Stream-ordered frees are bookkeeping of the core's queue, not calls anyone waited for: they
       // stay in the runtime's system trace but are not profiler events.
-      if (e.kind == runtime::EventKind::free) continue;
+      if (e.kind == runtime::RuntimeEventKind::free) continue;
       profiler::FunctionEvent f;
-      f.name = std::string(runtime::event_kind_name(e.kind));
+      f.name = std::string(runtime::runtime_event_name(e.kind));
       f.start_ns = e.start_ns;
       f.end_ns = std::max(e.end_ns, e.start_ns);
       f.device_index = e.core;
       f.bytes = e.bytes;
       const bool attributed =
           config_->correlate_device_time &&
-          (e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
-           e.kind == runtime::EventKind::copy_out || !device);
+          (e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
+           e.kind == runtime::RuntimeEventKind::copy_out || !device);
       f.external_id = attributed ? e.correlation : 0;
       if (device) {
         f.kind = device_kind(e.kind);
@@ -174,15 +174,15 @@ class NeuronSource final : public profiler::ActivitySource {
         f.resource = 0;
         // The launch's flow ends on the work it launched (the execution or the copy); the switch and
         // load that precede an execution get ids of their own so the arrow skips them.
-        const bool launched = e.kind == runtime::EventKind::exec_running || e.kind == runtime::EventKind::copy_in ||
-                              e.kind == runtime::EventKind::copy_out;
+        const bool launched = e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
+                              e.kind == runtime::RuntimeEventKind::copy_out;
         f.id = launched ? launch_id(e.core, e.seq) : launch_id(e.core, e.seq) ^ (uint64_t{1} << 60);
         core_seen[static_cast<size_t>(e.core)] = true;
       } else {
         f.kind = profiler::EventKind::runtime;
         f.device_type = profiler::DeviceType::cpu;
         f.thread = e.thread;
-        f.id = e.kind == runtime::EventKind::execute_schedule || e.kind == runtime::EventKind::tensor_write
+        f.id = e.kind == runtime::RuntimeEventKind::execute_schedule || e.kind == runtime::RuntimeEventKind::tensor_write
                    ? launch_id(e.core, e.seq)
                    : unique_host_id(++host_index);
       }
@@ -271,19 +271,19 @@ TraceSummary last_trace_summary() {
   TraceSummary s;
   int64_t first = INT64_MAX, last = INT64_MIN;
   for (const runtime::Event& e : capture->captured.events) {
-    if (!runtime::event_kind_is_device(e.kind)) continue;
+    if (!runtime::runtime_event_is_device(e.kind)) continue;
     first = std::min(first, e.start_ns);
     last = std::max(last, e.end_ns);
     const double us = static_cast<double>(e.end_ns - e.start_ns) / 1e3;
     switch (e.kind) {
-      case runtime::EventKind::exec_running:
+      case runtime::RuntimeEventKind::exec_running:
         ++s.executions;
         s.busy_us += us;
         s.hbm_mb += static_cast<double>(e.bytes) / 1e6;
         break;
-      case runtime::EventKind::copy_in: ++s.copies_in; break;
-      case runtime::EventKind::model_switch:
-      case runtime::EventKind::first_load: s.overhead_us += us; break;
+      case runtime::RuntimeEventKind::copy_in: ++s.copies_in; break;
+      case runtime::RuntimeEventKind::model_switch:
+      case runtime::RuntimeEventKind::first_load: s.overhead_us += us; break;
       default: break;
     }
   }

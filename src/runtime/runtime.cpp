@@ -25,28 +25,26 @@ void install_host_costs(const device::Spec& spec) {
   host_clock::set_costs(costs);
 }
 
-std::string_view event_kind_name(EventKind kind) {
+std::string_view runtime_event_name(RuntimeEventKind kind) {
   switch (kind) {
-    case EventKind::load: return "nrt_load";
-    case EventKind::execute_schedule: return "nrta_execute_schedule";
-    case EventKind::tensor_write: return "nrt_tensor_write";
-    case EventKind::tensor_read: return "nrt_tensor_read";
-    case EventKind::allocate: return "nrt_dma_mem_alloc";
-    case EventKind::free: return "nrt_tensor_free";
-    case EventKind::exec_wait: return "kbl_exec_wait";
-    case EventKind::queue_full_wait: return "nrt_queue_full_wait";
-    case EventKind::copy_in: return "dmem_buf_copyin";
-    case EventKind::copy_out: return "dmem_buf_copyout";
-    case EventKind::model_switch: return "nc_model_switch";
-    case EventKind::first_load: return "nc_first_load";
-    case EventKind::exec_running: return "nc_exec_running";
+#define SIGHTLINE_X(kind, name, device, what) \
+  case RuntimeEventKind::kind:                \
+    return name;
+    SIGHTLINE_RUNTIME_EVENTS(SIGHTLINE_X)
+#undef SIGHTLINE_X
   }
   return "?";
 }
 
-bool event_kind_is_device(EventKind kind) {
-  return kind == EventKind::copy_in || kind == EventKind::copy_out || kind == EventKind::model_switch ||
-         kind == EventKind::first_load || kind == EventKind::exec_running;
+bool runtime_event_is_device(RuntimeEventKind kind) {
+  switch (kind) {
+#define SIGHTLINE_X(kind, name, device, what) \
+  case RuntimeEventKind::kind:                \
+    return device;
+    SIGHTLINE_RUNTIME_EVENTS(SIGHTLINE_X)
+#undef SIGHTLINE_X
+  }
+  return false;
 }
 
 namespace {
@@ -227,7 +225,7 @@ ExecutableId Runtime::load(int core, std::shared_ptr<const device::Executable> e
     executables_.push_back(std::move(exe));
   }
   host_clock::advance(host_clock::costs().runtime_call_ns);
-  record({EventKind::load, static_cast<int16_t>(core), thread_index(), t0, now_ns(), 0, 0, 0, id});
+  record({RuntimeEventKind::load, static_cast<int16_t>(core), thread_index(), t0, now_ns(), 0, 0, 0, id});
   return id;
 }
 
@@ -250,7 +248,7 @@ uint64_t Runtime::allocate(int core, uint64_t bytes, uint64_t correlation) {
          core, e.what());
   }
   host_clock::advance(host_clock::costs().allocation_ns);
-  record({EventKind::allocate, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
+  record({RuntimeEventKind::allocate, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, 0, bytes,
           kNoExecutable});
   return address;
 }
@@ -284,7 +282,7 @@ uint64_t Runtime::enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t cor
     if (done > t0) {
       lock.unlock();
       host_clock::wait_until(done);
-      record({EventKind::queue_full_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation,
+      record({RuntimeEventKind::queue_full_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation,
               oldest, 0, kNoExecutable});
       lock.lock();
     }
@@ -309,7 +307,7 @@ void Runtime::write(int core, uint64_t address, const void* src, uint64_t bytes,
   std::memcpy(item->staged.data(), src, bytes);
   host_clock::advance(host_clock::costs().runtime_call_ns + host_clock::copy_ns(bytes));
   const uint64_t seq = enqueue(c, std::move(item), correlation);
-  record({EventKind::tensor_write, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
+  record({RuntimeEventKind::tensor_write, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
           kNoExecutable});
 }
 
@@ -325,7 +323,7 @@ void Runtime::read(int core, void* dst, uint64_t address, uint64_t bytes, uint64
   const uint64_t seq = enqueue(c, std::move(item), correlation);
   wait_for(c, seq, correlation);
   host_clock::advance(host_clock::copy_ns(bytes));  // out of the DMA buffer into the caller's memory
-  record({EventKind::tensor_read, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
+  record({RuntimeEventKind::tensor_read, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, bytes,
           kNoExecutable});
 }
 
@@ -345,7 +343,7 @@ uint64_t Runtime::execute_schedule(int core, ExecutableId exe, std::vector<uint6
   item->exe = exe;
   item->io = std::move(io_addresses);
   const uint64_t seq = enqueue(c, std::move(item), correlation);
-  record({EventKind::execute_schedule, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, 0,
+  record({RuntimeEventKind::execute_schedule, static_cast<int16_t>(core), thread_index(), t0, now_ns(), correlation, seq, 0,
           exe});
   return seq;
 }
@@ -381,7 +379,7 @@ void Runtime::wait_for(CoreState& c, uint64_t seq, uint64_t correlation) {
   }
   const int64_t t0 = now_ns();
   host_clock::wait_until(done);
-  record({EventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, seq, 0,
+  record({RuntimeEventKind::exec_wait, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(), correlation, seq, 0,
           kNoExecutable});
   if (failure) std::rethrow_exception(failure);
 }
@@ -475,7 +473,7 @@ void Runtime::run_item(CoreState& c, Item& item) {
   switch (item.kind) {
     case Item::Kind::free:
       c.core->hbm_free(item.address);
-      record({EventKind::free, core, no_thread, c.device_free_ns, c.device_free_ns, 0, item.seq, 0, kNoExecutable});
+      record({RuntimeEventKind::free, core, no_thread, c.device_free_ns, c.device_free_ns, 0, item.seq, 0, kNoExecutable});
       return;
     case Item::Kind::write: {
       const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
@@ -483,7 +481,7 @@ void Runtime::run_item(CoreState& c, Item& item) {
       // Timing-only: no result is computed, so the data is never needed on the device.
       if (options_.functional) c.core->hbm_write(item.address, item.staged.data(), item.bytes);
       c.device_free_ns = start + dur;
-      record({EventKind::copy_in, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
+      record({RuntimeEventKind::copy_in, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
               kNoExecutable});
       return;
     }
@@ -496,7 +494,7 @@ void Runtime::run_item(CoreState& c, Item& item) {
         std::memset(item.read_dst, 0xff, item.bytes);  // not computed: NaN in every float dtype
       }
       c.device_free_ns = start + dur;
-      record({EventKind::copy_out, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
+      record({RuntimeEventKind::copy_out, core, no_thread, start, start + dur, item.correlation, item.seq, item.bytes,
               kNoExecutable});
       return;
     }
@@ -506,13 +504,13 @@ void Runtime::run_item(CoreState& c, Item& item) {
       int64_t t = std::max(item.submitted_ns + static_cast<int64_t>(spec_.runtime.submission_ns), c.device_free_ns);
       if (c.last_exe != item.exe) {
         const auto dur = static_cast<int64_t>(spec_.runtime.executable_switch_ns);
-        record({EventKind::model_switch, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
+        record({RuntimeEventKind::model_switch, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
         t += dur;
         c.last_exe = item.exe;
       }
       if (c.loaded_once.insert(item.exe).second) {
         const auto dur = static_cast<int64_t>(spec_.runtime.first_load_ns);
-        record({EventKind::first_load, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
+        record({RuntimeEventKind::first_load, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
         t += dur;
       }
       device::RunOptions run_options;
@@ -526,7 +524,7 @@ void Runtime::run_item(CoreState& c, Item& item) {
       device::RunResult result = c.core->run(*exe, item.io, run_options);
       const auto dur = static_cast<int64_t>(result.duration_ns + 0.5);
       c.device_free_ns = t + dur;
-      record({EventKind::exec_running, core, no_thread, t, t + dur, item.correlation, item.seq, result.hbm_bytes,
+      record({RuntimeEventKind::exec_running, core, no_thread, t, t + dur, item.correlation, item.seq, result.hbm_bytes,
               item.exe});
       if (run_options.record) record_trace({core, item.seq, item.correlation, item.exe, t, std::move(result)});
       return;

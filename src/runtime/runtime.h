@@ -46,32 +46,37 @@ namespace sightline::runtime {
 // The host clock every layer uses for timestamps (host_clock::now_ns()), in ns.
 int64_t now_ns();
 
-enum class EventKind : uint8_t {
-  // Host-side runtime calls, on the calling thread (lane neuron_rt).
-  load,                 // nrt_load: an executable made resident on a core
-  execute_schedule,     // nrta_execute_schedule: an execution queued
-  tensor_write,         // nrt_tensor_write: host data staged for a device copy
-  tensor_read,          // nrt_tensor_read: the host waits for and receives device data
-  allocate,             // nrt_dma_mem_alloc: device memory allocated
-  free,                 // a device allocation released (stream-ordered)
-  exec_wait,            // kbl_exec_wait: the host waits for modeled completion (synchronize / read)
-  queue_full_wait,      // the host waits because the core's queue is full (modeled back-pressure)
-  // Device-side activity on the core's modeled timeline (lane neuron_hw).
-  copy_in,       // dmem_buf_copyin: host-to-device DMA
-  copy_out,      // dmem_buf_copyout: device-to-host DMA
-  model_switch,  // nc_model_switch: the core switches to a different executable
-  first_load,    // first execution of an executable on this core (library load)
-  exec_running,  // nc_exec_running: one execution
+// What the runtime records: host-side runtime calls, on the calling thread (lane neuron_rt), and
+// device-side activity on the core's modeled timeline (lane neuron_hw). One row per kind:
+//   X(kind, Neuron name, on the device?, what it is)
+#define SIGHTLINE_RUNTIME_EVENTS(X)                                                                        \
+  X(load, "nrt_load", false, "an executable made resident on a core")                                     \
+  X(execute_schedule, "nrta_execute_schedule", false, "an execution queued")                              \
+  X(tensor_write, "nrt_tensor_write", false, "host data staged for a device copy")                        \
+  X(tensor_read, "nrt_tensor_read", false, "the host waits for and receives device data")                 \
+  X(allocate, "nrt_dma_mem_alloc", false, "device memory allocated")                                      \
+  X(free, "nrt_tensor_free", false, "a device allocation released (stream-ordered)")                      \
+  X(exec_wait, "kbl_exec_wait", false, "the host waits for modeled completion (synchronize / read)")      \
+  X(queue_full_wait, "nrt_queue_full_wait", false, "the host waits: the core's queue is full")            \
+  X(copy_in, "dmem_buf_copyin", true, "host-to-device DMA")                                               \
+  X(copy_out, "dmem_buf_copyout", true, "device-to-host DMA")                                             \
+  X(model_switch, "nc_model_switch", true, "the core switches to a different executable")                 \
+  X(first_load, "nc_first_load", true, "first execution of an executable on this core (library load)")    \
+  X(exec_running, "nc_exec_running", true, "one execution")
+
+enum class RuntimeEventKind : uint8_t {
+#define SIGHTLINE_X(kind, name, device, what) kind,
+  SIGHTLINE_RUNTIME_EVENTS(SIGHTLINE_X)
+#undef SIGHTLINE_X
 };
-inline constexpr int kEventKindCount = 13;
-std::string_view event_kind_name(EventKind kind);  // the Neuron name, e.g. "nc_exec_running"
-bool event_kind_is_device(EventKind kind);
+std::string_view runtime_event_name(RuntimeEventKind kind);  // the Neuron name, e.g. "nc_exec_running"
+bool runtime_event_is_device(RuntimeEventKind kind);
 
 using ExecutableId = uint32_t;
 inline constexpr ExecutableId kNoExecutable = 0xffffffffu;
 
 struct Event {
-  EventKind kind = EventKind::load;
+  RuntimeEventKind kind = RuntimeEventKind::load;
   int16_t core = 0;
   uint32_t thread = 0;  // OS thread id of the calling thread (host events)
   int64_t start_ns = 0;

@@ -9,7 +9,7 @@ namespace {
 
 Graph capture_unary(const std::function<Tensor(const Tensor&)>& fn, const TensorMeta& meta) {
   const TensorMeta metas[] = {meta};
-  return capture([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, metas,
+  return capture_graph([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, metas,
                  Device::cpu());
 }
 
@@ -24,7 +24,7 @@ std::string capture_error(const std::function<Tensor(const Tensor&)>& fn) {
 
 TEST(Capture, RecordsOpsWithoutComputing) {
   const TensorMeta metas[] = {{{4, 8}, DType::f32}, {{8}, DType::f32}};
-  const Graph g = capture(
+  const Graph g = capture_graph(
       [](const std::vector<Tensor>& in) {
         EXPECT_EQ(in[0].device(), capture_device());
         return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
@@ -56,7 +56,7 @@ TEST(Capture, RebuildsTransposeAsAViewNode) {
 
 TEST(Capture, RebuildsSplitHeadsTransposeSliceAndExpand) {
   const TensorMeta metas[] = {{{4, 8}, DType::f32}};
-  const Graph g = capture(
+  const Graph g = capture_graph(
       [](const std::vector<Tensor>& in) {
         const Tensor& x = in[0];
         return std::vector<Tensor>{exp(x.reshape({4, 2, 4}).transpose(0, 1)),  // split then transpose

@@ -22,7 +22,7 @@ std::vector<int64_t> executions_of(Fn&& fn) {
   rt.set_capture({});
   std::vector<int64_t> durations;
   for (const runtime::Event& e : captured.events) {
-    if (e.kind == runtime::EventKind::exec_running) durations.push_back(e.end_ns - e.start_ns);
+    if (e.kind == runtime::RuntimeEventKind::exec_running) durations.push_back(e.end_ns - e.start_ns);
   }
   return durations;
 }

@@ -39,7 +39,7 @@ Graph optimized_with_checks(const Graph& g) {
 
 TEST(Golden, RmsNorm) {
   const TensorMeta metas[] = {{{4, 4096}, DType::f32}, {{4096}, DType::f32}};
-  const Graph g = capture(
+  const Graph g = capture_graph(
       [](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
       },
@@ -49,7 +49,7 @@ TEST(Golden, RmsNorm) {
 
 TEST(Golden, DecoderBlock) {
   const std::vector<TensorMeta> metas = testing::decoder_block_metas();
-  const Graph g = capture(&testing::decoder_block, metas, Device::cpu());
+  const Graph g = capture_graph(&testing::decoder_block, metas, Device::cpu());
   expect_golden("decoder_block.txt", dump(optimized_with_checks(g)));
 }
 

@@ -15,8 +15,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Graph optimized(const TensorListFn& fn, const std::vector<TensorMeta>& metas) {
-  return optimize(capture(fn, metas, Device::cpu()));
+Graph optimized(const TensorListFunction& fn, const std::vector<TensorMeta>& metas) {
+  return optimize(capture_graph(fn, metas, Device::cpu()));
 }
 
 Graph rms_norm_graph(int64_t rows, int64_t cols) {

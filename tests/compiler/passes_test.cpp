@@ -9,8 +9,8 @@
 namespace sightline::compiler {
 namespace {
 
-Graph capture_fn(const TensorListFn& fn, std::vector<TensorMeta> metas) {
-  return capture(fn, metas, Device::cpu());
+Graph capture_fn(const TensorListFunction& fn, std::vector<TensorMeta> metas) {
+  return capture_graph(fn, metas, Device::cpu());
 }
 
 // The optimized graph, with the verifier run after every pass (optimize does) and the pass names seen.

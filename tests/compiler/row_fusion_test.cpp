@@ -65,7 +65,7 @@ const Program kPrograms[] = {
 Graph optimized(const Program& program, const std::vector<Dims>& shapes, DType dtype) {
   std::vector<TensorMeta> metas;
   for (const Dims& s : shapes) metas.push_back({s, dtype});
-  return optimize(capture(program.fn, metas, Device::cpu()));
+  return optimize(capture_graph(program.fn, metas, Device::cpu()));
 }
 
 std::string metadata(const device::Executable& exe, const std::string& key) {
@@ -234,7 +234,7 @@ TEST(MatmulEpilogue, AppliedOnResultTilesWithoutAnHbmRoundTrip) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     const int64_t rows = 130, in = 300, out = 257;
     const std::vector<TensorMeta> metas = {{{rows, in}, dtype}, {{out, in}, dtype}, {{rows, out}, dtype}};
-    const Graph graph = optimize(capture(&projected, metas, Device::cpu()));
+    const Graph graph = optimize(capture_graph(&projected, metas, Device::cpu()));
     const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "projected");
     EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
     EXPECT_FALSE(has_scratch(exe)) << "the matmul result went through HBM";
@@ -254,7 +254,7 @@ TEST(MatmulEpilogue, AppliedOnResultTilesWithoutAnHbmRoundTrip) {
 
 TEST(MatmulEpilogue, DecoderBlockFusesAllFourEpilogues) {
   const std::vector<TensorMeta> metas = testing::decoder_block_metas();
-  const device::Executable exe = lower(optimize(capture(&testing::decoder_block, metas, Device::cpu())),
+  const device::Executable exe = lower(optimize(capture_graph(&testing::decoder_block, metas, Device::cpu())),
                                        device::Spec::builtin("trn2"), "decoder");
   EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "4");
 }

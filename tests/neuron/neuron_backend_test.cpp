@@ -36,8 +36,8 @@ TEST(NeuronBackend, ScalarOperandIsAHostToDeviceCopy) {
   rt.set_capture({});
   int copies = 0, runs = 0;
   for (const auto& e : c.events) {
-    copies += e.kind == runtime::EventKind::copy_in;
-    runs += e.kind == runtime::EventKind::exec_running;
+    copies += e.kind == runtime::RuntimeEventKind::copy_in;
+    runs += e.kind == runtime::RuntimeEventKind::exec_running;
   }
   EXPECT_EQ(copies, 1);
   EXPECT_EQ(runs, 1);

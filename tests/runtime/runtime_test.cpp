@@ -19,7 +19,7 @@ std::vector<float> iota_values(size_t n) {
   return v;
 }
 
-std::vector<Event> of_kind(const Captured& c, EventKind k) {
+std::vector<Event> of_kind(const Captured& c, RuntimeEventKind k) {
   std::vector<Event> out;
   for (const Event& e : c.events) {
     if (e.kind == k) out.push_back(e);
@@ -54,21 +54,21 @@ TEST(Runtime, WriteExecuteReadComputesTheResult) {
   EXPECT_TRUE(rt.is_completed(0, seq));
 
   const Captured c = rt.drain();
-  const auto runs = of_kind(c, EventKind::exec_running);
+  const auto runs = of_kind(c, RuntimeEventKind::exec_running);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].correlation, 12u);
   EXPECT_EQ(runs[0].seq, seq);
   // The copy in is timed by the DMA model: fixed cost + bytes over the bandwidth.
-  const auto copies = of_kind(c, EventKind::copy_in);
+  const auto copies = of_kind(c, RuntimeEventKind::copy_in);
   ASSERT_EQ(copies.size(), 1u);
   EXPECT_NEAR(static_cast<double>(copies[0].end_ns - copies[0].start_ns), device::dma_copy_ns(rt.spec(), bytes, 16), 1.0);
   EXPECT_EQ(copies[0].correlation, 11u);
   // First execution: a switch to the executable and the first-load cost come before it.
-  ASSERT_EQ(of_kind(c, EventKind::model_switch).size(), 1u);
-  ASSERT_EQ(of_kind(c, EventKind::first_load).size(), 1u);
-  EXPECT_EQ(of_kind(c, EventKind::first_load)[0].end_ns, runs[0].start_ns);
+  ASSERT_EQ(of_kind(c, RuntimeEventKind::model_switch).size(), 1u);
+  ASSERT_EQ(of_kind(c, RuntimeEventKind::first_load).size(), 1u);
+  EXPECT_EQ(of_kind(c, RuntimeEventKind::first_load)[0].end_ns, runs[0].start_ns);
   // The device starts no earlier than submission + the submission cost, and after the copy in.
-  const auto sched = of_kind(c, EventKind::execute_schedule);
+  const auto sched = of_kind(c, RuntimeEventKind::execute_schedule);
   ASSERT_EQ(sched.size(), 1u);
   EXPECT_GE(runs[0].start_ns, sched[0].start_ns + static_cast<int64_t>(rt.spec().runtime.submission_ns));
   EXPECT_GE(runs[0].start_ns, copies[0].end_ns);
@@ -78,7 +78,7 @@ TEST(Runtime, WriteExecuteReadComputesTheResult) {
   EXPECT_EQ(c.traces[0].start_ns, runs[0].start_ns);
   EXPECT_NEAR(c.traces[0].result.duration_ns, static_cast<double>(runs[0].end_ns - runs[0].start_ns), 1.0);
   // The host's read ended after the modeled completion: host and device timelines stay causal.
-  const auto reads = of_kind(c, EventKind::tensor_read);
+  const auto reads = of_kind(c, RuntimeEventKind::tensor_read);
   ASSERT_EQ(reads.size(), 1u);
   EXPECT_GE(reads[0].end_ns, runs[0].end_ns);
 }
@@ -98,11 +98,11 @@ TEST(Runtime, RepeatedExecutionsSkipSwitchAndLoadButDifferentOnesPayTheSwitch) {
   for (ExecutableId e : std::vector<ExecutableId>{a, a, a, b, a}) rt.execute_schedule(0, e, {x, y});
   rt.synchronize(0);
   const Captured c = rt.drain();
-  EXPECT_EQ(of_kind(c, EventKind::exec_running).size(), 5u);
-  EXPECT_EQ(of_kind(c, EventKind::model_switch).size(), 3u);  // a, b, a
-  EXPECT_EQ(of_kind(c, EventKind::first_load).size(), 2u);    // a, b
+  EXPECT_EQ(of_kind(c, RuntimeEventKind::exec_running).size(), 5u);
+  EXPECT_EQ(of_kind(c, RuntimeEventKind::model_switch).size(), 3u);  // a, b, a
+  EXPECT_EQ(of_kind(c, RuntimeEventKind::first_load).size(), 2u);    // a, b
   // Executions never overlap on a core, and the same program takes the same device time.
-  const auto runs = of_kind(c, EventKind::exec_running);
+  const auto runs = of_kind(c, RuntimeEventKind::exec_running);
   for (size_t i = 1; i < runs.size(); ++i) {
     EXPECT_GE(runs[i].start_ns, runs[i - 1].end_ns);
     EXPECT_EQ(runs[i].end_ns - runs[i].start_ns, runs[0].end_ns - runs[0].start_ns);
@@ -188,8 +188,8 @@ std::vector<Event> eager_loop_device_events(RuntimeOptions options, int executio
   rt.synchronize_all();
   std::vector<Event> device;
   for (const Event& e : rt.drain().events) {
-    if (event_kind_is_device(e.kind)) device.push_back(e);
-    if (queue_full_waits != nullptr && e.kind == EventKind::queue_full_wait) ++*queue_full_waits;
+    if (runtime_event_is_device(e.kind)) device.push_back(e);
+    if (queue_full_waits != nullptr && e.kind == RuntimeEventKind::queue_full_wait) ++*queue_full_waits;
   }
   return device;
 }
@@ -210,8 +210,8 @@ bool same_timeline(const std::vector<Event>& a, const std::vector<Event>& b) {
   const int64_t a0 = a.front().start_ns, b0 = b.front().start_ns;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].kind != b[i].kind || a[i].start_ns - a0 != b[i].start_ns - b0 || a[i].end_ns - a0 != b[i].end_ns - b0) {
-      ADD_FAILURE() << "event " << i << " (" << event_kind_name(a[i].kind) << "): [" << a[i].start_ns - a0 << ", "
-                    << a[i].end_ns - a0 << "] vs (" << event_kind_name(b[i].kind) << ") [" << b[i].start_ns - b0
+      ADD_FAILURE() << "event " << i << " (" << runtime_event_name(a[i].kind) << "): [" << a[i].start_ns - a0 << ", "
+                    << a[i].end_ns - a0 << "] vs (" << runtime_event_name(b[i].kind) << ") [" << b[i].start_ns - b0
                     << ", " << b[i].end_ns - b0 << "]";
       return false;
     }

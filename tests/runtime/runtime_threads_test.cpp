@@ -43,7 +43,7 @@ TEST(RuntimeThreads, ConcurrentSubmittersOnFourCores) {
   for (int t = 0; t < 8; ++t) EXPECT_TRUE(ok[static_cast<size_t>(t)]) << t;
   const Captured c = rt.drain();
   size_t runs = 0;
-  for (const Event& e : c.events) runs += e.kind == EventKind::exec_running;
+  for (const Event& e : c.events) runs += e.kind == RuntimeEventKind::exec_running;
   EXPECT_EQ(runs, 80u);
   EXPECT_EQ(c.traces.size(), 80u);
   EXPECT_EQ(rt.in_flight(), 0u);
