@@ -11,12 +11,13 @@ build and load executables; the active step is what the table shows), prints the
 sorted by device time, and writes a profile output directory. A comparison from the runtime's events
 closes the run.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/rmsnorm_study.py --rows 1024 --cols 1024
+    /usr/bin/python3 examples/python/rmsnorm_study.py --rows 1024 --cols 1024
 """
 
 import argparse
 import sys
 
+import _path  # noqa: F401  (the build tree's package when sightline is not installed)
 import sightline as torch
 from sightline.neuron import NeuronConfig, NeuronProfiler
 from sightline.profiler import ProfilerActivity, profile, schedule

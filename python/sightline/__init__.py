@@ -40,6 +40,8 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     sum, mean, amax, softmax, log_softmax, pow, matmul, linear, cat, embedding,
 )
 from . import _tensor  # noqa: F401  (adds the Python-side Tensor methods)
+
+Error.__module__ = "sightline"  # tracebacks say sightline.Error
 from ._tensor import _size
 
 __version__ = "0.1.0"
