@@ -127,11 +127,12 @@ Graph fuse_matmul_epilogues(const Graph& graph) {
   const std::vector<int> uses = graph.use_counts();
   const std::vector<std::vector<int>> users = graph.users();
   std::vector<int> group_of(graph.nodes.size(), -1);
-  std::vector<int> roots;
+  std::vector<std::vector<int>> chains;  // per group, its nodes in chain order
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
     if (n.kind != NodeKind::op || (n.op != OpId::matmul && n.op != OpId::linear)) continue;
-    const int group = static_cast<int>(roots.size());
+    const int group = static_cast<int>(chains.size());
+    chains.push_back({static_cast<int>(i)});
     group_of[i] = group;
     int chain_end = static_cast<int>(i);
     // Follow the chain while its value has exactly one use, by an epilogue op: no other consumer needs
@@ -139,11 +140,19 @@ Graph fuse_matmul_epilogues(const Graph& graph) {
     while (uses[static_cast<size_t>(chain_end)] == 1 && users[static_cast<size_t>(chain_end)].size() == 1) {
       const int user = users[static_cast<size_t>(chain_end)][0];
       if (!is_epilogue(graph, graph.nodes[static_cast<size_t>(user)], chain_end)) break;
+      // An op joining two matmul chains (SwiGLU's gate * up) goes to the later chain, with the rest of
+      // the earlier chain from it on; the earlier chain then ends at the value feeding the join.
+      if (const int earlier = group_of[static_cast<size_t>(user)]; earlier != -1) {
+        std::vector<int>& other = chains[static_cast<size_t>(earlier)];
+        other.erase(std::find(other.begin(), other.end(), user), other.end());
+      }
       group_of[static_cast<size_t>(user)] = group;
+      chains.back().push_back(user);
       chain_end = user;
     }
-    roots.push_back(chain_end);
   }
+  std::vector<int> roots;
+  for (const std::vector<int>& chain : chains) roots.push_back(chain.back());
   return outline_groups(graph, group_of, roots, FusionKind::matmul_epilogue);
 }
 

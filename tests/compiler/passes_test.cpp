@@ -144,6 +144,38 @@ TEST(Passes, MatmulEpilogueTakesBiasActivationAndResidual) {
             "}\n");
 }
 
+// SwiGLU recorded in the order Python evaluates it (gate, silu, up, gate * up) and in the order C++
+// compilers often do (up first). The join `gate * up` goes to the chain that reaches it last, and the
+// other chain ends before it (this used to abort in outline_groups for the gate-first order, because
+// the earlier chain kept the join as its root).
+TEST(Passes, TwoMatmulChainsMeetingAtOneOpGoToTheLaterChain) {
+  const std::vector<TensorMeta> metas = {{{4, 8}, DType::f32}, {{8, 8}, DType::f32}, {{8, 8}, DType::f32}};
+  const Graph gate_first = optimized(capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor gate = silu(linear(in[0], in[1]));
+        const Tensor up = linear(in[0], in[2]);
+        return std::vector<Tensor>{gate * up};
+      },
+      metas));
+  const Graph up_first = optimized(capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor up = linear(in[0], in[2]);
+        const Tensor gate = silu(linear(in[0], in[1]));
+        return std::vector<Tensor>{gate * up};
+      },
+      metas));
+  auto fused_count = [](const Graph& g) {
+    int n = 0;
+    for (const Node& node : g.nodes) n += node.kind == NodeKind::fused;
+    return n;
+  };
+  // Gate first: [linear, silu] and [linear, mul]. Up first: a plain linear and [linear, silu, mul].
+  EXPECT_EQ(fused_count(gate_first), 2) << dump(gate_first);
+  EXPECT_EQ(count_ops(gate_first, OpId::linear), 0) << dump(gate_first);
+  EXPECT_EQ(fused_count(up_first), 1) << dump(up_first);
+  EXPECT_EQ(count_ops(up_first, OpId::linear), 1) << dump(up_first);
+}
+
 TEST(Passes, ColumnReductionsPutTheKeptDimOnPartitions) {
   const Graph g =
       capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(in[0], {0})}; },
