@@ -92,9 +92,12 @@ class Pool {
   bool stop_ = false;
 };
 
+// Never destroyed: threads that outlive static destruction (the neuron runtime's workers, which are
+// never joined either) may still be inside parallel_for when the program exits; destroying the pool
+// then would stop its workers under them and the exit would hang waiting for their chunks.
 Pool& pool() {
-  static Pool p;
-  return p;
+  static Pool* p = new Pool();
+  return *p;
 }
 
 }  // namespace
