@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 #include "formats/manifest.h"
 #include "formats/ntff.h"
 #include "sightline/profiler/events.h"

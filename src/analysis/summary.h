@@ -29,8 +29,8 @@
 
 #include "analysis/profile_dir.h"
 #include "device/core.h"
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 #include "formats/ntff.h"
 
 namespace sightline::analysis {

@@ -23,8 +23,8 @@
 
 #include "compiler/graph.h"
 #include "compiler/lower.h"
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 #include "runtime/runtime.h"
 
 namespace sightline::compiler {

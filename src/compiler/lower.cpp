@@ -10,7 +10,7 @@
 
 #include "compiler/row_kernel.h"
 #include "core/view_meta.h"
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 #include "kernels/layout.h"
 #include "sightline/error.h"

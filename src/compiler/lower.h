@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "compiler/graph.h"
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::compiler {
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "compiler/graph.h"
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 #include "sightline/ops.h"
 

@@ -23,9 +23,9 @@
 #include <span>
 #include <vector>
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 #include "device/memory.h"
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::device {
 

@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "device/isa.h"
-#include "device/spec.h"
+#include "sightline/device/isa.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::device {
 

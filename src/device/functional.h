@@ -11,9 +11,9 @@
 #include <initializer_list>
 #include <vector>
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 #include "device/memory.h"
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::device {
 

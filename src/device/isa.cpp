@@ -1,4 +1,4 @@
-#include "device/isa.h"
+#include "sightline/device/isa.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 
 #include <fstream>
 #include <set>

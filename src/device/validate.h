@@ -4,8 +4,8 @@
 // GpSimd: no PSUM; compute engines: no HBM), semaphore and source-op indices in range.
 #pragma once
 
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::device {
 

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::formats {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 
 namespace sightline::formats {
 

@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "device/core.h"
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 
 namespace sightline::formats {
 

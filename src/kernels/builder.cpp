@@ -1,4 +1,4 @@
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 
 #include <algorithm>
 

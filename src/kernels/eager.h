@@ -20,8 +20,8 @@
 #include <span>
 #include <string>
 
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 #include "sightline/ops.h"
 
 namespace sightline::kernels {

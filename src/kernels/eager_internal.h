@@ -4,7 +4,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 #include "kernels/layout.h"
 

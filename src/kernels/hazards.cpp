@@ -1,4 +1,4 @@
-#include "kernels/hazards.h"
+#include "sightline/kernels/hazards.h"
 
 #include <algorithm>
 

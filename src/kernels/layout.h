@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 
 namespace sightline::kernels {

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "device/core.h"
-#include "device/executable.h"
-#include "device/spec.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
 
 namespace sightline::runtime {
 

@@ -24,7 +24,7 @@
 #include <cstring>
 
 #include "analysis/trace_json.h"
-#include "device/isa.h"
+#include "sightline/device/isa.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
 #include "sightline/profiler/key_averages.h"

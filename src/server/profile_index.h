@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 #include "formats/manifest.h"
 #include "formats/ntff.h"
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 #include "sightline/error.h"
 
 namespace sightline::device {

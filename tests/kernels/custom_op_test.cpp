@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "kernel_test_util.h"
-#include "kernels/builder.h"
+#include "sightline/kernels/builder.h"
 
 namespace sightline::kernel_tests {
 namespace {

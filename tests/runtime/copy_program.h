@@ -2,7 +2,7 @@
 // (DMA in, one Vector instruction, DMA out), with the semaphores a kernel builder would insert.
 #pragma once
 
-#include "device/executable.h"
+#include "sightline/device/executable.h"
 
 namespace sightline::test_programs {
 

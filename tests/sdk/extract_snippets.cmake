@@ -18,11 +18,14 @@ if(count EQUAL 0)
   message(FATAL_ERROR "${DOC} has no cpp blocks")
 endif()
 file(WRITE "${OUT}.tmp" "// Generated from ${DOC} by tests/sdk/extract_snippets.cmake; do not edit.
+#include <algorithm>
 #include <memory>
+#include <span>
 
 #include <fmt/format.h>
 
 #include <sightline/compile.h>
+#include <sightline/kernels.h>
 #include <sightline/neuron.h>
 #include <sightline/profiler.h>
 #include <sightline/sightline.h>

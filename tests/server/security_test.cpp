@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 #include "formats/manifest.h"
 #include "server/http_server.h"
 #include "server/profile_index.h"

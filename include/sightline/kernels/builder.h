@@ -37,9 +37,9 @@
 #include <utility>
 #include <vector>
 
-#include "device/executable.h"
-#include "device/spec.h"
-#include "kernels/hazards.h"
+#include "sightline/device/executable.h"
+#include "sightline/device/spec.h"
+#include "sightline/kernels/hazards.h"
 
 namespace sightline::kernels {
 

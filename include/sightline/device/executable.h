@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "device/isa.h"
+#include "sightline/device/isa.h"
 #include "sightline/dtype.h"
 
 namespace sightline::device {

@@ -12,7 +12,7 @@
 #include <map>
 #include <vector>
 
-#include "device/isa.h"
+#include "sightline/device/isa.h"
 
 namespace sightline::kernels {
 
