@@ -206,8 +206,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
 
     eps=None is torch's default: finfo(input.dtype).eps."""
     _last_dim_only("rms_norm", input, normalized_shape)
-    if eps is None:
-        eps = finfo(input.dtype).eps
+    if eps is None:  # an integer input is refused by the op itself, with its message
+        eps = finfo(input.dtype).eps if input.dtype.is_floating_point else 1e-6
     return _sightline._rms_norm(input, weight, eps)
 
 

@@ -120,5 +120,13 @@ def test_shape_and_dtype_errors_name_the_op():
         torch.ones(2, 3) @ torch.ones(4, 5)
     with pytest.raises(torch.Error, match="aten::rms_norm"):
         torch.rms_norm(torch.ones(2, 3), (3,), torch.ones(4))
+    with pytest.raises(torch.Error, match=r"aten::rms_norm: expected a floating-point tensor .*got i32\[2, 4\]"):
+        torch.rms_norm(torch.ones(2, 4, dtype=torch.int32), (4,))
+    with pytest.raises(torch.Error, match="aten::matmul: operands must have the same dtype"):
+        torch.ones(2, 3) @ torch.ones(3, 2, dtype=torch.int32)
+    with pytest.raises(torch.Error, match="aten::embedding: indices must be i32"):
+        torch.embedding(torch.ones(4, 2), torch.ones(3))
+    with pytest.raises(torch.Error, match="different devices"):
+        torch.ones(2, device="neuron") + torch.ones(2)
     with pytest.raises(TypeError):
         torch.exp(3.0)
