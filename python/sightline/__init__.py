@@ -75,6 +75,35 @@ class finfo:
         self.min = -self.max
 
 
+class _NoGrad:
+    """torch.no_grad / inference_mode / enable_grad: sightline has no autograd, so these scopes (context
+    managers and decorators) change nothing; they exist so that inference scripts port unchanged."""
+
+    def __init__(self, mode=True):
+        self.mode = mode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return False
+
+    def __call__(self, fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+no_grad = inference_mode = enable_grad = _NoGrad
+Size = tuple  # Tensor.shape is a tuple, as torch.Size is one
+
+
+def is_grad_enabled():
+    return False
+
+
 def get_default_dtype():
     return float32
 

@@ -112,3 +112,14 @@ def test_errors_are_python_exceptions_with_the_cpp_message():
         torch.ones(2).to(3.5)
     with pytest.raises(torch.Error):
         torch.ones(6).view(4, 2)
+
+
+def test_inference_scripts_port_unchanged():
+    @torch.inference_mode()
+    def f(x):
+        return x.detach() * 2
+
+    with torch.no_grad():
+        y = f(torch.ones(2).requires_grad_())
+    assert y.tolist() == [2.0, 2.0] and not torch.is_grad_enabled()
+    assert isinstance(y.shape, torch.Size)
