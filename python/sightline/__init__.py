@@ -285,6 +285,9 @@ def stack(tensors, dim=0):
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
+mm = bmm = matmul
+
+
 def clone(input):  # noqa: A002
     return input.clone()
 

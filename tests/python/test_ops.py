@@ -130,3 +130,16 @@ def test_shape_and_dtype_errors_name_the_op():
         torch.ones(2, device="neuron") + torch.ones(2)
     with pytest.raises(TypeError):
         torch.exp(3.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_dot_product_attention(device):
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(3))
+    mask = np.where(np.tril(np.ones((8, 8))) > 0, 0.0, -1e9).astype(np.float32)
+    scores = q @ k.transpose(0, 2, 1) / 4.0 + mask
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (e / e.sum(-1, keepdims=True)) @ v
+    args = [torch.from_numpy(a).to(device) for a in (q, k, v, mask)]
+    close(F.scaled_dot_product_attention(*args[:3], attn_mask=args[3]), expected, tol=1e-4)
+    close(torch.bmm(args[0], args[1].transpose(1, 2)), q @ k.transpose(0, 2, 1), tol=1e-4)

@@ -157,3 +157,15 @@ def test_profiler_errors():
         scope = torch._sightline._RecordFunction("x")
         with scope:
             scope.__enter__()
+
+
+def test_an_exception_inside_the_profile_stops_it():
+    with pytest.raises(KeyError):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with record_function("failing"):
+                torch.exp(torch.ones(2))
+                raise KeyError("inside")
+    assert not prof.running
+    with profile(activities=[ProfilerActivity.CPU]) as again:  # the next profile can start
+        torch.exp(torch.ones(2))
+    assert "failing" in prof.key_averages().table() and "aten::exp" in again.key_averages().table()
