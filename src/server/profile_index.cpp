@@ -27,6 +27,7 @@
 #include "device/isa.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
+#include "sightline/error.h"
 #include "sightline/profiler/key_averages.h"
 
 namespace sightline::server {
@@ -641,7 +642,8 @@ std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_
 // before the element that follows a comma), so the result is the whole-file parse's.
 class StreamingTraceValidator {
  public:
-  StreamingTraceValidator(const fs::path& path, std::string origin) : path_(path), origin_(std::move(origin)) {}
+  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes)
+      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes) {}
 
   void run() {
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -686,12 +688,20 @@ class StreamingTraceValidator {
 
  private:
   static constexpr size_t kBlockBytes = size_t{1} << 20;
-  static constexpr size_t kRunBytes = size_t{1} << 20;        // runs are cut at the first element past this
   static constexpr size_t kMaxOutsideBytes = size_t{8} << 20;  // what surrounds the events array
   enum class Phase { before, events, after };
   enum class KeyState { none, key, colon };  // at depth 1: "traceEvents", then ':'
 
   static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  // "traceEvents" as the parser reads it, escapes undone (\u0074raceEvents is the same key).
+  static constexpr size_t kMaxKeyBytes = 6 * 11;
+  static bool is_trace_events(const std::string& raw) {
+    if (raw == "traceEvents") return true;
+    if (raw.size() > kMaxKeyBytes || raw.find('\\') == std::string::npos) return false;
+    const json key = json::parse("\"" + raw + "\"", nullptr, false);
+    return key.is_string() && key.get<std::string>() == "traceEvents";
+  }
 
   RequestError invalid(std::string_view message, std::optional<uint64_t> at) const {
     return RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
@@ -746,9 +756,9 @@ class StreamingTraceValidator {
       in_string(c);
       if (depth_ == 1) {
         if (in_string_) {
-          if (string_.size() <= 11) string_.push_back(c);
+          if (string_.size() <= kMaxKeyBytes) string_.push_back(c);
         } else if (was_open) {
-          key_ = string_ == "traceEvents" ? KeyState::key : KeyState::none;
+          key_ = is_trace_events(string_) ? KeyState::key : KeyState::none;
         }
       }
       return;
@@ -806,7 +816,7 @@ class StreamingTraceValidator {
     }
     // An element starts. Past the run size, and after a comma, the run so far is parsed on its own
     // (without that comma): the element that follows proves the comma was a separator.
-    if (after_comma_ && run_.size() >= kRunBytes) {
+    if (after_comma_ && run_.size() >= run_bytes_) {
       while (!run_.empty() && is_space(run_.back())) run_.pop_back();
       run_.pop_back();  // the ','
       flush();
@@ -839,6 +849,7 @@ class StreamingTraceValidator {
 
   fs::path path_;
   std::string origin_;
+  size_t run_bytes_;  // runs are cut at the first element past this
   PaddedParser parser_;
   Phase phase_ = Phase::before;
   bool in_string_ = false, escape_ = false;
@@ -873,8 +884,8 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
   return index;
 }
 
-void validate_trace_file(const fs::path& trace_path, const std::string& origin) {
-  StreamingTraceValidator(trace_path, origin).run();
+void validate_trace_file(const fs::path& trace_path, const std::string& origin, size_t run_bytes) {
+  StreamingTraceValidator(trace_path, origin, run_bytes).run();
 }
 
 void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
@@ -1265,9 +1276,16 @@ nlohmann::json ProfileIndex::key_averages() const {
   if (key_averages_) return *key_averages_;
   const std::string path = (dir_ / "trace.json").string();
   if (!fs::is_regular_file(path)) throw RequestError(404, fmt::format("{} cannot be read", path));
-  // Streamed from the file (memory: the trace's events, not a document of the whole file).
-  const profiler::CollectedTrace trace = analysis::trace_json_load(path);
-  const std::string device = analysis::trace_json_file_device_name(path);
+  // Streamed from the file (memory: the trace's events, not a document of the whole file). A trace
+  // the index reads but the analysis reader refuses is the profile's fault (422), not the server's.
+  profiler::CollectedTrace trace;
+  std::string device;
+  try {
+    trace = analysis::trace_json_load(path);
+    device = analysis::trace_json_file_device_name(path);
+  } catch (const Error& error) {
+    throw RequestError(422, fmt::format("the operator table cannot be built: {}", error.what()));
+  }
   const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
   json table = json::array();
   double self_cpu_total = 0, self_device_total = 0;
