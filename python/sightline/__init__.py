@@ -33,16 +33,18 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     dtype_parse,
     host_clock,
     op_table,
-    # elementwise ops, bound from the op table (see _sightline.generic_ops)
-    add, sub, mul, div, maximum, minimum,
-    neg, abs, exp, log, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, silu, gelu,
-    # ops with attributes
+    # the ops with attributes (the elementwise ops are re-exported from the op table below)
     sum, mean, amax, softmax, log_softmax, pow, matmul, linear, cat, embedding,
 )
 from . import _tensor  # noqa: F401  (adds the Python-side Tensor methods)
+from ._tensor import _size
 
 Error.__module__ = "sightline"  # tracebacks say sightline.Error
-from ._tensor import _size
+
+# The elementwise ops, as _sightline binds them from SIGHTLINE_OP_TABLE: add, mul, rsqrt, silu, ...
+for _name in _sightline.generic_ops:
+    globals()[_name] = getattr(_sightline, _name)
+del _name
 
 __version__ = "0.1.0"
 
