@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "analysis/trace_json.h"
 #include "device/spec.h"
@@ -138,6 +140,51 @@ TEST_F(TraceMemoryTest, ReadingATraceHoldsWhatItKeepsNotADocumentOfTheFile) {
   // events read (2.2 times this file of small events) and, for a moment, what profiler::build_trace
   // holds while it orders them (about as much again, twice): 6.5 times.
   EXPECT_LT(*growth, 9 * trace_bytes_) << fmt::format("reading {} MB held {} MB", trace_bytes_ >> 20, *growth >> 20);
+}
+
+// The upload validator's streaming check accepts exactly what the index loads, for layouts where a
+// cut between events could go wrong (runs cut every 4 bytes here, so every input is cut often).
+TEST(StreamingTraceCheck, AgreesWithTheIndexWhereverItCuts) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("sightline_streaming_check_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  formats::Manifest manifest;
+  manifest.created_utc = formats::manifest_now_utc();
+  manifest.device = device::Spec::builtin("trn2");
+  manifest.files = {{formats::ManifestFileKind::trace, "trace.json", std::nullopt, std::nullopt, 0}};
+  formats::manifest_save(manifest, dir.string());
+  const std::string event = R"({"ph": "X", "cat": "cpu_op", "name": "a,]}", "pid": 1, "tid": 1, "ts": 1, "dur": 2})";
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"{\"traceEvents\": [" + event + ", " + event + "]}", true},
+      {"\xEF\xBB\xBF{\"traceEvents\": [" + event + "]}", true},
+      {"[" + event + ", " + event + "]", true},
+      {"{\"x\": [1, {\"traceEvents\": []}], \"trace\\u0045vents\": [" + event + "]}", true},
+      {"{\"traceEvents\": [" + event + ", " + event + ",]}", false},            // trailing comma
+      {"{\"traceEvents\": [" + event + ", " + event, false},                     // truncated in the array
+      {"{\"traceEvents\": [" + event + ",, " + event + "]}", false},            // empty element
+      {"{\"traceEvents\": [" + event + "]} []", false},                          // trailing content
+      {"{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": -1}]}", false},
+      {"{\"traceEvents\": [[[[\"]\", 1]]], " + event + "]}", true},
+      {"{\"other\": [" + event + "]}", false},                                   // no traceEvents
+      {"{\"traceEvents\": [" + event + "}]}", false},                            // unbalanced
+  };
+  for (const auto& [text, valid] : cases) {
+    std::ofstream(dir / "trace.json", std::ios::binary | std::ios::trunc) << text;
+    bool loaded = true, checked = true;
+    try {
+      (void)ProfileIndex::load(dir);
+    } catch (const RequestError&) {
+      loaded = false;
+    }
+    try {
+      validate_trace_file(dir / "trace.json", "check/trace.json", 4);
+    } catch (const RequestError&) {
+      checked = false;
+    }
+    EXPECT_EQ(loaded, valid) << text;
+    EXPECT_EQ(checked, loaded) << text;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
