@@ -371,64 +371,106 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
   // both ends, so ties go by id: ids are handed out as scopes open, and runtime and device ids come
   // from ranges above every op's, so the enclosing scope comes first and becomes the parent. The
   // last tie-break is the event's place in (records, then each batch's events), as a stable sort.
-  // Each thread's records and each batch are ordered on their own as small keys (usually in O(n):
-  // see order_run), merged, and only then turned into events, each written once in its place.
-  std::vector<SortKey> keys;
-  std::vector<std::size_t> runs;  // start of each run in keys; runs.back() == keys.size()
-  std::vector<FunctionEvent*> batch_events;
-  {
-    std::size_t kept = 0;
-    for (const ActivityBatch& batch : batches) kept += batch.events.size();
-    keys.reserve(collection.records.size() + kept);
-    detail::advise_huge_pages(keys.data(), keys.capacity() * sizeof(SortKey));
-    batch_events.reserve(kept);
-  }
-  std::uint32_t run_thread = UINT32_MAX;
-  for (std::size_t i = 0; i < collection.records.size(); ++i) {
-    const CollectedRecord& collected = collection.records[i];
-    if (collected.record.kind == EventKind::memory) {
-      if (window.include_cpu) trace.memory.push_back(memory_from_record(collected, collection));
-      continue;
-    }
-    if (!wanted(is_device_kind(collected.record.kind))) continue;
-    if (collected.thread != run_thread || runs.empty()) {
-      runs.push_back(keys.size());
-      run_thread = collected.thread;
-    }
+  auto record_kept = [&](const CollectedRecord& collected) {
+    return collected.record.kind != EventKind::memory && wanted(is_device_kind(collected.record.kind));
+  };
+  auto record_key = [](const CollectedRecord& collected, std::size_t i) {
     const Record& r = collected.record;
-    keys.push_back({r.start_ns, r.end_ns, r.correlation_id, i});
+    return SortKey{r.start_ns, r.end_ns, r.correlation_id, i};
+  };
+  // Often (one thread of sequential ops, a trace read back from its file) everything is in order
+  // already: then events are built straight from the sources, with no keys at all.
+  bool in_order = true;
+  std::size_t kept = 0;
+  {
+    SortKey previous{};
+    auto see = [&](const SortKey& key) {
+      if (kept != 0 && !key_less(previous, key)) in_order = false;
+      previous = key;
+      ++kept;
+    };
+    for (std::size_t i = 0; i < collection.records.size(); ++i) {
+      if (record_kept(collection.records[i])) see(record_key(collection.records[i], i));
+    }
+    std::uint64_t b = 0;
+    for (const ActivityBatch& batch : batches) {
+      for (const FunctionEvent& event : batch.events) {
+        if (wanted(event.device_type != DeviceType::cpu)) see({event.start_ns, event.end_ns, event.id, kBatchEvent | b++});
+      }
+    }
+  }
+  for (const CollectedRecord& collected : collection.records) {
+    if (collected.record.kind == EventKind::memory && window.include_cpu) {
+      trace.memory.push_back(memory_from_record(collected, collection));
+    }
+  }
+
+  NameCache names;
+  TreeBuilder tree;
+  trace.events.reserve(kept);
+  detail::advise_huge_pages(trace.events.data(), kept * sizeof(FunctionEvent));
+  auto add_record = [&](const CollectedRecord& collected) {
+    fill_from_record(trace.events.emplace_back(), collected, collection, names);
+    tree.add(trace.events, trace.events.size() - 1);
+  };
+  auto add_batch_event = [&](FunctionEvent& event) {
+    trace.events.push_back(std::move(event));
+    tree.add(trace.events, trace.events.size() - 1);
+  };
+  if (in_order) {
+    for (const CollectedRecord& collected : collection.records) {
+      if (record_kept(collected)) add_record(collected);
+    }
+    for (ActivityBatch& batch : batches) {
+      for (FunctionEvent& event : batch.events) {
+        if (wanted(event.device_type != DeviceType::cpu)) add_batch_event(event);
+      }
+    }
+  } else {
+    // Each thread's records and each batch are ordered on their own as small keys (usually in O(n):
+    // see order_run), merged, and only then turned into events, each written once in its place.
+    std::vector<SortKey> keys;
+    std::vector<std::size_t> runs;  // start of each run in keys; runs.back() == keys.size()
+    std::vector<FunctionEvent*> batch_events;
+    keys.reserve(kept);
+    detail::advise_huge_pages(keys.data(), keys.capacity() * sizeof(SortKey));
+    std::uint32_t run_thread = UINT32_MAX;
+    for (std::size_t i = 0; i < collection.records.size(); ++i) {
+      const CollectedRecord& collected = collection.records[i];
+      if (!record_kept(collected)) continue;
+      if (collected.thread != run_thread || runs.empty()) {
+        runs.push_back(keys.size());
+        run_thread = collected.thread;
+      }
+      keys.push_back(record_key(collected, i));
+    }
+    for (ActivityBatch& batch : batches) {
+      bool run_open = false;
+      for (FunctionEvent& event : batch.events) {
+        if (!wanted(event.device_type != DeviceType::cpu)) continue;
+        if (!run_open) runs.push_back(keys.size());
+        run_open = true;
+        keys.push_back({event.start_ns, event.end_ns, event.id, kBatchEvent | batch_events.size()});
+        batch_events.push_back(&event);
+      }
+    }
+    runs.push_back(keys.size());
+    merge_runs(keys, runs);
+    for (const SortKey& key : keys) {
+      if ((key.source & kBatchEvent) == 0) {
+        add_record(collection.records[key.source]);
+      } else {
+        add_batch_event(*batch_events[key.source & ~kBatchEvent]);
+      }
+    }
   }
   for (ActivityBatch& batch : batches) {
-    bool run_open = false;
-    for (FunctionEvent& event : batch.events) {
-      if (!wanted(event.device_type != DeviceType::cpu)) continue;
-      if (!run_open) runs.push_back(keys.size());
-      run_open = true;
-      keys.push_back({event.start_ns, event.end_ns, event.id, kBatchEvent | batch_events.size()});
-      batch_events.push_back(&event);
-    }
     std::move(batch.devices.begin(), batch.devices.end(), std::back_inserter(trace.devices));
     std::move(batch.resources.begin(), batch.resources.end(), std::back_inserter(trace.resources));
     if (window.include_cpu) std::move(batch.memory.begin(), batch.memory.end(), std::back_inserter(trace.memory));
     trace.dropped += batch.dropped;
     for (std::string& note : batch.notes) trace.notes.push_back(std::move(note));
   }
-  runs.push_back(keys.size());
-  merge_runs(keys, runs);
-
-  NameCache names;
-  TreeBuilder tree;
-  trace.events.reserve(keys.size());
-  detail::advise_huge_pages(trace.events.data(), keys.size() * sizeof(FunctionEvent));
-  for (const SortKey& key : keys) {
-    if ((key.source & kBatchEvent) == 0) {
-      fill_from_record(trace.events.emplace_back(), collection.records[key.source], collection, names);
-    } else {
-      trace.events.push_back(std::move(*batch_events[key.source & ~kBatchEvent]));
-    }
-    tree.add(trace.events, trace.events.size() - 1);
-  }
-  std::vector<SortKey>().swap(keys);
   attach_device_events(trace.events, tree.device_events_with_op, tree.parents);
   const bool merged = merge_same_name_children(trace.events, tree.same_name);
   std::stable_sort(trace.memory.begin(), trace.memory.end(),
