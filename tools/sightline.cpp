@@ -55,14 +55,6 @@ analysis::ProfileDir load(const std::string& dir, bool with_trace = true) {
   return analysis::profile_dir_load(dir, {.load_trace_json = with_trace, .progress = bar.callback()});
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SIGHTLINE_CHECK(in.good(), "cannot read '{}'; check the path", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int view(const std::string& dir, const std::string& format) {
   const analysis::ProfileDir profile = load(dir);
   if (format == "summary-text") std::cout << analysis::report_summary_text(profile);
@@ -78,14 +70,14 @@ int table(const std::string& dir, const std::string& sort_by, int64_t row_limit,
   SIGHTLINE_CHECK(fs::exists(trace_path), "'{}' has no trace.json; profile with the CPU activity to get the "
                   "framework trace", dir);
   tools::ProgressBar bar(fmt::format("reading {}", trace_path));
-  const std::string text = read_text(trace_path);
-  const profiler::CollectedTrace trace = analysis::trace_json_parse(text, trace_path, bar.callback());
+  // Streamed from the file: memory is the trace's events, not a document of the whole file.
+  const profiler::CollectedTrace trace = analysis::trace_json_load(trace_path, bar.callback());
   bar.finish();
   // A trace carries FLOPs only when it was recorded with with_flops, which is also what adds the column.
   bool with_flops = false;
   for (const profiler::FunctionEvent& e : trace.events) with_flops = with_flops || e.flops != 0;
   const auto averages = profiler::key_averages(
-      trace, {.group_by_input_shape = by_shape, .device_name = analysis::trace_json_device_name(text),
+      trace, {.group_by_input_shape = by_shape, .device_name = analysis::trace_json_file_device_name(trace_path),
               .with_flops = with_flops});
   profiler::TableOptions options;
   options.sort_by = sort_by;

@@ -1,8 +1,15 @@
 // The cost of recording one framework op event (begin + end, one record) with the profiler off and
 // on, from one thread and from several; the cost of a device-side complete event; and what
 // profile_memory adds to a tensor's allocation and release (a host tensor created and dropped).
+// Single-threaded figures carry x_memcpy: their time over a memcpy, in the same run, of the bytes
+// they produce (64 per record, sizeof(FunctionEvent) per collected event).
+#include <chrono>
+
 #include <benchmark/benchmark.h>
 
+#include "anchors.h"
+
+#include "profiler/memory_observer.h"
 #include "sightline/host_clock.h"
 #include "sightline/profiler/events.h"
 #include "sightline/profiler/record.h"
@@ -23,15 +30,24 @@ void BM_op_event_off(benchmark::State& state) {
 }
 BENCHMARK(BM_op_event_off);
 
+double since_ns(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+}
+
 void BM_op_event_on(benchmark::State& state) {
   if (state.thread_index() == 0) recording_start({.max_events = 1ull << 40});
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     ScopeHandle op = record_op_begin(kMul);
     record_op_end(op);
   }
+  const double ns = since_ns(start);
   if (state.thread_index() == 0) {
     recording_stop();
     state.counters["dropped"] = static_cast<double>(recording_collect().dropped);
+    if (state.threads() == 1) {
+      bench::report_against_memcpy(state, ns, static_cast<std::size_t>(state.iterations()) * sizeof(Record));
+    }
   }
 }
 // Drained every so often by the next run's start; iterations are capped to bound memory.
@@ -49,12 +65,15 @@ void BM_op_event_on_warm(benchmark::State& state) {
   recording_stop();
   (void)recording_collect();
   recording_start({.max_events = 1ull << 40});
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     ScopeHandle op = record_op_begin(kMul);
     record_op_end(op);
   }
+  const double ns = since_ns(start);
   recording_stop();
   state.counters["dropped"] = static_cast<double>(recording_collect().dropped);
+  bench::report_against_memcpy(state, ns, static_cast<std::size_t>(state.iterations()) * sizeof(Record));
 }
 BENCHMARK(BM_op_event_on_warm)->Iterations(1'000'000);
 
@@ -62,6 +81,7 @@ BENCHMARK(BM_op_event_on_warm)->Iterations(1'000'000);
 // drain the thread buffers, build the events, sort them, build the op tree); per event.
 void BM_collect_1m(benchmark::State& state) {
   constexpr int kEvents = 1'000'000;
+  double ns = 0;
   for (auto _ : state) {
     state.PauseTiming();
     recording_start({.max_events = 1ull << 40});
@@ -72,9 +92,13 @@ void BM_collect_1m(benchmark::State& state) {
     }
     recording_stop();
     state.ResumeTiming();
+    const auto start = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(build_trace(recording_collect(), {}, {0, 1, 0, true, false, false}));
+    ns += since_ns(start);
   }
   state.SetItemsProcessed(state.iterations() * kEvents);
+  bench::report_against_memcpy(state, ns / static_cast<double>(state.iterations()),
+                               std::size_t{kEvents} * sizeof(FunctionEvent));
 }
 BENCHMARK(BM_collect_1m)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_op_event_on)->Iterations(1'000'000)->Threads(4);
@@ -113,10 +137,12 @@ BENCHMARK(BM_device_complete_event_on)->Iterations(2'000'000);
 void BM_tensor_alloc_free(benchmark::State& state) {
   const bool profile_memory = state.range(0) != 0;
   recording_start({.max_events = 1ull << 40, .profile_memory = profile_memory});
+  start_memory_recording();  // what a profile session with profile_memory installs
   for (auto _ : state) {
     Tensor t = empty({1024});
     benchmark::DoNotOptimize(t.storage().get());
   }
+  stop_memory_recording();
   recording_stop();
   state.counters["records"] = static_cast<double>(recording_collect().records.size());
   state.SetLabel(profile_memory ? "profile_memory on" : "profile_memory off");

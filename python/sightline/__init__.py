@@ -33,16 +33,18 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     dtype_parse,
     host_clock,
     op_table,
-    # elementwise ops, bound from the op table (see _sightline.generic_ops)
-    add, sub, mul, div, maximum, minimum,
-    neg, abs, exp, log, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, silu, gelu,
-    # ops with attributes
+    # the ops with attributes (the elementwise ops are re-exported from the op table below)
     sum, mean, amax, softmax, log_softmax, pow, matmul, linear, cat, embedding,
 )
 from . import _tensor  # noqa: F401  (adds the Python-side Tensor methods)
+from ._tensor import _size
 
 Error.__module__ = "sightline"  # tracebacks say sightline.Error
-from ._tensor import _size
+
+# The elementwise ops, as _sightline binds them from SIGHTLINE_OP_TABLE: add, mul, rsqrt, silu, ...
+for _name in _sightline.generic_ops:
+    globals()[_name] = getattr(_sightline, _name)
+del _name
 
 __version__ = "0.1.0"
 
@@ -73,6 +75,35 @@ class finfo:
         self.dtype = type
         self.bits, self.eps, self.max, self.tiny = self._INFO[type]
         self.min = -self.max
+
+
+class _NoGrad:
+    """torch.no_grad / inference_mode / enable_grad: sightline has no autograd, so these scopes (context
+    managers and decorators) change nothing; they exist so that inference scripts port unchanged."""
+
+    def __init__(self, mode=True):
+        self.mode = mode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return False
+
+    def __call__(self, fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+no_grad = inference_mode = enable_grad = _NoGrad
+Size = tuple  # Tensor.shape is a tuple, as torch.Size is one
+
+
+def is_grad_enabled():
+    return False
 
 
 def get_default_dtype():
@@ -206,8 +237,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
 
     eps=None is torch's default: finfo(input.dtype).eps."""
     _last_dim_only("rms_norm", input, normalized_shape)
-    if eps is None:
-        eps = finfo(input.dtype).eps
+    if eps is None:  # an integer input is refused by the op itself, with its message
+        eps = finfo(input.dtype).eps if input.dtype.is_floating_point else 1e-6
     return _sightline._rms_norm(input, weight, eps)
 
 
@@ -254,6 +285,9 @@ def stack(tensors, dim=0):
         raise ValueError("stack expects a non-empty list of tensors")
     d = dim if dim >= 0 else dim + tensors[0].dim() + 1
     return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+mm = bmm = matmul
 
 
 def clone(input):  # noqa: A002

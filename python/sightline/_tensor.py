@@ -138,3 +138,6 @@ Tensor.mm = Tensor.matmul
 Tensor.t = _transpose_2d
 Tensor.neuron = lambda self, device=0: self.to(_sightline.Device("neuron", device))
 Tensor.requires_grad = False
+Tensor.requires_grad_ = lambda self, requires_grad=True: self
+Tensor.detach = lambda self: self
+Tensor.grad = None

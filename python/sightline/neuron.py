@@ -22,8 +22,23 @@ from ._sightline.neuron import (  # noqa: F401
     memory_free,
     simulation_wall_ns,
 )
+import atexit as _atexit
+
 from ._sightline import neuron as _neuron
 from ._sightline import Device as _Device
+
+
+def _drain_at_exit():
+    # Device work still queued when the interpreter exits must finish first: otherwise static
+    # destruction tears down the CPU thread pool that a runtime worker's simulation is still using,
+    # and the process hangs in pthread_cond_destroy (observed with tensors alive at exit).
+    try:
+        _neuron.synchronize()
+    except Exception:  # noqa: BLE001  (nothing to report to at exit)
+        pass
+
+
+_atexit.register(_drain_at_exit)
 
 
 def synchronize(device=None):

@@ -84,6 +84,13 @@ class profile(_sightline._Profile):
             self.stop()
         return False
 
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0, group_by_overload_name=False):
+        """torch's key_averages: rows grouped by name (and input shapes). Stacks are not recorded, so
+        group_by_stack_n must be 0."""
+        if group_by_stack_n:
+            raise ValueError("key_averages: group_by_stack_n needs recorded stacks, which sightline does not keep yet")
+        return super().key_averages(group_by_input_shape)
+
     def events(self):
         """The last trace's events (dicts: name, device_type, start_ns, end_ns, input_shapes, parent)."""
         return self._events()

@@ -188,8 +188,14 @@ void init_tensor(py::module_& m) {
            [](const Device& d) {
              return "device(type='" + backend(d.backend).name() + "', index=" + std::to_string(d.index) + ")";
            })
-      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
-      .def("__eq__", [](const Device& a, const std::string& b) { return a == Device::parse(b); })
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; }, py::is_operator())
+      .def(
+          "__eq__",
+          [](const Device& a, const std::string& b) {
+            const Backend* named = find_backend(b.substr(0, b.find(':')));
+            return named != nullptr && a == Device::parse(b);  // an unknown name is another device
+          },
+          py::is_operator())
       .def("__hash__", [](const Device& d) { return (static_cast<int>(d.backend) << 16) | d.index; });
 
   py::class_<Generator>(m, "Generator")

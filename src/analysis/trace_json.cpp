@@ -1,12 +1,20 @@
 #include "analysis/trace_json.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <iterator>
+#include <new>
+#include <optional>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <type_traits>
 #include <unordered_map>
 
@@ -48,55 +56,238 @@ bool parse_thousandths(std::string_view text, std::int64_t& out) {
   return true;
 }
 
-// The DOM builder of nlohmann, except that "ts" and "dur" become integer nanoseconds parsed from their
-// text (see the header for why). A time out of range stays a float, which the reader refuses naming
-// the event and the field.
-class ExactTimeSax {
+// ts/dur values: integer nanoseconds parsed from their text (see the header for why). A time out of
+// range stays a float, which the reader refuses naming the event and the field.
+struct TimeValue {
+  bool is_integer = false;
+  json::number_integer_t ns = 0;
+  double value = 0;
+};
+
+// trace.json is read as a stream: nlohmann's SAX parser drives this handler, which builds a small
+// document for one element of "traceEvents" at a time and hands it on (then drops it), and keeps the
+// other top-level values (a few numbers and notes). Memory is one event's document and one buffer of
+// the file, whatever the file's size, instead of a document of the whole file (about ten times it).
+class StreamingSax {
  public:
-  explicit ExactTimeSax(json& root) : dom_(root, true) {}
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
+  using EventHandler = std::function<void(const json& event, std::size_t index)>;
+  explicit StreamingSax(EventHandler on_event) : on_event_(std::move(on_event)) {}
+
+  json top = json::object();      // the top-level object, less "traceEvents"
+  bool root_not_object = false;   // the document is not an object: not a Chrome trace
+  bool events_twice = false;      // "traceEvents" appears twice
+  bool saw_events = false;
+  std::string error;              // the parser's message for invalid JSON
+
+  bool null() {
+    return scalar([](Builder& b) { return b.null(); });
+  }
+  bool boolean(bool v) {
+    return scalar([v](Builder& b) { return b.boolean(v); });
+  }
   bool number_integer(json::number_integer_t v) {
-    if (!time_key_) return dom_.number_integer(v);
-    if (v > kMaxTimeNs / 1000 || v < -kMaxTimeNs / 1000) return dom_.number_float(static_cast<double>(v), {});
-    return dom_.number_integer(v * 1000);
+    if (!time_key_) return scalar([v](Builder& b) { return b.number_integer(v); });
+    if (v > kMaxTimeNs / 1000 || v < -kMaxTimeNs / 1000) {
+      return scalar([v](Builder& b) { return b.number_float(static_cast<double>(v), {}); });
+    }
+    return scalar([v](Builder& b) { return b.number_integer(v * 1000); });
   }
   bool number_unsigned(json::number_unsigned_t v) {
-    if (!time_key_) return dom_.number_unsigned(v);
+    if (!time_key_) return scalar([v](Builder& b) { return b.number_unsigned(v); });
     if (v > static_cast<json::number_unsigned_t>(kMaxTimeNs / 1000)) {
-      return dom_.number_float(static_cast<double>(v), {});
+      return scalar([v](Builder& b) { return b.number_float(static_cast<double>(v), {}); });
     }
-    return dom_.number_integer(static_cast<json::number_integer_t>(v) * 1000);
+    return scalar([v](Builder& b) { return b.number_integer(static_cast<json::number_integer_t>(v) * 1000); });
   }
   bool number_float(json::number_float_t v, const json::string_t& text) {
     std::int64_t ns = 0;
-    if (time_key_ && parse_thousandths(text, ns)) return dom_.number_integer(ns);
+    if (time_key_ && parse_thousandths(text, ns)) return scalar([ns](Builder& b) { return b.number_integer(ns); });
     // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
     if (time_key_ && std::isfinite(v) && std::fabs(v) * 1000 <= static_cast<double>(kMaxTimeNs)) {
-      return dom_.number_integer(static_cast<std::int64_t>(std::llround(v * 1000)));
+      const auto rounded = static_cast<std::int64_t>(std::llround(v * 1000));
+      return scalar([rounded](Builder& b) { return b.number_integer(rounded); });
     }
-    return dom_.number_float(v, text);
+    return scalar([v, &text](Builder& b) { return b.number_float(v, text); });
   }
-  bool string(json::string_t& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) { return dom_.start_object(n); }
+  bool string(json::string_t& v) {
+    return scalar([&v](Builder& b) { return b.string(v); });
+  }
+  bool binary(json::binary_t& v) {
+    return scalar([&v](Builder& b) { return b.binary(v); });
+  }
   bool key(json::string_t& k) {
     time_key_ = k == "ts" || k == "dur";
-    return dom_.key(k);
+    if (builder_) return builder_->key(k);
+    key_ = k;
+    return true;
   }
-  bool end_object() { return dom_.end_object(); }
-  bool start_array(std::size_t n) { return dom_.start_array(n); }
-  bool end_array() { return dom_.end_array(); }
-  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& ex) {
-    return dom_.parse_error(position, token, ex);
+  bool start_object(std::size_t n) {
+    if (!builder_) {
+      if (level_ == Level::document) {
+        level_ = Level::top;
+        return true;
+      }
+      begin();
+    }
+    ++depth_;
+    return builder_->start_object(n);
+  }
+  bool start_array(std::size_t n) {
+    if (!builder_) {
+      if (level_ == Level::document) {
+        root_not_object = true;
+        return false;
+      }
+      if (level_ == Level::top && key_ == "traceEvents") {
+        if (saw_events) {
+          events_twice = true;
+          return false;
+        }
+        saw_events = true;
+        level_ = Level::events;
+        return true;
+      }
+      begin();
+    }
+    ++depth_;
+    return builder_->start_array(n);
+  }
+  bool end_object() {
+    if (!builder_) return true;  // the top-level object
+    const bool ok = builder_->end_object();
+    if (--depth_ == 0) finish();
+    return ok;
+  }
+  bool end_array() {
+    if (!builder_) {  // the events array
+      level_ = Level::top;
+      return true;
+    }
+    const bool ok = builder_->end_array();
+    if (--depth_ == 0) finish();
+    return ok;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    error = ex.what();
+    return false;
   }
 
  private:
-  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  using Builder = nlohmann::detail::json_sax_dom_parser<json>;
+  enum class Level { document, top, events };
+
+  // A value starts at the top level or in the events array: it is built on its own.
+  void begin() {
+    value_ = json();
+    builder_.emplace(value_, true);
+  }
+  void finish() {
+    builder_.reset();
+    if (level_ == Level::events) {
+      on_event_(value_, next_index_++);
+    } else {
+      top[key_] = std::move(value_);  // a repeated key: the last value wins, as in a document
+    }
+    value_ = json();
+  }
+  template <typename Forward>
+  bool scalar(Forward forward) {
+    if (builder_) return forward(*builder_);
+    if (level_ == Level::document) {
+      root_not_object = true;
+      return false;
+    }
+    begin();
+    const bool ok = forward(*builder_);
+    finish();
+    return ok;
+  }
+
+  EventHandler on_event_;
+  Level level_ = Level::document;
+  std::optional<Builder> builder_;
+  json value_;
+  int depth_ = 0;
+  std::string key_;
   bool time_key_ = false;
+  std::size_t next_index_ = 0;
 };
 
-// A char iterator that reports how far the parser got, every MiB.
+// The bytes of a file, a buffer at a time, as the char iterator nlohmann's parser reads; reports
+// progress every buffer. A read error ends the input (the parser then reports it truncated) and is
+// kept for the caller to name.
+class FileSource {
+ public:
+  FileSource(const std::string& path, const ProgressCallback& progress) : progress_(progress) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    SIGHTLINE_CHECK(fd_ >= 0, "cannot read trace '{}' ({}); check that it exists and is readable", path,
+                    std::strerror(errno));
+    struct stat info {};
+    if (::fstat(fd_, &info) == 0 && info.st_size > 0) total_ = static_cast<uint64_t>(info.st_size);
+    refill();
+  }
+  ~FileSource() { ::close(fd_); }
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  bool at_end() const { return at_ == end_; }
+  char current() const { return buffer_[at_]; }
+  void advance() {
+    if (++at_ == end_) refill();
+  }
+  int read_errno() const { return read_errno_; }
+  uint64_t done() const { return done_; }
+
+ private:
+  void refill() {
+    at_ = end_ = 0;
+    ssize_t got = 0;
+    do {
+      got = ::read(fd_, buffer_.data(), buffer_.size());
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) read_errno_ = errno;
+    if (got <= 0) return;
+    end_ = static_cast<std::size_t>(got);
+    done_ += static_cast<uint64_t>(got);
+    if (progress_) progress_(done_, std::max(total_, done_));
+  }
+
+  int fd_ = -1;
+  std::vector<char> buffer_ = std::vector<char>(std::size_t{1} << 20);
+  std::size_t at_ = 0, end_ = 0;
+  uint64_t done_ = 0, total_ = 0;
+  int read_errno_ = 0;
+  ProgressCallback progress_;
+};
+
+class FileIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = char;
+
+  FileIterator() = default;
+  explicit FileIterator(FileSource* source) : source_(source) {}
+  char operator*() const { return source_->current(); }
+  FileIterator& operator++() {
+    source_->advance();
+    return *this;
+  }
+  FileIterator operator++(int) {
+    FileIterator before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const FileIterator& other) const { return ended() == other.ended(); }
+
+ private:
+  bool ended() const { return source_ == nullptr || source_->at_end(); }
+  FileSource* source_ = nullptr;
+};
+
+// A char iterator over text in memory that reports how far the parser got, every MiB.
 class ProgressIterator {
  public:
   using iterator_category = std::forward_iterator_tag;
@@ -129,14 +320,6 @@ class ProgressIterator {
   std::size_t total_ = 0;
   const ProgressCallback* progress_ = nullptr;
 };
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SIGHTLINE_CHECK(in.good(), "cannot read trace '{}'; check that it exists and is readable", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Where a value sits, for errors: "trace.json: traceEvents[12].args.External id". Formatted only
 // when an error is raised.
@@ -237,71 +420,45 @@ bool kind_from_category(std::string_view category, EventKind& kind) {
   return true;
 }
 
-json parse_exact(std::string_view text, const std::string& origin, const ProgressCallback& progress) {
-  json root;
-  ExactTimeSax sax(root);
-  try {
-    ProgressIterator begin(text.data(), text.data(), text.size(), &progress);
-    ProgressIterator end(text.data() + text.size(), text.data(), text.size(), &progress);
-    json::sax_parse(begin, end, &sax);
-  } catch (const json::exception& e) {
-    fail("{} is not valid JSON ({}); the file is damaged or truncated, export the profile again", origin, e.what());
-  }
-  if (progress) progress(text.size(), text.size());
-  return root;
-}
+// What the reader builds from the events as they stream by. Runtime calls on a core's lane take their
+// host thread from the "fwd" flow that links them to their framework op and their core from the
+// lane's process, which may come later in the file: those are resolved once every event is read.
+class TraceBuilder {
+ public:
+  TraceBuilder(const std::string& origin, bool keep) : origin_(origin), keep_(keep) {}
 
-}  // namespace
-
-std::string trace_json_device_name(std::string_view text) {
-  // Lane names are short; a cheap scan avoids parsing twice.
-  const std::size_t at = text.find("_hw/NC:");
-  if (at == std::string_view::npos) return "privateuseone";
-  // The lane name is ".../neuron_hw/NC:0" or, in deviceProperties, "neuron_hw/NC:0".
-  const std::size_t slash = text.find_last_of("/\"", at);
-  if (slash == std::string_view::npos) return "privateuseone";
-  return std::string(text.substr(slash + 1, at - slash - 1));
-}
-
-profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
-                                          const ProgressCallback& progress) {
-  const json root = parse_exact(text, origin, progress);
-  SIGHTLINE_CHECK(root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array(),
-                  "{} has no \"traceEvents\" array; it is not a Chrome trace", origin);
-  const json& events = root["traceEvents"];
-
-  // Lane roles from the process names of the system-lane layout.
-  std::map<std::int64_t, std::string> process_names;
-  std::unordered_map<std::uint64_t, std::int64_t> fwd_flow_thread;  // runtime call id -> op thread
-  constexpr std::uint64_t kOpToRuntimeFlowBit = std::uint64_t{1} << 61;  // profiler/chrome_trace.cpp
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const json& event = events[i];
-    SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin, i);
-    const Where where{origin, i, ""};
-    const std::string ph = string_or(event, "ph", where);
-    if (ph == "M" && string_or(event, "name", where) == "process_name" && event.contains("args")) {
-      process_names[integer_or<std::int64_t>(event, "pid", 0, where)] =
-          string_or(args_of(event, where), "name", Where{origin, i, "args"});
-    } else if (ph == "s" && string_or(event, "cat", where) == "fwd") {
-      fwd_flow_thread[integer_or<std::uint64_t>(event, "id", 0, where) ^ kOpToRuntimeFlowBit] =
-          integer_or<std::int64_t>(event, "tid", 0, where);
+  // At most this many events will be kept: the vector is reserved once, so it never holds a grown
+  // copy of itself (pages of the reserve that no event fills are never touched, so never resident).
+  void expect_at_most(std::size_t events) {
+    if (!keep_) return;
+    try {
+      batch_.events.reserve(events);
+    } catch (const std::bad_alloc&) {  // address space refused: the vector grows as usual
     }
   }
-  auto process_is = [&](std::int64_t pid, std::string_view suffix) {
-    auto found = process_names.find(pid);
-    return found != process_names.end() && found->second.ends_with(suffix);
-  };
 
-  profiler::ActivityBatch batch;
-  std::int64_t window_end = 0;
-  std::int64_t next_unknown_thread = -1;  // runtime calls without a framework op: a lane of their own
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const json& event = events[i];
-    const Where where{origin, i, ""};
-    const Where in_args{origin, i, "args"};
+  void event(const json& event, std::size_t i) {
+    SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin_, i);
+    const Where where{origin_, i, ""};
+    const Where in_args{origin_, i, "args"};
     const std::string ph = string_or(event, "ph", where);
+    if (ph == "M") {
+      if (string_or(event, "name", where) == "process_name" && event.contains("args")) {
+        process_names_[integer_or<std::int64_t>(event, "pid", 0, where)] =
+            string_or(args_of(event, where), "name", in_args);
+      }
+      return;
+    }
+    if (ph == "s") {
+      if (string_or(event, "cat", where) == "fwd") {
+        const auto id = integer_or<std::uint64_t>(event, "id", 0, where);
+        const auto tid = integer_or<std::int64_t>(event, "tid", 0, where);
+        if (keep_) fwd_flow_thread_[id ^ kOpToRuntimeFlowBit] = tid;
+      }
+      return;
+    }
     if (ph == "i" && string_or(event, "name", where) == "Record Window End") {
-      window_end = time_field(event, "ts", where);
+      window_end_ = time_field(event, "ts", where);
     }
     if (ph == "i" && string_or(event, "name", where) == "[memory]") {
       const json& args = args_of(event, where);
@@ -315,14 +472,14 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
       memory.total_reserved = integer_or<std::int64_t>(args, "Total Reserved", 0, in_args);
       memory.scope_known = args.contains("External id");
       memory.scope_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
-      batch.memory.push_back(memory);
-      continue;
+      if (keep_) batch_.memory.push_back(memory);
+      return;
     }
-    if (ph != "X") continue;
+    if (ph != "X") return;
     profiler::FunctionEvent e;
     const std::string category = string_field(event, "cat", where);
     SIGHTLINE_CHECK(kind_from_category(category, e.kind), "{}: traceEvents[{}] has unknown category \"{}\"",
-                    origin, i, category);
+                    origin_, i, category);
     e.name = string_field(event, "name", where);
     e.start_ns = time_field(event, "ts", where);
     const std::int64_t duration_ns = time_field(event, "dur", where);
@@ -339,15 +496,12 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
     if (e.device_type == DeviceType::privateuse1) {
       e.device_index = integer_or<int>(args, "device", -1, in_args);
       e.resource = integer_or<std::int64_t>(args, "stream", 0, in_args);
-    } else if (e.kind == EventKind::runtime && process_is(pid, "_rt")) {
-      e.device_index = integer_of<int>(event["tid"], where, "tid");
-      auto thread = fwd_flow_thread.find(e.id);
-      e.thread = thread != fwd_flow_thread.end() ? thread->second : next_unknown_thread--;
     } else {
       e.thread = tid;
+      if (e.kind == EventKind::runtime) runtime_calls_.push_back({keep_ ? batch_.events.size() : 0, i, pid, tid});
     }
-    if (args.contains("Input Dims")) {
-      const json& dims = args["Input Dims"];
+    if (auto found = args.find("Input Dims"); found != args.end()) {
+      const json& dims = *found;
       SIGHTLINE_CHECK(dims.is_array(), "{} must be an array of shapes", in_args("Input Dims"));
       for (const json& shape : dims) {
         SIGHTLINE_CHECK(shape.is_array(), "{} must be an array of shapes (arrays of integers)", in_args("Input Dims"));
@@ -357,29 +511,194 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
     }
     e.flops = integer_or<std::uint64_t>(args, "flops", 0, in_args);
     e.bytes = integer_or<std::uint64_t>(args, "bytes", 0, in_args);
-    batch.events.push_back(std::move(e));
+    if (keep_) batch_.events.push_back(std::move(e));
   }
-  profiler::TraceWindow window;
-  window.end_ns = window_end;
-  const Where top{origin};
-  window.wall_clock_at_start_ns = integer_or<std::int64_t>(root, "baseTimeNanoseconds", 0, top);
-  batch.dropped = integer_or<std::uint64_t>(root, "dropped_events", 0, top);
-  if (auto found = root.find("profile_memory"); found != root.end()) {
-    SIGHTLINE_CHECK(found->is_boolean(), "{} must be true or false", top("profile_memory"));
-    window.profile_memory = found->get<bool>();
-  }
-  if (auto found = root.find("sightlineNotes"); found != root.end()) {  // what the profile left out and why
-    SIGHTLINE_CHECK(found->is_array(), "{} must be an array of strings", top("sightlineNotes"));
-    for (const json& note : *found) {
-      SIGHTLINE_CHECK(note.is_string(), "{} must be an array of strings", top("sightlineNotes"));
-      batch.notes.push_back(note.get<std::string>());
+
+  profiler::CollectedTrace finish(const json& root) {
+    // Runtime calls on a "_rt" process's lane: the lane is the core, the thread comes from the flow.
+    std::int64_t next_unknown_thread = -1;  // runtime calls without a framework op: a lane of their own
+    for (const RuntimeCall& call : runtime_calls_) {
+      auto process = process_names_.find(call.pid);
+      if (process == process_names_.end() || !process->second.ends_with("_rt")) continue;
+      const Where where{origin_, call.index, ""};
+      SIGHTLINE_CHECK(call.tid >= std::numeric_limits<int>::min() && call.tid <= std::numeric_limits<int>::max(),
+                      "{} is {}, out of range ({} to {})", where("tid"), call.tid, std::numeric_limits<int>::min(),
+                      std::numeric_limits<int>::max());
+      if (!keep_) continue;
+      profiler::FunctionEvent& e = batch_.events[call.event];
+      e.device_index = static_cast<int>(call.tid);
+      auto thread = fwd_flow_thread_.find(e.id);
+      e.thread = thread != fwd_flow_thread_.end() ? thread->second : next_unknown_thread--;
     }
+    profiler::TraceWindow window;
+    window.end_ns = window_end_;
+    const Where top{origin_};
+    window.wall_clock_at_start_ns = integer_or<std::int64_t>(root, "baseTimeNanoseconds", 0, top);
+    batch_.dropped = integer_or<std::uint64_t>(root, "dropped_events", 0, top);
+    if (auto found = root.find("profile_memory"); found != root.end()) {
+      SIGHTLINE_CHECK(found->is_boolean(), "{} must be true or false", top("profile_memory"));
+      window.profile_memory = found->get<bool>();
+    }
+    if (auto found = root.find("sightlineNotes"); found != root.end()) {  // what the profile left out and why
+      SIGHTLINE_CHECK(found->is_array(), "{} must be an array of strings", top("sightlineNotes"));
+      for (const json& note : *found) {
+        SIGHTLINE_CHECK(note.is_string(), "{} must be an array of strings", top("sightlineNotes"));
+        batch_.notes.push_back(note.get<std::string>());
+      }
+    }
+    if (!keep_) return {};
+    return profiler::build_trace(profiler::Collection{}, {std::move(batch_)}, window);
   }
-  return profiler::build_trace(profiler::Collection{}, {std::move(batch)}, window);
+
+ private:
+  static constexpr std::uint64_t kOpToRuntimeFlowBit = std::uint64_t{1} << 61;  // profiler/chrome_trace.cpp
+  struct RuntimeCall {
+    std::size_t event;  // index in batch_.events
+    std::size_t index;  // index in traceEvents
+    std::int64_t pid, tid;
+  };
+
+  const std::string& origin_;
+  bool keep_;
+  profiler::ActivityBatch batch_;
+  std::map<std::int64_t, std::string> process_names_;
+  std::unordered_map<std::uint64_t, std::int64_t> fwd_flow_thread_;  // runtime call id -> op thread
+  std::vector<RuntimeCall> runtime_calls_;
+  std::int64_t window_end_ = 0;
+};
+
+// Streams `begin`..`end` through the reader. `keep` false: every check, nothing kept (validation).
+template <typename Iterator>
+profiler::CollectedTrace read_trace(Iterator begin, Iterator end, const std::string& origin, bool keep,
+                                    std::size_t events_at_most,
+                                    const std::function<std::string()>& read_failure = {}) {
+  TraceBuilder builder(origin, keep);
+  builder.expect_at_most(events_at_most);
+  StreamingSax sax([&](const json& event, std::size_t i) { builder.event(event, i); });
+  bool parsed = false;
+  try {
+    parsed = json::sax_parse(begin, end, &sax);
+  } catch (const json::exception& e) {
+    sax.error = e.what();
+  }
+  if (read_failure) {
+    const std::string failure = read_failure();
+    SIGHTLINE_CHECK(failure.empty(), "cannot read trace '{}' ({}); check the disk and the file", origin, failure);
+  }
+  SIGHTLINE_CHECK(!sax.events_twice, "{}: \"traceEvents\" appears twice; it is not a trace sightline wrote",
+                  origin);
+  SIGHTLINE_CHECK(sax.root_not_object || sax.error.empty() || parsed,
+                  "{} is not valid JSON ({}); the file is damaged or truncated, export the profile again", origin,
+                  sax.error);
+  SIGHTLINE_CHECK(!sax.root_not_object && sax.saw_events && !sax.top.contains("traceEvents"),
+                  "{} has no \"traceEvents\" array; it is not a Chrome trace", origin);
+  SIGHTLINE_CHECK(parsed, "{} is not valid JSON ({}); the file is damaged or truncated, export the profile again",
+                  origin, sax.error);
+  return builder.finish(sax.top);
+}
+
+// Every event the reader keeps has a "ph" key, so the times "ph" occurs in the text bound their
+// number (an escaped key only makes the bound low, and the vector then grows as usual).
+std::size_t count_ph(std::string_view text) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find("\"ph\""); at != std::string_view::npos; at = text.find("\"ph\"", at + 4)) ++count;
+  return count;
+}
+
+// A complete event with the fields the reader requires takes this many bytes at least
+// ({"ph":"X","cat":"kernel","name":"","ts":0,"dur":0,"pid":0,"tid":0}): a second bound, for text
+// made of "ph" alone.
+constexpr std::size_t kMinEventBytes = 60;
+
+std::size_t events_at_most(std::size_t ph_count, std::size_t bytes) { return std::min(ph_count, bytes / kMinEventBytes + 1); }
+
+std::size_t count_ph_in_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;  // the reader names the failure
+  std::vector<char> buffer(std::size_t{1} << 20);
+  std::string window;  // the last bytes of the buffer before, so a key across two is still counted
+  std::size_t count = 0;
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    window.append(buffer.data(), std::min<std::size_t>(3, static_cast<std::size_t>(got)));
+    count += count_ph(window);
+    count += count_ph(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
+    window.assign(buffer.data() + std::max<ssize_t>(0, got - 3), buffer.data() + got);
+  }
+  ::close(fd);
+  return count;
+}
+
+profiler::CollectedTrace read_trace_file(const std::string& path, const ProgressCallback& progress, bool keep) {
+  std::error_code ignored;
+  const std::size_t bound = keep ? events_at_most(count_ph_in_file(path), std::filesystem::file_size(path, ignored)) : 0;
+  FileSource source(path, progress);
+  return read_trace(FileIterator(&source), FileIterator(), path, keep, bound, [&source]() -> std::string {
+    return source.read_errno() == 0 ? std::string() : std::strerror(source.read_errno());
+  });
+}
+
+}  // namespace
+
+std::string trace_json_device_name(std::string_view text) {
+  // Lane names are short; a cheap scan avoids parsing twice.
+  const std::size_t at = text.find("_hw/NC:");
+  if (at == std::string_view::npos) return "privateuseone";
+  // The lane name is ".../neuron_hw/NC:0" or, in deviceProperties, "neuron_hw/NC:0".
+  const std::size_t slash = text.find_last_of("/\"", at);
+  if (slash == std::string_view::npos) return "privateuseone";
+  return std::string(text.substr(slash + 1, at - slash - 1));
+}
+
+profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
+                                          const ProgressCallback& progress) {
+  ProgressIterator begin(text.data(), text.data(), text.size(), &progress);
+  ProgressIterator end(text.data() + text.size(), text.data(), text.size(), &progress);
+  profiler::CollectedTrace trace = read_trace(begin, end, origin, true, events_at_most(count_ph(text), text.size()));
+  if (progress) progress(text.size(), text.size());
+  return trace;
 }
 
 profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress) {
-  return trace_json_parse(read_text(path), path, progress);
+  return read_trace_file(path, progress, true);
+}
+
+void trace_json_validate_file(const std::string& path, const std::string& origin) {
+  FileSource source(path, {});
+  (void)read_trace(FileIterator(&source), FileIterator(), origin, false, 0, [&source]() -> std::string {
+    return source.read_errno() == 0 ? std::string() : std::strerror(source.read_errno());
+  });
+}
+
+void trace_json_validate(std::string_view text, const std::string& origin) {
+  (void)read_trace(text.begin(), text.end(), origin, false, 0);
+}
+
+std::string trace_json_file_device_name(const std::string& path) {
+  // The lane name ".../neuron_hw/NC:0" is short: the file is scanned a buffer at a time, each buffer
+  // with the end of the one before, so that a name across two buffers is still found.
+  constexpr std::size_t kBuffer = std::size_t{1} << 20, kOverlap = 4096;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  SIGHTLINE_CHECK(fd >= 0, "cannot read trace '{}' ({}); check that it exists and is readable", path,
+                  std::strerror(errno));
+  std::string window;
+  std::vector<char> buffer(kBuffer);
+  std::string name = "privateuseone";
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    window.append(buffer.data(), static_cast<std::size_t>(got));
+    if (window.find("_hw/NC:") != std::string::npos) {
+      name = trace_json_device_name(window);
+      break;
+    }
+    if (window.size() > kOverlap) window.erase(0, window.size() - kOverlap);
+  }
+  ::close(fd);
+  return name;
 }
 
 }  // namespace sightline::analysis

@@ -11,6 +11,8 @@
 // "Input Dims", flops and bytes; the [memory] instant events of profile_memory. In the system-lane layout a runtime call sits on its core's lane; its
 // host thread comes back from the "fwd" flow that links it to its framework op. The CPU tree, the
 // attribution of device events and the self/total times are then rebuilt by profiler::build_trace.
+// The file is read as a stream (nlohmann's SAX parser, one event's document at a time), never as a
+// document of the whole file: memory is what the trace holds plus one buffer, not ten times the file.
 #pragma once
 
 #include <string>
@@ -27,7 +29,14 @@ profiler::CollectedTrace trace_json_load(const std::string& path, const Progress
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
                                           const ProgressCallback& progress = {});
 
+// Every check the two functions above make, keeping nothing: memory is one event and one buffer of
+// the file whatever its size (the Explorer server validates uploads with it). Throws as they do.
+void trace_json_validate_file(const std::string& path, const std::string& origin);
+void trace_json_validate(std::string_view text, const std::string& origin);
+
 // The backend name the trace's device lanes use ("neuron" for ".../neuron_hw/NC:0"), or "privateuseone".
 std::string trace_json_device_name(std::string_view text);
+// The same for a file, read a buffer at a time.
+std::string trace_json_file_device_name(const std::string& path);
 
 }  // namespace sightline::analysis

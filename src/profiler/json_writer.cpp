@@ -1,6 +1,8 @@
 #include "profiler/json_writer.h"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <charconv>
 #include <cmath>
 #include <iterator>
@@ -47,59 +49,136 @@ constexpr std::array<bool, 256> kPlain = [] {
   return plain;
 }();
 
-template <typename Integer>
-void append_integer(std::string& out, Integer number) {
-  char digits[24];
-  const auto result = std::to_chars(digits, digits + sizeof(digits), number);
-  out.append(digits, result.ptr);
-}
+// The escape of each byte that a JSON string cannot hold as it is (control characters, quote and
+// backslash); bytes >= 0x80 are checked as UTF-8 instead.
+struct Escape {
+  char text[7];
+  std::uint8_t size;
+};
+constexpr std::array<Escape, 0x80> kEscapes = [] {
+  std::array<Escape, 0x80> escapes{};
+  constexpr char kHex[] = "0123456789abcdef";
+  for (int c = 0; c < 0x80; ++c) {
+    Escape& e = escapes[static_cast<std::size_t>(c)];
+    const auto two = [&e](char second) {
+      e.text[0] = '\\';
+      e.text[1] = second;
+      e.size = 2;
+    };
+    switch (c) {
+      case '"': two('"'); break;
+      case '\\': two('\\'); break;
+      case '\b': two('b'); break;
+      case '\f': two('f'); break;
+      case '\n': two('n'); break;
+      case '\r': two('r'); break;
+      case '\t': two('t'); break;
+      default:
+        e.text[0] = '\\';
+        e.text[1] = 'u';
+        e.text[2] = '0';
+        e.text[3] = '0';
+        e.text[4] = kHex[c >> 4];
+        e.text[5] = kHex[c & 15];
+        e.size = 6;
+    }
+  }
+  return escapes;
+}();
 
 }  // namespace
 
 JsonWriter::JsonWriter(Sink sink, std::size_t flush_threshold)
     : sink_(std::move(sink)), flush_threshold_(flush_threshold) {
-  buffer_.reserve(flush_threshold_ + 1024);
+  reserve_more(flush_threshold_ + 1024);
 }
 
-void JsonWriter::append_quoted(std::string& out, std::string_view text) {
-  out += '"';
-  std::size_t plain_from = 0;
-  std::size_t at = 0;
-  auto flush_plain = [&] { out.append(text.substr(plain_from, at - plain_from)); };
-  while (at < text.size()) {
-    const auto c = static_cast<unsigned char>(text[at]);
-    if (kPlain[c]) {
+void JsonWriter::grow(std::size_t bytes) {
+  const std::size_t capacity = std::max(size_ + bytes, 2 * capacity_);
+  auto data = std::make_unique_for_overwrite<char[]>(capacity);
+  if (size_ != 0) std::memcpy(data.get(), data_.get(), size_);
+  data_ = std::move(data);
+  capacity_ = capacity;
+}
+
+char* JsonWriter::write_quoted(char* out, std::string_view text) {
+  *out++ = '"';
+  const char* at = text.data();
+  const char* const end = at + text.size();
+  while (at < end) {
+    const char* plain = at;
+    while (at < end && kPlain[static_cast<unsigned char>(*at)]) ++at;
+    if (at != plain) {
+      std::memcpy(out, plain, static_cast<std::size_t>(at - plain));
+      out += at - plain;
+    }
+    if (at == end) break;
+    const auto c = static_cast<unsigned char>(*at);
+    if (c < 0x80) {
+      const Escape& escape = kEscapes[c];
+      std::memcpy(out, escape.text, 6);  // room for 6 bytes per input byte is reserved
+      out += escape.size;
       ++at;
       continue;
     }
-    if (c >= 0x80) {
-      const std::size_t length = utf8_sequence_length(text, at);
-      if (length != 0) {
-        at += length;
-        continue;
-      }
+    const std::size_t length = utf8_sequence_length(text, static_cast<std::size_t>(at - text.data()));
+    if (length != 0) {
+      std::memcpy(out, at, length);
+      out += length;
+      at += length;
+    } else {
+      std::memcpy(out, "\\ufffd", 6);  // not valid UTF-8: JSON text must be Unicode
+      out += 6;
+      ++at;
     }
-    flush_plain();
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c >= 0x80) {
-          out += "\\ufffd";  // not valid UTF-8: JSON text must be Unicode
-        } else {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-        }
-    }
-    ++at;
-    plain_from = at;
   }
-  flush_plain();
-  out += '"';
+  *out++ = '"';
+  return out;
+}
+
+char* JsonWriter::write_integer(char* out, std::int64_t number) {
+  return std::to_chars(out, out + kMaxNumberBytes, number).ptr;
+}
+
+char* JsonWriter::write_integer(char* out, std::uint64_t number) {
+  return std::to_chars(out, out + kMaxNumberBytes, number).ptr;
+}
+
+char* JsonWriter::write_fixed3(char* out, std::int64_t thousandths) {
+  // Unsigned, so that INT64_MIN has a magnitude too.
+  const std::uint64_t magnitude =
+      thousandths < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(thousandths) : static_cast<std::uint64_t>(thousandths);
+  if (thousandths < 0) *out++ = '-';
+  out = std::to_chars(out, out + kMaxNumberBytes, magnitude / 1000).ptr;
+  const auto fraction = static_cast<unsigned>(magnitude % 1000);
+  out[0] = '.';
+  out[1] = static_cast<char>('0' + fraction / 100);
+  out[2] = static_cast<char>('0' + fraction / 10 % 10);
+  out[3] = static_cast<char>('0' + fraction % 10);
+  return out + 4;
+}
+
+char* JsonWriter::write_double(char* out, double number) {
+  if (!std::isfinite(number)) return write_literal(out, "null");
+  return fmt::format_to_n(out, kMaxDoubleBytes, "{}", number).out;
+}
+
+void JsonWriter::append_quoted(std::string& out, std::string_view text) {
+  const std::size_t at = out.size();
+  out.resize(at + max_quoted_bytes(text.size()));
+  char* const end = write_quoted(out.data() + at, text);
+  out.resize(static_cast<std::size_t>(end - out.data()));
+}
+
+char* JsonWriter::begin_raw(std::size_t max_bytes) {
+  before_value();
+  reserve_more(max_bytes);
+  return data_.get() + size_;
+}
+
+void JsonWriter::end_raw(char* end) {
+  size_ = static_cast<std::size_t>(end - data_.get());
+  maybe_flush();
 }
 
 void JsonWriter::before_value() {
@@ -114,31 +193,31 @@ void JsonWriter::before_value() {
     frame.after_key = false;
     return;
   }
-  if (frame.has_elements) buffer_ += frame.one_per_line ? ",\n" : ",";
+  if (frame.has_elements) append(frame.one_per_line ? std::string_view(",\n") : std::string_view(","));
   frame.has_elements = true;
 }
 
 void JsonWriter::maybe_flush() {
-  if (buffer_.size() >= flush_threshold_) flush();
+  if (size_ >= flush_threshold_) flush();
 }
 
 void JsonWriter::flush() {
-  if (buffer_.empty()) return;
-  sink_(buffer_);
-  buffer_.clear();
+  if (size_ == 0) return;
+  sink_(std::string_view(data_.get(), size_));
+  size_ = 0;
 }
 
 JsonWriter& JsonWriter::begin_array(bool one_per_line) {
   before_value();
-  buffer_ += one_per_line ? "[\n" : "[";
+  append(one_per_line ? std::string_view("[\n") : std::string_view("["));
   frames_.push_back({false, one_per_line, false, false});
   return *this;
 }
 
 JsonWriter& JsonWriter::end_array() {
   SIGHTLINE_ASSERT_MSG(!frames_.empty() && !frames_.back().is_object, "{}", "end_array without begin_array");
-  if (frames_.back().one_per_line) buffer_ += '\n';
-  buffer_ += ']';
+  if (frames_.back().one_per_line) append('\n');
+  append(']');
   frames_.pop_back();
   maybe_flush();
   return *this;
@@ -146,7 +225,7 @@ JsonWriter& JsonWriter::end_array() {
 
 JsonWriter& JsonWriter::begin_object() {
   before_value();
-  buffer_ += '{';
+  append('{');
   frames_.push_back({true, false, false, false});
   return *this;
 }
@@ -154,7 +233,7 @@ JsonWriter& JsonWriter::begin_object() {
 JsonWriter& JsonWriter::end_object() {
   SIGHTLINE_ASSERT_MSG(!frames_.empty() && frames_.back().is_object && !frames_.back().after_key, "{}",
                        "end_object without begin_object, or after a key with no value");
-  buffer_ += '}';
+  append('}');
   frames_.pop_back();
   maybe_flush();
   return *this;
@@ -164,85 +243,80 @@ void JsonWriter::before_key() {
   SIGHTLINE_ASSERT_MSG(!frames_.empty() && frames_.back().is_object && !frames_.back().after_key, "{}",
                        "a JSON key belongs directly inside an object");
   Frame& frame = frames_.back();
-  if (frame.has_elements) buffer_ += ',';
+  if (frame.has_elements) append(',');
   frame.has_elements = true;
   frame.after_key = true;
 }
 
 JsonWriter& JsonWriter::key(std::string_view name) {
   before_key();
-  append_quoted(buffer_, name);
-  buffer_ += ':';
+  reserve_more(max_quoted_bytes(name.size()) + 1);
+  char* end = write_quoted(data_.get() + size_, name);
+  *end++ = ':';
+  size_ = static_cast<std::size_t>(end - data_.get());
   return *this;
 }
 
 JsonWriter& JsonWriter::plain_key(std::string_view name) {
   before_key();
-  buffer_ += '"';
-  buffer_.append(name);
-  buffer_.append("\":", 2);
+  append('"');
+  append(name);
+  append("\":");
   return *this;
 }
 
 JsonWriter& JsonWriter::plain_value(std::string_view text) {
   before_value();
-  buffer_ += '"';
-  buffer_.append(text);
-  buffer_ += '"';
+  append('"');
+  append(text);
+  append('"');
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::string_view text) {
   before_value();
-  append_quoted(buffer_, text);
+  reserve_more(max_quoted_bytes(text.size()));
+  size_ = static_cast<std::size_t>(write_quoted(data_.get() + size_, text) - data_.get());
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::int64_t number) {
   before_value();
-  append_integer(buffer_, number);
+  reserve_more(kMaxNumberBytes);
+  size_ = static_cast<std::size_t>(write_integer(data_.get() + size_, number) - data_.get());
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::uint64_t number) {
   before_value();
-  append_integer(buffer_, number);
+  reserve_more(kMaxNumberBytes);
+  size_ = static_cast<std::size_t>(write_integer(data_.get() + size_, number) - data_.get());
   return *this;
 }
 
 JsonWriter& JsonWriter::value(double number) {
   before_value();
-  if (std::isfinite(number)) {
-    fmt::format_to(std::back_inserter(buffer_), "{}", number);
-  } else {
-    buffer_ += "null";
-  }
+  reserve_more(kMaxDoubleBytes);
+  size_ = static_cast<std::size_t>(write_double(data_.get() + size_, number) - data_.get());
   return *this;
 }
 
 JsonWriter& JsonWriter::value(bool flag) {
   before_value();
-  buffer_ += flag ? "true" : "false";
+  append(flag ? std::string_view("true") : std::string_view("false"));
   return *this;
 }
 
 JsonWriter& JsonWriter::null() {
   before_value();
-  buffer_ += "null";
+  append(std::string_view("null"));
   return *this;
 }
 
 JsonWriter& JsonWriter::fixed3(std::int64_t thousandths) {
   before_value();
-  // Unsigned, so that INT64_MIN has a magnitude too.
-  const std::uint64_t magnitude =
-      thousandths < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(thousandths) : static_cast<std::uint64_t>(thousandths);
-  if (thousandths < 0) buffer_ += '-';
-  append_integer(buffer_, magnitude / 1000);
-  const auto fraction = static_cast<int>(magnitude % 1000);
-  const char digits[4] = {'.', static_cast<char>('0' + fraction / 100), static_cast<char>('0' + fraction / 10 % 10),
-                          static_cast<char>('0' + fraction % 10)};
-  buffer_.append(digits, 4);
+  reserve_more(kMaxNumberBytes);
+  size_ = static_cast<std::size_t>(write_fixed3(data_.get() + size_, thousandths) - data_.get());
   return *this;
 }
 

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +62,27 @@ class JsonWriter {
   // Appends `text` to `out` as a JSON string literal (quotes included).
   static void append_quoted(std::string& out, std::string_view text);
 
+  // For hot loops that format a whole value at once (the trace writers' events): writes the
+  // separator the value needs, makes room for `max_bytes` and returns where its text goes;
+  // end_raw(end) then takes the bytes written up to `end`. The text must be one complete JSON value,
+  // written with the helpers below so that it is the same as the calls it stands for would write.
+  char* begin_raw(std::size_t max_bytes);
+  void end_raw(char* end);
+
+  // The writers of the calls above, on a raw pointer; each returns the end of what it wrote.
+  static constexpr std::size_t kMaxNumberBytes = 24;  // an int64, uint64 or fixed3, sign included
+  static constexpr std::size_t kMaxDoubleBytes = 32;
+  static constexpr std::size_t max_quoted_bytes(std::size_t text_bytes) { return 2 + 6 * text_bytes; }
+  static char* write_quoted(char* out, std::string_view text);
+  static char* write_integer(char* out, std::int64_t number);
+  static char* write_integer(char* out, std::uint64_t number);
+  static char* write_fixed3(char* out, std::int64_t thousandths);
+  static char* write_double(char* out, double number);  // null when not finite
+  static char* write_literal(char* out, std::string_view text) {
+    for (char c : text) *out++ = c;
+    return out;
+  }
+
  private:
   struct Frame {
     bool is_object = false;
@@ -71,9 +94,26 @@ class JsonWriter {
   void before_key();
   void maybe_flush();
 
+  // The output buffer: grown by hand so that raw writers can fill it without zeroing it first.
+  void reserve_more(std::size_t bytes) {
+    if (capacity_ - size_ < bytes) grow(bytes);
+  }
+  void grow(std::size_t bytes);
+  void append(std::string_view text) {
+    reserve_more(text.size());
+    if (!text.empty()) std::memcpy(data_.get() + size_, text.data(), text.size());
+    size_ += text.size();
+  }
+  void append(char c) {
+    reserve_more(1);
+    data_[size_++] = c;
+  }
+
   Sink sink_;
   std::size_t flush_threshold_;
-  std::string buffer_;
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
   std::vector<Frame> frames_;
   bool wrote_root_ = false;
 };

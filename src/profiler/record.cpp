@@ -2,6 +2,8 @@
 
 #include "sightline/host_clock.h"
 
+#include "profiler/huge_pages.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -236,6 +238,21 @@ bool decode_shapes(const std::vector<std::int64_t>& arena, PayloadId id,
 // Walks every buffer, frees finished chunks and buffers of exited threads, and hands the records
 // of session `wanted_state` to `out` (nullptr: discard them). Registry lock held by the caller.
 void drain_locked(Registry& reg, std::uint32_t wanted_state, Collection* out) {
+  if (out != nullptr) {
+    // Sized once: a million records are 80 MB, and growing by doubling would copy and fault in
+    // most of it again. Owners may publish more meanwhile; this is only the first guess.
+    std::size_t pending = 0;
+    for (ThreadBuffer* buffer : reg.buffers) {
+      std::uint32_t consumed = buffer->head_consumed;
+      for (Chunk* chunk = buffer->head; chunk != nullptr; chunk = chunk->next.load(std::memory_order_acquire)) {
+        const std::uint32_t published = chunk->published.load(std::memory_order_acquire);
+        if (chunk->session_state == wanted_state && published > consumed) pending += published - consumed;
+        consumed = 0;
+      }
+    }
+    out->records.reserve(out->records.size() + pending);
+    detail::advise_huge_pages(out->records.data(), out->records.capacity() * sizeof(CollectedRecord));
+  }
   std::vector<ThreadBuffer*> alive;
   for (ThreadBuffer* buffer : reg.buffers) {
     const bool exited = buffer->exited.load(std::memory_order_acquire);

@@ -249,7 +249,10 @@ class DeadlineStream final : public httplib::Stream {
     if (!headers_read_) return std::min(start_ + limits_.header_timeout, start_ + limits_.request_timeout);
     return rate_deadline(body_start_, body_bytes_);
   }
-  Clock::time_point write_deadline() const { return rate_deadline(write_start_, written_bytes_); }
+  // Before the first write (is_writable asks first), the answer's clock would start now.
+  Clock::time_point write_deadline() const {
+    return writing_ ? rate_deadline(write_start_, written_bytes_) : rate_deadline(Clock::now(), 0);
+  }
 
   // Waits until the socket is ready for `events`, at most io_timeout and never past `deadline`.
   bool wait(short events, Clock::time_point deadline) const {

@@ -27,6 +27,7 @@
 #include "sightline/device/isa.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
+#include "sightline/error.h"
 #include "sightline/profiler/key_averages.h"
 
 namespace sightline::server {
@@ -144,6 +145,10 @@ Key key_of(std::string_view name) {
   }
 }
 
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
+using simdjson::SUCCESS;
+
 struct FlowKeyHash {
   size_t operator()(const std::pair<uint32_t, uint64_t>& key) const {
     return std::hash<uint64_t>()(key.second * 0x9e3779b97f4a7c15ULL ^ key.first);
@@ -180,9 +185,12 @@ struct ChunkIndex {
   std::map<LaneKey, std::string> thread_names;
   std::map<LaneKey, int64_t> thread_sorts;
   std::vector<std::tuple<uint32_t, uint64_t, FlowPoint>> flow_points;  // (category name, id, end)
+  bool keep = true;                 // false: events are checked, not kept (validation)
   bool bad_complete_event = false;  // an "X" event without a valid ts/dur
   bool parsed = false;              // the run was valid JSON
   std::string error;                // the parser's message otherwise
+  error_code error_kind = simdjson::SUCCESS;
+  std::optional<size_t> error_offset;  // where in the parsed text, when known
   bool found_events = false;
   const char* events_end = nullptr;  // just after the events array, when the run reached it
 
@@ -196,6 +204,10 @@ struct ChunkIndex {
 
   void consume(const EventFields& event) {
     if (!event.pid || !event.tid) return;
+    if (!keep) {
+      if (event.phase == "X" && (!event.ts || !event.dur || *event.dur < 0)) bad_complete_event = true;
+      return;
+    }
     const LaneKey lane{*event.pid, *event.tid};
     if (event.phase == "M") {
       if (event.name == "process_name" && event.args_name) {
@@ -230,9 +242,6 @@ struct ChunkIndex {
   }
 };
 
-namespace od = simdjson::ondemand;
-using simdjson::error_code;
-using simdjson::SUCCESS;
 
 // A JSON number as the index reads it: integers that fit 64 bits (those above INT64_MAX, such as the
 // profiler's correlation ids with the top bits set, keep their bits as int64) and every number as a
@@ -513,6 +522,8 @@ void parse_chunk(const char* text, size_t size, bool bracketed, bool strict, Chu
       }
     }
     chunk.error = parse_error_message(error, offset);
+    chunk.error_kind = error;
+    chunk.error_offset = offset;
   };
   if (auto error = parser.iterate(buffer).get(document)) return fail(error, false);
   TraceReader reader(chunk, document);
@@ -622,6 +633,235 @@ std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_
   return ranges;
 }
 
+// Validates trace.json as ProfileIndex::load reads it, with bounded memory: the file is read a block
+// at a time, and a scanner that follows strings and nesting cuts the events array into runs of whole
+// elements (whatever the layout), each parsed on its own by the index's reader wrapped as
+// {"traceEvents":[...]} (or [...] for a bare array), so at the depth it has in the file. What
+// surrounds the array is parsed last, with the array as []. Every byte is in exactly one parsed
+// piece, each piece is valid JSON exactly when the file is (a cut falls only between elements,
+// before the element that follows a comma), so the result is the whole-file parse's.
+class StreamingTraceValidator {
+ public:
+  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes)
+      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes) {}
+
+  void run() {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
+    }
+    std::vector<char> block(kBlockBytes);
+    bool first = true;
+    while (true) {
+      const ssize_t got = ::read(fd, block.data(), block.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        const int code = errno;
+        ::close(fd);
+        throw RequestError(422, fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
+      }
+      if (got == 0) break;
+      std::string_view text(block.data(), static_cast<size_t>(got));
+      // A UTF-8 byte order mark is allowed before the document, as in the whole-file parse.
+      if (first && text.starts_with("\xEF\xBB\xBF")) {
+        text.remove_prefix(3);
+        offset_ = 3;
+      }
+      first = false;
+      for (const char c : text) {
+        step(c);
+        ++offset_;
+      }
+    }
+    ::close(fd);
+    if (phase_ == Phase::events) {
+      // The file ends inside the events array (each run on its own would still parse).
+      throw invalid(simdjson::error_message(simdjson::INCOMPLETE_ARRAY_OR_OBJECT), offset_);
+    }
+    ChunkIndex chunk;
+    chunk.keep = false;
+    parse_chunk(outside_.data(), outside_.size(), false, true, chunk, parser_);
+    if (!chunk.parsed) throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
+    if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin_));
+    if (chunk.bad_complete_event) throw bad_event();
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = size_t{1} << 20;
+  static constexpr size_t kMaxOutsideBytes = size_t{8} << 20;  // what surrounds the events array
+  enum class Phase { before, events, after };
+  enum class KeyState { none, key, colon };  // at depth 1: "traceEvents", then ':'
+
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  // "traceEvents" as the parser reads it, escapes undone (\u0074raceEvents is the same key).
+  static constexpr size_t kMaxKeyBytes = 6 * 11;
+  static bool is_trace_events(const std::string& raw) {
+    if (raw == "traceEvents") return true;
+    if (raw.size() > kMaxKeyBytes || raw.find('\\') == std::string::npos) return false;
+    const json key = json::parse("\"" + raw + "\"", nullptr, false);
+    return key.is_string() && key.get<std::string>() == "traceEvents";
+  }
+
+  RequestError invalid(std::string_view message, std::optional<uint64_t> at) const {
+    return RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
+                                         at ? fmt::format(" (near byte {})", *at) : std::string()));
+  }
+  RequestError bad_event() const {
+    return RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
+  }
+
+  void keep_outside(char c) {
+    if (outside_.size() >= kMaxOutsideBytes) {
+      throw RequestError(422, fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
+                                          "it is not a trace sightline wrote",
+                                          origin_, kMaxOutsideBytes >> 20));
+    }
+    outside_.push_back(c);
+  }
+
+  // Follows strings and escapes; true when `c` was inside (or closed) a string.
+  bool in_string(char c) {
+    if (!in_string_) return false;
+    if (escape_) {
+      escape_ = false;
+    } else if (c == '\\') {
+      escape_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+    }
+    return true;
+  }
+
+  void step(char c) {
+    switch (phase_) {
+      case Phase::before:
+        keep_outside(c);
+        before(c);
+        return;
+      case Phase::events:
+        events(c);
+        return;
+      case Phase::after:
+        keep_outside(c);
+        return;
+    }
+  }
+
+  // Before the events array: finds it (the root array, or the first array value of a root object's
+  // "traceEvents" key, written without escapes).
+  void before(char c) {
+    if (in_string_) {
+      const bool was_open = in_string_;
+      in_string(c);
+      if (depth_ == 1) {
+        if (in_string_) {
+          if (string_.size() <= kMaxKeyBytes) string_.push_back(c);
+        } else if (was_open) {
+          key_ = is_trace_events(string_) ? KeyState::key : KeyState::none;
+        }
+      }
+      return;
+    }
+    if (is_space(c)) return;
+    if (c == '"') {
+      in_string_ = true;
+      string_.clear();
+      return;
+    }
+    if (c == '[' && (depth_ == 0 || (depth_ == 1 && root_object_ && key_ == KeyState::colon))) {
+      events_depth_ = depth_ + 1;
+      root_array_ = depth_ == 0;
+      depth_ = events_depth_;
+      phase_ = Phase::events;
+      return;
+    }
+    if (depth_ == 0 && c == '{') root_object_ = true;
+    if (c == ':' && depth_ == 1) {
+      key_ = key_ == KeyState::key ? KeyState::colon : KeyState::none;
+      return;
+    }
+    key_ = KeyState::none;
+    if (c == '{' || c == '[') ++depth_;
+    if (c == '}' || c == ']') --depth_;
+  }
+
+  void events(char c) {
+    if (in_string(c)) {
+      run_.push_back(c);
+      return;
+    }
+    if (depth_ != events_depth_) {  // inside an element (or, in a damaged file, above the array)
+      run_.push_back(c);
+      if (c == '"') in_string_ = true;
+      if (c == '{' || c == '[') ++depth_;
+      if ((c == '}' || c == ']') && depth_ >= events_depth_) --depth_;
+      return;
+    }
+    if (is_space(c)) {
+      if (!run_.empty()) run_.push_back(c);
+      return;
+    }
+    if (c == ',') {
+      run_.push_back(c);
+      after_comma_ = true;
+      return;
+    }
+    if (c == ']') {  // the end of the events array
+      flush();
+      depth_ = events_depth_ - 1;
+      phase_ = Phase::after;
+      keep_outside(']');
+      return;
+    }
+    // An element starts. Past the run size, and after a comma, the run so far is parsed on its own
+    // (without that comma): the element that follows proves the comma was a separator.
+    if (after_comma_ && run_.size() >= run_bytes_) {
+      while (!run_.empty() && is_space(run_.back())) run_.pop_back();
+      run_.pop_back();  // the ','
+      flush();
+    }
+    after_comma_ = false;
+    if (run_.empty()) run_offset_ = offset_;
+    run_.push_back(c);
+    if (c == '"') in_string_ = true;
+    if (c == '{' || c == '[') ++depth_;
+    if (c == '}') --depth_;  // unbalanced: the run cannot parse
+  }
+
+  void flush() {
+    if (run_.empty()) return;
+    const std::string_view open = root_array_ ? "[" : "{\"traceEvents\":[";
+    wrapped_.assign(open);
+    wrapped_ += run_;
+    wrapped_ += root_array_ ? "]" : "]}";
+    ChunkIndex chunk;
+    chunk.keep = false;
+    parse_chunk(wrapped_.data(), wrapped_.size(), false, true, chunk, parser_);
+    if (!chunk.parsed) {
+      std::optional<uint64_t> at;
+      if (chunk.error_offset && *chunk.error_offset >= open.size()) at = run_offset_ + (*chunk.error_offset - open.size());
+      throw invalid(simdjson::error_message(chunk.error_kind), at);
+    }
+    if (chunk.bad_complete_event) throw bad_event();
+    run_.clear();
+  }
+
+  fs::path path_;
+  std::string origin_;
+  size_t run_bytes_;  // runs are cut at the first element past this
+  PaddedParser parser_;
+  Phase phase_ = Phase::before;
+  bool in_string_ = false, escape_ = false;
+  int64_t depth_ = 0, events_depth_ = 0;
+  bool root_object_ = false, root_array_ = false;
+  KeyState key_ = KeyState::none;
+  std::string string_;  // the string being read at depth 1 (its first 12 bytes)
+  bool after_comma_ = false;
+  std::string outside_, run_, wrapped_;
+  uint64_t offset_ = 0, run_offset_ = 0;
+};
+
 }  // namespace
 
 std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, const IndexOptions& options) {
@@ -642,6 +882,10 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
   }
   index->parse_trace(dir / trace_file, options);
   return index;
+}
+
+void validate_trace_file(const fs::path& trace_path, const std::string& origin, size_t run_bytes) {
+  StreamingTraceValidator(trace_path, origin, run_bytes).run();
 }
 
 void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
@@ -1031,12 +1275,17 @@ nlohmann::json ProfileIndex::key_averages() const {
   std::lock_guard lock(key_averages_mutex_);
   if (key_averages_) return *key_averages_;
   const std::string path = (dir_ / "trace.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RequestError(404, fmt::format("{} cannot be read", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  const profiler::CollectedTrace trace = analysis::trace_json_parse(text.str(), path);
-  const std::string device = analysis::trace_json_device_name(text.str());
+  if (!fs::is_regular_file(path)) throw RequestError(404, fmt::format("{} cannot be read", path));
+  // Streamed from the file (memory: the trace's events, not a document of the whole file). A trace
+  // the index reads but the analysis reader refuses is the profile's fault (422), not the server's.
+  profiler::CollectedTrace trace;
+  std::string device;
+  try {
+    trace = analysis::trace_json_load(path);
+    device = analysis::trace_json_file_device_name(path);
+  } catch (const Error& error) {
+    throw RequestError(422, fmt::format("the operator table cannot be built: {}", error.what()));
+  }
   const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
   json table = json::array();
   double self_cpu_total = 0, self_device_total = 0;

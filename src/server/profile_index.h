@@ -91,6 +91,14 @@ struct IndexOptions {
   size_t bytes_per_run = size_t{2} << 20;          // the events are parsed in runs of about this size
 };
 
+// Every check ProfileIndex::load makes of a trace.json, keeping nothing and holding a bounded buffer
+// (a MiB of the file, a run of whole events of about a MiB or the largest single event, and at most
+// 8 MiB of what surrounds the events array) instead of the file: uploads are validated with it.
+// Throws RequestError(422) as load does; `origin` names the file in messages. `run_bytes`: the size
+// past which a run of events is cut (small in the fuzz target, so that every input is cut often).
+void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
+                         size_t run_bytes = size_t{1} << 20);
+
 class ProfileIndex {
  public:
   // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.

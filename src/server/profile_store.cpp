@@ -22,6 +22,7 @@
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
 #include "analysis/roofline.h"
+#include "analysis/trace_json.h"
 #include "formats/manifest.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
@@ -560,14 +561,36 @@ json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const Up
     }
   }
 
-  // Everything a reader of this profile will do: analysis of every file, then the server's index.
+  // Every check a reader of this profile will make: analysis of every file, then the server's index.
+  // Each with bounded memory, not by loading the profile (which held about 13 times the upload):
+  // executables and instruction traces one at a time, trace.json streamed from the file through
+  // the analysis reader and through the index's (docs/security.md).
+  std::string index_trace = "trace.json";
   try {
-    (void)analysis::profile_dir_load(staging_path.string());
+    const formats::Manifest manifest = formats::manifest_load(staging_path.string());
+    std::set<uint64_t> executables;
+    for (const formats::ManifestFile& file : manifest.files) {
+      const std::string path = (staging_path / file.path).string();
+      SIGHTLINE_CHECK(fs::exists(path), "'{}' is listed in {}/manifest.json but missing; the directory is "
+                      "incomplete, copy the whole profile directory again", path, staging_path.string());
+      if (file.kind == formats::ManifestFileKind::neff) executables.insert(formats::neff_hash(formats::neff_load(path)));
+    }
+    for (const formats::ManifestFile& file : manifest.files) {
+      if (file.kind != formats::ManifestFileKind::ntff) continue;
+      const uint64_t paired = formats::ntff_load((staging_path / file.path).string()).neff_hash;
+      SIGHTLINE_CHECK(executables.contains(paired), "'{}/{}' pairs with {}, which the directory lacks; copy the "
+                      "NEFF next to it", staging_path.string(), file.path, formats::ntff_paired_neff_file_name(paired));
+    }
+    for (const formats::ManifestFile& file : manifest.files) {
+      if (file.kind != formats::ManifestFileKind::trace) continue;
+      analysis::trace_json_validate_file((staging_path / file.path).string(), (staging_path / file.path).string());
+      index_trace = file.path;
+    }
   } catch (const std::exception& failure) {
     refuse(failure);
   }
   try {
-    (void)ProfileIndex::load(staging_path);
+    validate_trace_file(staging_path / index_trace, (staging_path.filename() / index_trace).string());
   } catch (const RequestError& failure) {
     throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
                                         without_path(failure.what(), staging_path.filename().string(), shown)));

@@ -120,5 +120,26 @@ def test_shape_and_dtype_errors_name_the_op():
         torch.ones(2, 3) @ torch.ones(4, 5)
     with pytest.raises(torch.Error, match="aten::rms_norm"):
         torch.rms_norm(torch.ones(2, 3), (3,), torch.ones(4))
+    with pytest.raises(torch.Error, match=r"aten::rms_norm: expected a floating-point tensor .*got i32\[2, 4\]"):
+        torch.rms_norm(torch.ones(2, 4, dtype=torch.int32), (4,))
+    with pytest.raises(torch.Error, match="aten::matmul: operands must have the same dtype"):
+        torch.ones(2, 3) @ torch.ones(3, 2, dtype=torch.int32)
+    with pytest.raises(torch.Error, match="aten::embedding: indices must be i32"):
+        torch.embedding(torch.ones(4, 2), torch.ones(3))
+    with pytest.raises(torch.Error, match="different devices"):
+        torch.ones(2, device="neuron") + torch.ones(2)
     with pytest.raises(TypeError):
         torch.exp(3.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_dot_product_attention(device):
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(3))
+    mask = np.where(np.tril(np.ones((8, 8))) > 0, 0.0, -1e9).astype(np.float32)
+    scores = q @ k.transpose(0, 2, 1) / 4.0 + mask
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (e / e.sum(-1, keepdims=True)) @ v
+    args = [torch.from_numpy(a).to(device) for a in (q, k, v, mask)]
+    close(F.scaled_dot_product_attention(*args[:3], attn_mask=args[3]), expected, tol=1e-4)
+    close(torch.bmm(args[0], args[1].transpose(1, 2)), q @ k.transpose(0, 2, 1), tol=1e-4)

@@ -106,6 +106,19 @@ def test_on_trace_ready_gets_the_profile_and_exports(tmp_path):
     assert [p.endswith(".pt.trace.json") for p in os.listdir(handler_dir)] == [True]
 
 
+def test_memory_and_flops_columns():
+    x = torch.randn(64, 64, device="neuron")
+    torch.neuron.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True,
+                 with_flops=True) as prof:
+        x @ x
+        torch.neuron.synchronize()
+    table = prof.key_averages().table(sort_by="self_privateuse1_time_total", row_limit=5)
+    assert "NEURON Mem" in table and "Total KFLOPs" in table
+    row = next(r for r in prof.key_averages() if r.key == "aten::matmul")
+    assert row.flops == 2 * 64 * 64 * 64 and row.device_memory_usage == 64 * 64 * 4
+
+
 def test_schedules_and_start_stop_without_a_schedule():
     s = schedule(wait=2, warmup=1, active=1)
     assert [s(i) for i in range(4)] == [ProfilerAction.NONE, ProfilerAction.NONE, ProfilerAction.WARMUP,
@@ -144,3 +157,15 @@ def test_profiler_errors():
         scope = torch._sightline._RecordFunction("x")
         with scope:
             scope.__enter__()
+
+
+def test_an_exception_inside_the_profile_stops_it():
+    with pytest.raises(KeyError):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with record_function("failing"):
+                torch.exp(torch.ones(2))
+                raise KeyError("inside")
+    assert not prof.running
+    with profile(activities=[ProfilerActivity.CPU]) as again:  # the next profile can start
+        torch.exp(torch.ones(2))
+    assert "failing" in prof.key_averages().table() and "aten::exp" in again.key_averages().table()

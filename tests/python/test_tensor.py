@@ -11,6 +11,7 @@ def test_factories_take_torch_keywords():
     x = torch.zeros(2, 3, dtype=torch.bfloat16, device="neuron")
     assert x.shape == (2, 3) and x.dtype == torch.bfloat16 and str(x.device) == "neuron:0"
     assert x.device.type == "neuron" and x.device.index == 0 and x.device == "neuron:0"
+    assert x.device != "cpu" and x.device != "tpu" and x.device != 3 and x.device == torch.device("neuron")
     assert torch.ones((4,)).tolist() == [1.0, 1.0, 1.0, 1.0]
     assert torch.full((2,), 7).dtype == torch.int32
     assert torch.full((2,), 2.5).tolist() == [2.5, 2.5]
@@ -112,3 +113,14 @@ def test_errors_are_python_exceptions_with_the_cpp_message():
         torch.ones(2).to(3.5)
     with pytest.raises(torch.Error):
         torch.ones(6).view(4, 2)
+
+
+def test_inference_scripts_port_unchanged():
+    @torch.inference_mode()
+    def f(x):
+        return x.detach() * 2
+
+    with torch.no_grad():
+        y = f(torch.ones(2).requires_grad_())
+    assert y.tolist() == [2.0, 2.0] and not torch.is_grad_enabled()
+    assert isinstance(y.shape, torch.Size)

@@ -1,5 +1,6 @@
 """sightline.nn.functional: torch.nn.functional's names for the op table's functions."""
 
+import math as _math
 import warnings as _warnings
 
 from .. import _sightline
@@ -39,3 +40,18 @@ def log_softmax(input, dim, dtype=None):  # noqa: A002
 def embedding(input, weight):  # noqa: A002
     """torch.nn.functional.embedding(input, weight): rows of weight picked by int32 indices."""
     return _sightline.embedding(weight, input)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(query @ key^T * scale [+ attn_mask]) @ value, from the table's matmul and softmax (no
+    fused attention op: each step is its own aten:: op in the profile). attn_mask is additive."""
+    if dropout_p:
+        raise ValueError("scaled_dot_product_attention: dropout_p must be 0 (inference only)")
+    if is_causal:
+        raise ValueError("scaled_dot_product_attention: is_causal is not supported; pass an additive attn_mask")
+    if scale is None:
+        scale = 1.0 / _math.sqrt(query.shape[-1])
+    scores = _sightline.matmul(query, key.transpose(-2, -1)) * scale
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    return _sightline.matmul(_sightline.softmax(scores, -1), value)

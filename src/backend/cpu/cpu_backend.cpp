@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -79,6 +80,126 @@ BlockCache& block_cache() {
   return *cache;
 }
 
+// Small blocks (tensors up to 4 KiB, and the shared_ptr control blocks of every Storage) come from
+// a per-thread cache of freed blocks by size class, so that a tiny op's output costs no malloc:
+// malloc, aligned_alloc and free were over a third of a dispatched 1-element op. A block freed on
+// another thread joins that thread's cache (blocks are plain aligned_alloc memory, freeable
+// anywhere); each class keeps at most kMaxCached blocks per thread, and a thread's cache is freed
+// when the thread exits.
+class SmallBlocks {
+ public:
+  static constexpr size_t kClasses = 7;  // 64, 128, ..., 4096 bytes
+  static constexpr size_t kMaxBytes = kAlignment << (kClasses - 1);
+  static constexpr size_t kMaxCached = 64;
+
+  static size_t class_of(size_t nbytes) {
+    size_t c = 0;
+    while ((kAlignment << c) < nbytes) ++c;
+    return c;
+  }
+  static size_t bytes_of(size_t c) { return kAlignment << c; }
+
+  void* take(size_t c) {
+    Free*& head = heads_[c];
+    if (head == nullptr) {
+      void* fresh = std::aligned_alloc(kAlignment, bytes_of(c));
+      if (fresh == nullptr) throw std::bad_alloc();
+      return fresh;
+    }
+    Free* block = head;
+    head = block->next;
+    --counts_[c];
+    return block;
+  }
+
+  void give(void* p, size_t c) {
+    if (counts_[c] >= kMaxCached) {
+      std::free(p);
+      return;
+    }
+    auto* block = static_cast<Free*>(p);
+    block->next = heads_[c];
+    heads_[c] = block;
+    ++counts_[c];
+  }
+
+  ~SmallBlocks();
+
+ private:
+  struct Free {
+    Free* next;
+  };
+  Free* heads_[kClasses] = {};
+  size_t counts_[kClasses] = {};
+};
+
+// Under AddressSanitizer every block is malloc'd and freed, so that a use after free is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCacheSmallBlocks = false;
+#else
+constexpr bool kCacheSmallBlocks = true;
+#endif
+
+// Plain data, so it stays readable after the cache's destructor ran at thread exit.
+thread_local bool t_small_blocks_gone = false;
+thread_local SmallBlocks t_small_blocks;
+
+SmallBlocks::~SmallBlocks() {
+  t_small_blocks_gone = true;
+  for (size_t c = 0; c < kClasses; ++c) {
+    while (heads_[c] != nullptr) {
+      Free* next = heads_[c]->next;
+      std::free(heads_[c]);
+      heads_[c] = next;
+    }
+  }
+}
+
+void* take_small(size_t c) {
+  if (t_small_blocks_gone) {
+    void* p = std::aligned_alloc(kAlignment, SmallBlocks::bytes_of(c));
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  return t_small_blocks.take(c);
+}
+
+void give_small(void* p, size_t c) {
+  if (t_small_blocks_gone) {
+    std::free(p);
+  } else {
+    t_small_blocks.give(p, c);
+  }
+}
+
+// The allocator of Storage's shared_ptr control block.
+template <typename T>
+struct SmallBlockAllocator {
+  using value_type = T;
+  SmallBlockAllocator() = default;
+  template <typename U>
+  SmallBlockAllocator(const SmallBlockAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes > SmallBlocks::kMaxBytes || alignof(T) > kAlignment) return std::allocator<T>().allocate(n);
+    return static_cast<T*>(take_small(SmallBlocks::class_of(bytes)));
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes > SmallBlocks::kMaxBytes || alignof(T) > kAlignment) {
+      std::allocator<T>().deallocate(p, n);
+      return;
+    }
+    give_small(p, SmallBlocks::class_of(bytes));
+  }
+  template <typename U>
+  bool operator==(const SmallBlockAllocator<U>&) const {
+    return true;
+  }
+};
+
+void release_small(Storage& s) { give_small(s.data(), reinterpret_cast<size_t>(s.backend_context())); }
+
 void release_cached(Storage& s) { block_cache().give(s.data(), reinterpret_cast<size_t>(s.backend_context())); }
 
 void release_guarded(Storage& s) {
@@ -128,6 +249,17 @@ class CpuBackend final : public Backend {
       if (data == nullptr) data = std::aligned_alloc(kAlignment, block);
       if (data == nullptr) throw std::bad_alloc();
       return std::make_shared<Storage>(device, nbytes, data, &release_cached, reinterpret_cast<void*>(block));
+    }
+    if (kCacheSmallBlocks && rounded <= SmallBlocks::kMaxBytes) {
+      const size_t size_class = SmallBlocks::class_of(rounded);
+      void* data = take_small(size_class);
+      try {
+        return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(), device, nbytes, data, &release_small,
+                                             reinterpret_cast<void*>(size_class));
+      } catch (...) {
+        give_small(data, size_class);
+        throw;
+      }
     }
     void* data = std::aligned_alloc(kAlignment, rounded);
     if (data == nullptr) throw std::bad_alloc();
