@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 #include "formats/manifest.h"
 #include "server/profile_index.h"
 #include "sightline/error.h"

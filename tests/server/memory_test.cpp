@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "analysis/trace_json.h"
-#include "device/spec.h"
+#include "sightline/device/spec.h"
 #include "formats/manifest.h"
 #include "server/profile_index.h"
 #include "server/profile_store.h"
