@@ -12,25 +12,36 @@
 
 namespace sightline {
 
-enum class DType : uint8_t { f32, bf16, f16, i32 };
-inline constexpr int kDTypeCount = 4;
+// The dtypes: X(enum name, size in bytes). The enum, its count, sizes and names come from this table.
+#define SIGHTLINE_DTYPE_TABLE(X) X(f32, 4) X(bf16, 2) X(f16, 2) X(i32, 4)
+
+enum class DType : uint8_t {
+#define SIGHTLINE_DTYPE_ENUM(name, size) name,
+  SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_ENUM)
+#undef SIGHTLINE_DTYPE_ENUM
+};
+#define SIGHTLINE_DTYPE_COUNT(name, size) +1
+inline constexpr int kDTypeCount = 0 SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_COUNT);
+#undef SIGHTLINE_DTYPE_COUNT
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
+#define SIGHTLINE_DTYPE_SIZE(name, size) \
+  case DType::name:                      \
+    return size;
+    SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_SIZE)
+#undef SIGHTLINE_DTYPE_SIZE
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
+#define SIGHTLINE_DTYPE_NAME(name, size) \
+  case DType::name:                      \
+    return #name;
+    SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_NAME)
+#undef SIGHTLINE_DTYPE_NAME
   }
   return "?";
 }

@@ -26,8 +26,9 @@ namespace sightline::device {
 
 // scratch: device memory the program uses between its steps (a compiled program's intermediates); the
 // caller binds an HBM buffer of the declared size and neither fills nor reads it.
-enum class IoKind : uint8_t { input, output, scratch };
-inline constexpr int kIoKindCount = 3;
+#define SIGHTLINE_IO_KIND_TABLE(X) X(input) X(output) X(scratch)
+enum class IoKind : uint8_t { SIGHTLINE_IO_KIND_TABLE(SIGHTLINE_ISA_ENUM1) };
+inline constexpr int kIoKindCount = 0 SIGHTLINE_IO_KIND_TABLE(SIGHTLINE_ISA_COUNT1);
 
 struct IoTensor {
   std::string name;

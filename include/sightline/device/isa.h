@@ -25,12 +25,18 @@
 
 namespace sightline::device {
 
-enum class Engine : uint8_t { tensor, vector, scalar, gpsimd, dma };
-inline constexpr int kComputeEngineCount = 4;  // engines with one stream each; DMA has one per queue
-inline constexpr int kEngineCount = 5;
+// The compute engines (one instruction stream each), then DMA (one stream per queue).
+#define SIGHTLINE_COMPUTE_ENGINE_TABLE(X) X(tensor) X(vector) X(scalar) X(gpsimd)
+#define SIGHTLINE_MEMORY_TABLE(X) X(none) X(hbm) X(sbuf) X(psum)
+// One-column tables (the enum and its count); also used by device/executable.h.
+#define SIGHTLINE_ISA_ENUM1(name) name,
+#define SIGHTLINE_ISA_COUNT1(name) +1
+enum class Engine : uint8_t { SIGHTLINE_COMPUTE_ENGINE_TABLE(SIGHTLINE_ISA_ENUM1) dma };
+inline constexpr int kComputeEngineCount = 0 SIGHTLINE_COMPUTE_ENGINE_TABLE(SIGHTLINE_ISA_COUNT1);
+inline constexpr int kEngineCount = kComputeEngineCount + 1;
 
-enum class Memory : uint8_t { none, hbm, sbuf, psum };
-inline constexpr int kMemoryCount = 4;
+enum class Memory : uint8_t { SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_ENUM1) };
+inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT1);
 
 // The instruction set as X-macro tables (name, profiler name): the enums, their counts and their
 // names are generated from them, so a count cannot drift from its enum.
