@@ -2,6 +2,7 @@
 //
 //   sightline view profiles/fused --output-format summary-text
 //   sightline table profiles/fused --sort-by self_neuron_time_total --row-limit 10
+//   sightline table profiles/fused --format csv          # or json: the same rows as data (docs/formats.md)
 //   sightline compare profiles/naive profiles/fused
 //   sightline roofline profiles/fused -o roofline.svg
 //   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
@@ -63,7 +64,8 @@ int view(const std::string& dir, const std::string& format) {
   return 0;
 }
 
-int table(const std::string& dir, const std::string& sort_by, int64_t row_limit, bool by_shape) {
+int table(const std::string& dir, const std::string& sort_by, int64_t row_limit, bool by_shape,
+          const std::string& format) {
   SIGHTLINE_CHECK(fs::is_directory(dir), "profile directory '{}' does not exist; pass a profile output directory",
                   dir);
   const std::string trace_path = (fs::path(dir) / "trace.json").string();
@@ -82,7 +84,13 @@ int table(const std::string& dir, const std::string& sort_by, int64_t row_limit,
   profiler::TableOptions options;
   options.sort_by = sort_by;
   options.row_limit = row_limit;
-  std::cout << averages.table(options);
+  if (format == "csv") {
+    std::cout << averages.to_csv(options);
+  } else if (format == "json") {
+    std::cout << averages.to_json(options);
+  } else {
+    std::cout << averages.table(options);
+  }
   return 0;
 }
 
@@ -215,7 +223,12 @@ int main(int argc, char** argv) {
   table_cmd->add_option("--sort-by", sort_by, "sort key, e.g. self_neuron_time_total, cpu_time_total, count");
   table_cmd->add_option("--row-limit", row_limit, "rows to print; negative for all")->capture_default_str();
   table_cmd->add_flag("--group-by-input-shape", by_shape, "one row per (op, input shapes)");
-  table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape); });
+  std::string table_format = "text";
+  table_cmd->add_option("--format", table_format, "text (torch's table), csv (RFC 4180) or json; csv and json "
+                        "have torch's column names and times in integer ns (docs/formats.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "csv", "json"}));
+  table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape, table_format); });
 
   std::string dir_a, dir_b, compare_format = "text";
   auto* compare_cmd = app.add_subcommand("compare", "Ranked per-executable, per-op and per-engine deltas, A -> B");

@@ -163,6 +163,25 @@ void init_profiler(py::module_& m) {
           py::arg("max_name_column_width") = 55, py::arg("max_shapes_column_width") = 80,
           py::arg("header") = py::none(), py::arg("top_level_events_only") = false, py::arg("time_unit") = py::none(),
           py::arg("only_rows_with_device_time") = false)
+      // The same rows as data (docs/formats.md): torch's column names, times in integer ns.
+      .def(
+          "to_csv",
+          [](const KeyAverages& k, const py::object& sort_by, std::int64_t row_limit, bool top_level_events_only,
+             bool only_rows_with_device_time) {
+            return k.to_csv(table_options(sort_by, row_limit, 55, 80, py::none(), top_level_events_only, py::none(),
+                                          only_rows_with_device_time));
+          },
+          py::arg("sort_by") = py::none(), py::arg("row_limit") = 100, py::arg("top_level_events_only") = false,
+          py::arg("only_rows_with_device_time") = false)
+      .def(
+          "to_json",
+          [](const KeyAverages& k, const py::object& sort_by, std::int64_t row_limit, bool top_level_events_only,
+             bool only_rows_with_device_time) {
+            return k.to_json(table_options(sort_by, row_limit, 55, 80, py::none(), top_level_events_only, py::none(),
+                                           only_rows_with_device_time));
+          },
+          py::arg("sort_by") = py::none(), py::arg("row_limit") = 100, py::arg("top_level_events_only") = false,
+          py::arg("only_rows_with_device_time") = false)
       .def_property_readonly("device_name", &KeyAverages::device_name)
       .def_property_readonly("dropped_events", &KeyAverages::dropped_events)
       .def_property_readonly("notes", &KeyAverages::notes)

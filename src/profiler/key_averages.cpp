@@ -1,6 +1,8 @@
 #include "sightline/profiler/key_averages.h"
 
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -9,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "profiler/json_writer.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {
@@ -173,8 +176,7 @@ std::string KeyAverages::table(std::string_view sort_by, std::int64_t row_limit)
   return table(options);
 }
 
-std::string KeyAverages::table(const TableOptions& options) const {
-  if (rows_.empty()) return "";
+std::vector<const FunctionEventAvg*> KeyAverages::selected_rows(const TableOptions& options) const {
   std::vector<const FunctionEventAvg*> events;
   for (const FunctionEventAvg& row : rows_) events.push_back(&row);
   if (!options.sort_by.empty()) {
@@ -183,6 +185,22 @@ std::string KeyAverages::table(const TableOptions& options) const {
       return value(*a) > value(*b);
     });
   }
+  std::vector<const FunctionEventAvg*> selected;
+  for (const FunctionEventAvg* event : events) {
+    if (std::int64_t(selected.size()) == options.row_limit) break;
+    if (options.top_level_events_only && event->has_cpu_parent) continue;
+    if (options.only_rows_with_device_time && event->device_time_total_ns <= 0) continue;
+    selected.push_back(event);
+  }
+  return selected;
+}
+
+std::string KeyAverages::table(const TableOptions& options) const {
+  if (rows_.empty()) return "";
+  // Column widths, which columns appear and the % denominators cover every row, printed or not.
+  std::vector<const FunctionEventAvg*> events;
+  for (const FunctionEventAvg& row : rows_) events.push_back(&row);
+  const std::vector<const FunctionEventAvg*> printed_rows = selected_rows(options);
   const bool has_device_time = std::any_of(events.begin(), events.end(), [](const FunctionEventAvg* e) {
     return e->self_device_time_total_ns > 0;
   });
@@ -269,12 +287,7 @@ std::string KeyAverages::table(const TableOptions& options) const {
   append(separator);
 
   const std::string& unit = options.time_unit;
-  std::int64_t printed = 0;
-  for (const FunctionEventAvg* event : events) {
-    if (printed == options.row_limit) break;
-    if (options.top_level_events_only && event->has_cpu_parent) continue;
-    if (options.only_rows_with_device_time && event->device_time_total_ns <= 0) continue;
-    ++printed;
+  for (const FunctionEventAvg* event : printed_rows) {
     std::string name = event->key;
     const std::int64_t max_name = options.max_name_column_width;
     if (std::int64_t(name.size()) >= max_name - 3)
@@ -320,6 +333,106 @@ std::string KeyAverages::table(const TableOptions& options) const {
         dropped_events_));
   }
   for (const std::string& note : notes_) append("Note: " + note);
+  return out;
+}
+
+namespace {
+
+// The data formats' columns, in order (docs/formats.md). input_shapes only when grouped by shape.
+const char* const kTimeColumns[] = {"cpu_time_total_ns", "self_cpu_time_total_ns", "device_time_total_ns",
+                                    "self_device_time_total_ns"};
+const char* const kMemoryColumns[] = {"cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage",
+                                      "self_device_memory_usage"};
+
+std::array<std::int64_t, 4> times(const FunctionEventAvg& row) {
+  return {row.cpu_time_total_ns, row.self_cpu_time_total_ns, row.device_time_total_ns,
+          row.self_device_time_total_ns};
+}
+
+std::array<std::int64_t, 4> memory(const FunctionEventAvg& row) {
+  return {row.cpu_memory_usage, row.self_cpu_memory_usage, row.device_memory_usage, row.self_device_memory_usage};
+}
+
+const char* device_type_name(DeviceType type) { return type == DeviceType::cpu ? "cpu" : "privateuse1"; }
+
+// RFC 4180: a field with a comma, quote, CR or LF is quoted, and its quotes doubled.
+void append_csv_field(std::string& out, std::string_view field) {
+  if (field.find_first_of(",\"\r\n") == std::string_view::npos) {
+    out += field;
+    return;
+  }
+  out += '"';
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+}  // namespace
+
+std::string KeyAverages::to_csv(const TableOptions& options) const {
+  const std::vector<const FunctionEventAvg*> selected = selected_rows(options);
+  std::vector<std::string> header = {"key", "device_type", "count"};
+  header.insert(header.end(), std::begin(kTimeColumns), std::end(kTimeColumns));
+  header.insert(header.end(), std::begin(kMemoryColumns), std::end(kMemoryColumns));
+  header.emplace_back("flops");
+  if (group_by_input_shape_) header.emplace_back("input_shapes");
+  header.emplace_back("is_user_annotation");
+  std::string out = fmt::format("{}\r\n", fmt::join(header, ","));
+  for (const FunctionEventAvg* row : selected) {
+    append_csv_field(out, row->key);
+    fmt::format_to(std::back_inserter(out), ",{},{},{},{},{}", device_type_name(row->device_type), row->count,
+                   fmt::join(times(*row), ","), fmt::join(memory(*row), ","), row->flops);
+    if (group_by_input_shape_) {
+      out += ',';
+      append_csv_field(out, format_shapes(row->input_shapes));
+    }
+    out += row->is_user_annotation ? ",true\r\n" : ",false\r\n";
+  }
+  return out;
+}
+
+std::string KeyAverages::to_json(const TableOptions& options) const {
+  const std::vector<const FunctionEventAvg*> selected = selected_rows(options);
+  std::string out;
+  JsonWriter json([&out](std::string_view piece) { out += piece; });
+  json.begin_object();
+  json.key("device_name").value(device_name_);
+  json.key("group_by_input_shape").value(group_by_input_shape_);
+  json.key("profile_memory").value(profile_memory_);
+  json.key("with_flops").value(with_flops_);
+  json.key("dropped_events").value(dropped_events_);
+  json.key("notes").begin_array();
+  for (const std::string& note : notes_) json.value(note);
+  json.end_array();
+  json.key("rows").begin_array(true);
+  for (const FunctionEventAvg* row : selected) {
+    json.begin_object();
+    json.key("key").value(row->key);
+    json.key("device_type").value(device_type_name(row->device_type));
+    json.key("count").value(row->count);
+    const auto row_times = times(*row);
+    for (std::size_t i = 0; i < row_times.size(); ++i) json.key(kTimeColumns[i]).value(row_times[i]);
+    const auto row_memory = memory(*row);
+    for (std::size_t i = 0; i < row_memory.size(); ++i) json.key(kMemoryColumns[i]).value(row_memory[i]);
+    json.key("flops").value(row->flops);
+    if (group_by_input_shape_) {
+      json.key("input_shapes").begin_array();
+      for (const std::vector<std::int64_t>& shape : row->input_shapes) {
+        json.begin_array();
+        for (std::int64_t size : shape) json.value(size);
+        json.end_array();
+      }
+      json.end_array();
+    }
+    json.key("is_user_annotation").value(row->is_user_annotation);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  json.flush();
+  out += '\n';
   return out;
 }
 
@@ -380,6 +493,7 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
   }
   KeyAverages averages(std::move(rows), options.device_name, options.with_flops, trace.dropped, trace.profile_memory);
   averages.set_notes(trace.notes);
+  averages.set_group_by_input_shape(options.group_by_input_shape);
   return averages;
 }
 

@@ -32,6 +32,8 @@ inline constexpr const char* kSortBy = "self_neuron_time_total";
 struct Profiled {
   std::string dir;
   std::string live_table;  // prof.key_averages().table({kSortBy, all rows}) of the live profile
+  std::string live_csv;    // to_csv and to_json with the same options
+  std::string live_json;
 };
 
 struct Generated {
@@ -63,6 +65,8 @@ inline Profiled profile_steps(const fs::path& dir, const std::function<void()>& 
   table.sort_by = kSortBy;
   table.row_limit = -1;
   result.live_table = prof.key_averages().table(table);
+  result.live_csv = prof.key_averages().to_csv(table);
+  result.live_json = prof.key_averages().to_json(table);
   return result;
 }
 

@@ -1,4 +1,5 @@
 // key_averages tables against the reference's golden samples (byte for byte) and our own NEURON one.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <fstream>
@@ -6,6 +7,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "sightline/profiler/key_averages.h"
 #include "sightline/error.h"
@@ -203,6 +205,107 @@ TEST(profiler_table, header_and_dropped_footer) {
   const std::string table = key_averages(trace, {}).table(options);
   EXPECT_EQ(table.rfind(std::string(103, '=') + "\ninference\n", 0), 0u);
   EXPECT_NE(table.find("\nDropped events: 7 "), std::string::npos);
+}
+
+// The table as data (docs/formats.md): byte for byte, rows as the table orders and limits them.
+TEST(profiler_table_data, golden_csv_and_json) {
+  const KeyAverages averages = key_averages(neuron_trace(), {.device_name = "neuron"});
+  expect_golden("neuron_rmsnorm_naive.csv", averages.to_csv({.sort_by = "self_neuron_time_total", .row_limit = -1}));
+  expect_golden("neuron_rmsnorm_naive.json",
+                averages.to_json({.sort_by = "self_neuron_time_total", .row_limit = -1}));
+}
+
+CollectedTrace shapes_trace() {
+  std::vector<FunctionEvent> events = {
+      host_event("aten::addmm", 0, 350, 1),
+      host_event("aten::addmm", 400, 700, 2),
+      host_event("aten::addmm", 800, 1150, 3),
+  };
+  events[0].input_shapes = events[2].input_shapes = {{128}, {128, 64}, {64, 10}, {}, {}};
+  events[1].input_shapes = {{10}, {128, 10}, {10, 10}, {}, {}};
+  return make_trace(std::move(events));
+}
+
+TEST(profiler_table_data, golden_grouped_by_input_shapes) {
+  const KeyAverages averages = key_averages(shapes_trace(), {.group_by_input_shape = true});
+  expect_golden("cpu_input_shapes.csv", averages.to_csv({.sort_by = "cpu_time_total"}));
+  expect_golden("cpu_input_shapes.json", averages.to_json({.sort_by = "cpu_time_total"}));
+  // Without grouping there is no input_shapes column.
+  const KeyAverages plain = key_averages(shapes_trace(), {});
+  EXPECT_EQ(plain.to_csv().find("input_shapes"), std::string::npos);
+  EXPECT_EQ(plain.to_json().find("input_shapes"), std::string::npos);
+}
+
+TEST(profiler_table_data, json_round_trip_is_exact) {
+  CollectedTrace trace = neuron_trace();
+  // A time that is no whole number of microseconds (aten::mul, three calls).
+  ASSERT_EQ(trace.events[1].name, "aten::mul");
+  trace.events[1].cpu_time_total_ns += 7;
+  trace.notes = {"a note"};
+  const KeyAverages averages = key_averages(trace, {.device_name = "neuron"});
+  const TableOptions options{.sort_by = "cpu_time_total", .row_limit = 5};
+  const nlohmann::json document = nlohmann::json::parse(averages.to_json(options));
+  EXPECT_EQ(document.at("device_name"), "neuron");
+  EXPECT_EQ(document.at("notes"), nlohmann::json::array({"a note"}));
+  const std::vector<const FunctionEventAvg*> rows = averages.selected_rows(options);
+  ASSERT_EQ(rows.size(), 5u);
+  ASSERT_EQ(document.at("rows").size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const nlohmann::json& row = document.at("rows")[i];
+    const FunctionEventAvg& expected = *rows[i];
+    EXPECT_EQ(row.at("key").get<std::string>(), expected.key);
+    EXPECT_EQ(row.at("device_type").get<std::string>(), expected.device_type == DeviceType::cpu ? "cpu" : "privateuse1");
+    EXPECT_EQ(row.at("count").get<std::int64_t>(), expected.count);
+    EXPECT_EQ(row.at("cpu_time_total_ns").get<std::int64_t>(), expected.cpu_time_total_ns);
+    EXPECT_EQ(row.at("self_cpu_time_total_ns").get<std::int64_t>(), expected.self_cpu_time_total_ns);
+    EXPECT_EQ(row.at("device_time_total_ns").get<std::int64_t>(), expected.device_time_total_ns);
+    EXPECT_EQ(row.at("self_device_time_total_ns").get<std::int64_t>(), expected.self_device_time_total_ns);
+    EXPECT_EQ(row.at("cpu_memory_usage").get<std::int64_t>(), expected.cpu_memory_usage);
+    EXPECT_EQ(row.at("self_cpu_memory_usage").get<std::int64_t>(), expected.self_cpu_memory_usage);
+    EXPECT_EQ(row.at("device_memory_usage").get<std::int64_t>(), expected.device_memory_usage);
+    EXPECT_EQ(row.at("self_device_memory_usage").get<std::int64_t>(), expected.self_device_memory_usage);
+    EXPECT_EQ(row.at("flops").get<std::uint64_t>(), expected.flops);
+    EXPECT_EQ(row.at("is_user_annotation").get<bool>(), expected.is_user_annotation);
+  }
+  bool saw_odd_time = false;
+  for (const auto& row : document.at("rows")) saw_odd_time |= row.at("cpu_time_total_ns").get<std::int64_t>() % 10 == 7;
+  EXPECT_TRUE(saw_odd_time);
+}
+
+TEST(profiler_table_data, rows_follow_the_table_options) {
+  const KeyAverages averages = key_averages(inference_trace(), {});
+  const std::string csv = averages.to_csv({.sort_by = "cpu_time_total", .row_limit = 2});
+  // The header and the two rows the table prints, in its order.
+  EXPECT_EQ(csv.substr(0, csv.find("\r\n")),
+            "key,device_type,count,cpu_time_total_ns,self_cpu_time_total_ns,device_time_total_ns,"
+            "self_device_time_total_ns,cpu_memory_usage,self_cpu_memory_usage,device_memory_usage,"
+            "self_device_memory_usage,flops,is_user_annotation");
+  EXPECT_NE(csv.find("\r\nmodel_inference,cpu,1,1000000,"), std::string::npos);
+  EXPECT_LT(csv.find("\r\nmodel_inference,"), csv.find("\r\naten::linear,cpu,2,700000,"));
+  EXPECT_EQ(csv.find("aten::relu"), std::string::npos);
+  EXPECT_THROW((void)averages.to_csv({.sort_by = "no_such_key"}), Error);
+  EXPECT_THROW((void)averages.to_json({.sort_by = "no_such_key"}), Error);
+}
+
+TEST(profiler_table_data, csv_quotes_commas_quotes_and_newlines) {
+  const KeyAverages averages = key_averages(make_trace({
+      host_event("a,\"b\"", 0, 10, 1, EventKind::user_annotation),
+      host_event("two\nlines", 20, 30, 2),
+      host_event("plain", 40, 50, 3),
+  }), {});
+  const std::string csv = averages.to_csv();
+  EXPECT_NE(csv.find("\r\n\"a,\"\"b\"\"\",cpu,1,10000,10000,0,0,0,0,0,0,0,true\r\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\r\n\"two\nlines\",cpu,1,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\r\nplain,cpu,1,"), std::string::npos) << csv;
+  const nlohmann::json document = nlohmann::json::parse(averages.to_json());
+  EXPECT_EQ(document.at("rows")[0].at("key"), "a,\"b\"");
+}
+
+TEST(profiler_table_data, empty_averages_have_a_header_and_no_rows) {
+  const KeyAverages averages = key_averages(CollectedTrace{}, {});
+  const std::string csv = averages.to_csv();
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1);
+  EXPECT_TRUE(nlohmann::json::parse(averages.to_json()).at("rows").empty());
 }
 
 TEST(profiler_format, time_like_torch) {

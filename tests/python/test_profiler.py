@@ -77,6 +77,36 @@ def test_modeled_time_is_deterministic():
     assert "model_inference" in tables[0] and "aten::rsqrt" in tables[0] and "ProfilerStep*" in tables[0]
 
 
+def test_key_averages_as_csv_and_json():
+    import csv
+    import io
+    x, w = torch.randn(64, 128, device="neuron"), torch.ones(128, device="neuron")
+
+    def step():
+        with record_function('a,"b"'):
+            naive(x, w)
+
+    averages = run_steps(step).key_averages()
+    sort_by = "self_privateuse1_time_total"
+    document = json.loads(averages.to_json(sort_by=sort_by, row_limit=-1))
+    rows = list(csv.DictReader(io.StringIO(averages.to_csv(sort_by=sort_by, row_limit=-1), newline="")))
+    assert len(rows) == len(document["rows"]) == len(averages)
+    assert document["device_name"] == averages.device_name
+    for row, parsed in zip(rows, document["rows"]):
+        assert row["key"] == parsed["key"]
+        for column in ("count", "cpu_time_total_ns", "self_cpu_time_total_ns", "device_time_total_ns",
+                       "self_device_time_total_ns", "flops"):
+            assert int(row[column]) == parsed[column], column
+    # The rows the table prints, in its order; the name with a comma and quotes survives CSV.
+    by_key = {(r.key, r.self_device_time_total_ns, r.count) for r in averages}
+    assert {(r["key"], r["self_device_time_total_ns"], r["count"]) for r in document["rows"]} == by_key
+    assert 'a,"b"' in [row["key"] for row in rows]
+    first = json.loads(averages.to_json(sort_by=sort_by, row_limit=1))["rows"]
+    assert [r["key"] for r in first] == [document["rows"][0]["key"]]
+    with pytest.raises(Exception, match="unknown sort key"):
+        averages.to_csv(sort_by="no_such_key")
+
+
 def test_on_trace_ready_gets_the_profile_and_exports(tmp_path):
     x = torch.randn(16, 32, device="neuron")
     seen = []

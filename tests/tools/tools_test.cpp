@@ -84,6 +84,29 @@ TEST(SightlineCli, TableOfASavedProfileIsTheLiveTable) {
   }
 }
 
+TEST(SightlineCli, TableAsCsvAndJsonIsWhatTheLibraryPrints) {
+  const auto& g = test_profiles::generate();
+  for (const test_profiles::Profiled* p : {&g.naive, &g.fused}) {
+    const std::string args = fmt::format("table {} --sort-by {} --row-limit -1", shell_quoted(p->dir), test_profiles::kSortBy);
+    const CliRun csv = run_cli(args + " --format csv");
+    ASSERT_EQ(csv.exit_code, 0) << csv.err;
+    EXPECT_EQ(csv.out, p->live_csv);
+    const CliRun json = run_cli(args + " --format json");
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    EXPECT_EQ(json.out, p->live_json);
+    EXPECT_EQ(run_cli(args + " --format text").out, p->live_table);
+  }
+}
+
+TEST(SightlineCli, TableUnknownFormatIsAUsageErrorNamingTheChoices) {
+  const CliRun r = run_cli("table " + shell_quoted(test_profiles::generate().fused.dir) + " --format xml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("xml"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("csv"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 TEST(SightlineCli, CompareRanksTheRemovedExecutablesFirst) {
   const auto& g = test_profiles::generate();
   const CliRun r = run_cli("compare " + shell_quoted(g.naive.dir) + " " + shell_quoted(g.fused.dir));

@@ -10,6 +10,10 @@
 // when some row allocated device memory) with profile_memory, # of Calls, Input Shapes when grouped
 // by shape, and Total <unit>FLOPs with with_flops. <DEV> is the upper-cased backend name ("NEURON").
 // Memory released or allocated outside every op is the row "[memory]", as in torch.
+//
+// The same rows as data: averages.to_csv(options) and averages.to_json(options) (docs/formats.md,
+// "key_averages as CSV and JSON"): torch's FunctionEventAvg attribute names, times as exact integer
+// nanoseconds in columns whose names end in _ns, rows in the order and number table(options) prints.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +76,21 @@ class KeyAverages {
   // Printed under the table, one "Note: " line each: what the trace left out and why.
   const std::vector<std::string>& notes() const { return notes_; }
   void set_notes(std::vector<std::string> notes) { notes_ = std::move(notes); }
+  // Whether the rows were grouped by input shape (adds the input_shapes column to the data formats).
+  bool group_by_input_shape() const { return group_by_input_shape_; }
+  void set_group_by_input_shape(bool grouped) { group_by_input_shape_ = grouped; }
+
+  // The rows table(options) prints, in its order: sort_by, row_limit, top_level_events_only and
+  // only_rows_with_device_time applied as the table applies them. Throws on an unknown sort key.
+  std::vector<const FunctionEventAvg*> selected_rows(const TableOptions& options = {}) const;
+
+  // selected_rows(options) as RFC 4180 CSV: a header line of column names, then one line per row,
+  // each ending in CRLF; a field holding a comma, quote, CR or LF is quoted, its quotes doubled.
+  std::string to_csv(const TableOptions& options = {}) const;
+  // selected_rows(options) as one JSON object: device_name, group_by_input_shape, profile_memory,
+  // with_flops, dropped_events, notes, and "rows", an array of objects with the CSV's columns as
+  // keys (numbers as JSON integers, input_shapes as arrays). Ends in '\n'.
+  std::string to_json(const TableOptions& options = {}) const;
 
   // The table text, each line ending in '\n'. Throws sightline::Error on an unknown sort key.
   std::string table(const TableOptions& options = {}) const;
@@ -83,6 +102,7 @@ class KeyAverages {
   bool with_flops_ = false;
   std::uint64_t dropped_events_ = 0;
   bool profile_memory_ = false;
+  bool group_by_input_shape_ = false;
   std::vector<std::string> notes_;
 };
 
