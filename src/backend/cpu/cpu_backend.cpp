@@ -134,7 +134,13 @@ class SmallBlocks {
 };
 
 // Under AddressSanitizer every block is malloc'd and freed, so that a use after free is still caught.
-#if defined(__SANITIZE_ADDRESS__)
+// gcc defines __SANITIZE_ADDRESS__; clang (the fuzz build) only answers __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIGHTLINE_CPU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(SIGHTLINE_CPU_ASAN)
 constexpr bool kCacheSmallBlocks = false;
 #else
 constexpr bool kCacheSmallBlocks = true;
