@@ -156,7 +156,10 @@ try {
   // Circles overlap; the click goes to this one whatever lies on top of it.
   await page.locator(`circle.roofline-point[data-index="${mulPoint}"]`).dispatchEvent('click');
   await page.waitForSelector('#tabs button.active[data-tab="timeline"]');
-  check(await page.isVisible('[data-testid="system-timeline"]'), "clicking aten::mul's point shows it on the timeline");
+  // The tab turns active before the timeline has laid out: wait for it rather than sample it once.
+  const shown = await page.waitForSelector('[data-testid="system-timeline"]', { state: 'visible', timeout: 15000 })
+    .then(() => true, () => false);
+  check(shown, "clicking aten::mul's point shows it on the timeline");
 
   // Compare naive (A) vs fused (B): the removed executables rank first, both timelines share one axis.
   await page.goto(`${baseUrl}#/compare?a=naive&b=fused`);
