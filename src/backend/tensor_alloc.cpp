@@ -6,15 +6,6 @@
 #include "sightline/backend.h"
 
 namespace sightline {
-namespace {
-
-Tensor dispatch_unary(OpId op, const Tensor& x) {
-  static const OpAttrs kNoAttrs;
-  const Tensor inputs[] = {x};
-  return dispatch(op, inputs, kNoAttrs);
-}
-
-}  // namespace
 
 Tensor empty(const Dims& shape, TensorOptions options) {
   for (int64_t d : shape) {
@@ -25,12 +16,13 @@ Tensor empty(const Dims& shape, TensorOptions options) {
   return Tensor(std::move(storage), options.dtype, shape, contiguous_strides(shape), 0);
 }
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return dispatch_unary(OpId::contiguous, *this);
+// A dense copy is the contiguous op on this one tensor.
+Tensor Tensor::clone() const {
+  static const OpAttrs kNoAttrs;
+  return dispatch(OpId::contiguous, std::span<const Tensor>(this, 1), kNoAttrs);
 }
 
-Tensor Tensor::clone() const { return dispatch_unary(OpId::contiguous, *this); }
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor apply_view_op(const OpCall& call) {
   const Tensor& x = call.inputs[0];
