@@ -550,7 +550,8 @@ struct ExplorerServer::State {
           auto profile = store.open(request.matches[1].str());
           const size_t limit =
               std::min<uint64_t>(optional_unsigned(request, "limit", kDefaultSearchLimit), kMaxSearchLimit);
-          send_json(response, profile->search(request.get_param_value("q"), limit));
+          const size_t offset = optional_unsigned(request, "offset", 0);
+          send_json(response, profile->search(request.get_param_value("q"), limit, offset));
         }));
     http.Get(R"(/api/profiles/([^/]+)/key_averages)",
              guarded([this](const httplib::Request& request, auto& response) {

@@ -30,7 +30,8 @@
 //   GET    /api/profiles/{name}/lanes              lanes, time range, flow count
 //   GET    /api/profiles/{name}/events?start=&end=&lanes=1,2&width=   visible events, sub-pixel ones merged
 //   GET    /api/profiles/{name}/events/{id}        one event: args, flows in/out, same-launch events
-//   GET    /api/profiles/{name}/search?q=&limit=   events whose name contains q, by time
+//   GET    /api/profiles/{name}/search?q=&limit=&offset=   events whose name contains q, by time;
+//          {"total", "offset", "matches"}: matches offset.. of all total, at most limit of them
 //   GET    /api/profiles/{name}/key_averages       operator table rebuilt from trace.json
 //   GET    /api/profiles/{name}/device?neff=&core=&seq=   one execution's instruction trace
 //   GET    /api/profiles/{name}/summary            `sightline view --output-format summary-json` (flat

@@ -1250,7 +1250,7 @@ nlohmann::json ProfileIndex::event_details(uint32_t id) const {
   return details;
 }
 
-nlohmann::json ProfileIndex::search(std::string_view text, size_t limit) const {
+nlohmann::json ProfileIndex::search(std::string_view text, size_t limit, size_t offset) const {
   if (text.empty()) throw RequestError(400, "search needs a non-empty q parameter");
   const std::string needle = lower(text);
   std::vector<bool> name_matches(names_.size());
@@ -1264,8 +1264,8 @@ nlohmann::json ProfileIndex::search(std::string_view text, size_t limit) const {
     return events_[a].ts_us != events_[b].ts_us ? events_[a].ts_us < events_[b].ts_us : a < b;
   });
   json matches = json::array();
-  for (size_t i = 0; i < hits.size() && i < limit; ++i) matches.push_back(event_summary(hits[i]));
-  return {{"query", std::string(text)}, {"total", hits.size()}, {"matches", matches}};
+  for (size_t i = offset; i < hits.size() && i - offset < limit; ++i) matches.push_back(event_summary(hits[i]));
+  return {{"query", std::string(text)}, {"total", hits.size()}, {"offset", offset}, {"matches", matches}};
 }
 
 nlohmann::json ProfileIndex::key_averages() const {

@@ -114,7 +114,8 @@ class ProfileIndex {
   nlohmann::json lanes_json() const;
   nlohmann::json window(const WindowQuery& query) const;
   nlohmann::json event_details(uint32_t id) const;
-  nlohmann::json search(std::string_view text, size_t limit) const;
+  // Matches ordered by start time; `offset` skips that many of them, so a client can page through all.
+  nlohmann::json search(std::string_view text, size_t limit, size_t offset = 0) const;
   nlohmann::json key_averages() const;
   // One execution of one executable on one core: the NTFF records, one row per engine and DMA queue.
   // Each (executable, core) pair's NEFF and NTFF are read once and kept.

@@ -193,6 +193,13 @@ TEST_F(ServerTest, EventDetailsSearchAndKeyAverages) {
   ASSERT_EQ(details["flows_out"].size(), 1u);
   EXPECT_EQ(details["flows_out"][0]["event"]["name"], "nrta_execute_schedule");
   EXPECT_EQ(profile->search("nc_tiny", 10)["total"], 1000u);
+  // Paging: the last page holds what is left, in start order after the first page.
+  const json first_page = profile->search("nc_tiny", 10);
+  const json last_page = profile->search("nc_tiny", 10, 995);
+  EXPECT_EQ(last_page["offset"], 995u);
+  ASSERT_EQ(last_page["matches"].size(), 5u);
+  EXPECT_GE(last_page["matches"][0]["ts"].get<double>(), first_page["matches"][9]["ts"].get<double>());
+  EXPECT_TRUE(profile->search("nc_tiny", 10, 5000)["matches"].empty());
 
   const json table = profile->key_averages();
   bool saw_mul = false, saw_step = false;
