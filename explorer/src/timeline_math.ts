@@ -106,11 +106,10 @@ export function windowCovers(cached: FetchWindow, view: Viewport, widthPx: numbe
 
 // Tick marks: a 1-2-5 step giving about `targetCount` ticks over the view.
 export function ticks(view: Viewport, targetCount: number): number[] {
-  const raw = span(view) / Math.max(1, targetCount);
-  const magnitude = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) ?? magnitude * 10;
+  const step = tickStep(span(view), targetCount);
   const out: number[] = [];
-  for (let t = Math.ceil(view.start / step) * step; t <= view.end; t += step) out.push(t);
+  // Multiples of the step, not a running sum (which drifts at large offsets).
+  for (let k = Math.ceil(view.start / step); k * step <= view.end; k++) out.push(k * step);
   return out;
 }
 
@@ -120,4 +119,77 @@ export function formatDuration(us: number): string {
   if (abs >= 1e3) return `${(us / 1e3).toFixed(3)} ms`;
   if (abs >= 1) return `${us.toFixed(3)} us`;
   return `${(us * 1e3).toFixed(1)} ns`;
+}
+
+// A time written with as many decimals as `resolutionUs` needs, in the unit its magnitude calls for
+// (12.32605 ms at 50 ns resolution; 250 us at 50 us). formatDuration's fixed three decimals repeat the
+// same label on every tick once the ticks are closer than the third decimal.
+export function formatTime(us: number, resolutionUs: number): string {
+  const abs = Math.abs(us);
+  const units: [number, string][] = [[1e6, 's'], [1e3, 'ms'], [1, 'us'], [1e-3, 'ns']];
+  const [scale, unit] = units.find(([s]) => abs >= s) ?? units[units.length - 1];
+  const resolution = Math.max(resolutionUs, 1e-6) / scale;
+  const decimals = Math.min(9, Math.max(0, Math.ceil(-Math.log10(resolution) - 1e-9)));
+  const text = (us / scale).toFixed(decimals);
+  return `${/^-0(\.0*)?$/.test(text) ? text.slice(1) : text} ${unit}`;
+}
+
+export interface RulerTick {
+  time: number; // absolute, the view's time base
+  label: string;
+}
+
+export interface Ruler {
+  step: number;
+  // When the ticks lie far from the origin compared with their spacing, they are labelled as offsets
+  // from this base (Perfetto's "12.32600 ms" + "+50 ns", "+100 ns" ...); absent when absolute labels are
+  // short enough.
+  base?: { time: number; label: string };
+  ticks: RulerTick[];
+}
+
+// Ticks on a 1-2-5 step for about `targetCount` of them over the view, labelled relative to `origin`
+// (the profile's start) with the precision the step needs.
+export function ruler(view: Viewport, targetCount: number, origin = 0): Ruler {
+  const times = ticks({ start: view.start - origin, end: view.end - origin }, targetCount);
+  const step = times.length > 1 ? times[1] - times[0] : tickStep(span(view), targetCount);
+  const first = times[0] ?? view.start - origin;
+  if (Math.abs(first) / step < 1000) {
+    return { step, ticks: times.map((t) => ({ time: t + origin, label: formatTime(t, step) })) };
+  }
+  const baseStep = step * 10;
+  const base = Math.floor((view.start - origin) / baseStep) * baseStep;
+  return {
+    step,
+    base: { time: base + origin, label: formatTime(base, baseStep) },
+    ticks: times.map((t) => ({ time: t + origin, label: `+${formatTime(Math.round((t - base) / step) * step, step)}` })),
+  };
+}
+
+function tickStep(spanUs: number, targetCount: number): number {
+  const raw = spanUs / Math.max(1, targetCount);
+  const magnitude = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) ?? magnitude * 10;
+}
+
+// The view a profile opens on: its device executions and the ops that launched them (from the first
+// launching op to the end of the last execution), with a margin of a twentieth of that on each side;
+// the whole profile when it has no execution. Fitting the whole step instead leaves the executions a
+// pixel or two wide when the step is mostly the host waiting on the device.
+export function activityView(activity: Viewport[], bounds: Viewport): Viewport {
+  if (activity.length === 0) return fit(bounds);
+  const start = Math.min(...activity.map((a) => a.start));
+  const end = Math.max(...activity.map((a) => a.end));
+  const pad = Math.max(span({ start, end }) * 0.05, MIN_SPAN_US * 10);
+  return clampView({ start: start - pad, end: end + pad }, bounds);
+}
+
+// The view that shows a found event: unchanged when it is on screen and at least `minPx` wide,
+// otherwise centred on it at a third of the view (zoomed in or out as needed).
+export function revealEvent(view: Viewport, widthPx: number, ts: number, dur: number, bounds: Viewport,
+  minPx = 4): Viewport {
+  const onScreen = ts >= view.start && ts + dur <= view.end;
+  const wide = (dur / span(view)) * widthPx >= minPx;
+  if (onScreen && wide) return view;
+  return focusOn(ts, dur, bounds);
 }

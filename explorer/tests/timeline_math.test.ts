@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
-  clampView, fit, focusOn, keyAction, pan, paddedWindow, ticks, timeToX, windowCovers, xToTime, zoom,
+  activityView, clampView, fit, focusOn, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, ticks, timeToX,
+  windowCovers, xToTime, zoom,
 } from '../src/timeline_math';
 
 const bounds = { start: 0, end: 1000 };
@@ -57,5 +58,54 @@ describe('viewport math', () => {
 
   it('places ticks on a 1-2-5 grid', () => {
     expect(ticks({ start: 0, end: 100 }, 5)).toEqual([0, 20, 40, 60, 80, 100]);
+  });
+});
+
+describe('ruler', () => {
+  it('labels ticks 400 ns apart at 12.326 ms as base + offsets, every label different', () => {
+    const r = ruler({ start: 12326.1, end: 12326.5 }, 8);
+    expect(r.base).toBeDefined();
+    expect(r.base?.label).toBe('12.3260 ms');
+    const labels = r.ticks.map((t) => t.label);
+    expect(new Set(labels).size).toBe(labels.length);
+    expect(labels[0]).toBe('+100 ns');
+    expect(labels).toContain('+200 ns');
+  });
+
+  it('labels a wide view absolutely with the precision of its step', () => {
+    const r = ruler({ start: 0, end: 500 }, 10);
+    expect(r.base).toBeUndefined();
+    expect(r.ticks.map((t) => t.label)).toEqual(['0 ns', '50 us', '100 us', '150 us', '200 us', '250 us', '300 us',
+      '350 us', '400 us', '450 us', '500 us']);
+  });
+
+  it('labels relative to an origin and never writes -0', () => {
+    const r = ruler({ start: 999.985, end: 1000.03 }, 5, 1000);
+    expect(r.ticks[0].label).toBe('-10 ns');
+    expect(r.ticks.map((t) => t.label)).toContain('0 ns');
+    expect(formatTime(-0.00001, 0.01)).toBe('0 ns');
+    expect(formatTime(20, 0.001)).toBe('20.000 us');
+    expect(formatTime(1238945344.3, 1e5)).toBe('1238.9 s');
+  });
+});
+
+describe('first view and search reveal', () => {
+  const step = { start: 0, end: 600_000 }; // a step of 600 ms, mostly waiting
+  it('opens on the executions and their launching ops, not the whole step', () => {
+    const view = activityView([{ start: 100, end: 130 }, { start: 900, end: 905 }], step);
+    expect(view.start).toBeCloseTo(100 - 40.25);
+    expect(view.end).toBeCloseTo(905 + 40.25);
+    expect(activityView([], step)).toEqual(fit(step));
+  });
+
+  it('zooms to a match too narrow to see, keeps a visible one where it is', () => {
+    const wide = { start: 0, end: 1_486_000_000 };
+    const bounds = { start: 0, end: 1_486_000_000 };
+    const shown = revealEvent(wide, 1000, 5000, 64, bounds);
+    expect(shown.end - shown.start).toBeCloseTo(192);
+    expect(shown.start).toBeLessThan(5000);
+    expect(shown.end).toBeGreaterThan(5064);
+    const near = { start: 4900, end: 5300 };
+    expect(revealEvent(near, 1000, 5000, 64, bounds)).toBe(near);
   });
 });
