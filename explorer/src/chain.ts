@@ -11,10 +11,25 @@ export interface ChainLink {
   via: string; // flow category, "launch" for a same-launch event, "selected" for the start
 }
 
+// An edge of the chain: a flow of the trace (fwd, ac2g), or "launch" from a hardware event to another
+// event of the same launch (not a flow: shown in the tree, never drawn as an arrow).
+export interface ChainEdge {
+  from: EventSummary;
+  to: EventSummary;
+  category: string;
+}
+
+export interface ChainNode {
+  link: ChainLink;
+  children: ChainNode[];
+}
+
 export interface Chain {
   selected: EventSummary;
-  upstream: ChainLink[]; // ordered from the root cause down to the selected event's direct parent
-  downstream: ChainLink[]; // ordered by layer, then time
+  root: ChainNode; // the whole tree, from the op (or the first event without an incoming flow) down
+  edges: ChainEdge[]; // every edge of the tree, parent first
+  upstream: ChainLink[]; // the selected event's ancestors in the tree, from the root down
+  downstream: ChainLink[]; // its descendants, ordered by layer, then time
 }
 
 export type FetchEvent = (id: number) => Promise<EventDetails>;
@@ -25,17 +40,18 @@ export function hasChain(details: EventDetails): boolean {
   return details.flows_in.length > 0 || details.flows_out.length > 0 || details.same_launch.length > 0;
 }
 
+// The dependency tree around `start`, the same whichever of its events it is built from: up to the
+// root over incoming flows (a hardware event without one goes through the events of its launch), then
+// the tree below the root over outgoing flows and same-launch events. Only edges that are in the
+// trace are in it: op -> {allocation, schedule -> execution}, never op -> allocation -> schedule.
 export async function buildChain(start: EventDetails, fetchEvent: FetchEvent, maxSteps = 16): Promise<Chain> {
-  const seen = new Set<number>([start.id]);
-
-  // Upstream: follow incoming flows; a hardware event without one borrows its launch's first event.
-  const upstream: ChainLink[] = [];
-  let current: EventDetails | undefined = start;
-  for (let step = 0; current && step < maxSteps; step++) {
-    let incoming = current.flows_in[0];
-    if (!incoming && layerOf(current.lane_name) === 'hardware') {
-      for (const sibling of current.same_launch) {
-        if (seen.has(sibling.id)) continue;
+  // Up: the root.
+  let rootDetails: EventDetails = start;
+  const climbed = new Set<number>([start.id]);
+  for (let step = 0; step < maxSteps; step++) {
+    let incoming = rootDetails.flows_in[0];
+    if (!incoming && layerOf(rootDetails.lane_name) === 'hardware') {
+      for (const sibling of rootDetails.same_launch) {
         const siblingDetails = await fetchEvent(sibling.id);
         if (siblingDetails.flows_in.length > 0) {
           incoming = siblingDetails.flows_in[0];
@@ -43,36 +59,78 @@ export async function buildChain(start: EventDetails, fetchEvent: FetchEvent, ma
         }
       }
     }
-    if (!incoming || seen.has(incoming.event.id)) break;
-    seen.add(incoming.event.id);
-    upstream.unshift(link(incoming.event, incoming.category));
-    current = await fetchEvent(incoming.event.id);
+    if (!incoming || climbed.has(incoming.event.id)) break;
+    climbed.add(incoming.event.id);
+    rootDetails = await fetchEvent(incoming.event.id);
   }
 
-  // Downstream: breadth first over outgoing flows and same-launch hardware events.
-  const downstream: ChainLink[] = [];
-  const queue: EventDetails[] = [start];
-  for (let step = 0; queue.length > 0 && step < maxSteps; step++) {
-    const node = queue.shift() as EventDetails;
-    const next: ChainLink[] = node.flows_out.map((f) => link(f.event, f.category));
-    if (node !== start || layerOf(start.lane_name) !== 'hardware') {
-      for (const sibling of node.same_launch) next.push(link(sibling, 'launch'));
+  // Down: breadth first from the root; each event once, at its first (shallowest) place.
+  const root: ChainNode = { link: link(summaryOf(rootDetails), 'root'), children: [] };
+  const edges: ChainEdge[] = [];
+  const parentOf = new Map<number, ChainNode>();
+  const nodeOf = new Map<number, ChainNode>([[rootDetails.id, root]]);
+  const queue: [ChainNode, EventDetails][] = [[root, rootDetails]];
+  for (let visited = 0; queue.length > 0 && visited < maxSteps * 4; visited++) {
+    const [node, details] = queue.shift() as [ChainNode, EventDetails];
+    const next: ChainEdge[] = details.flows_out.map((f) => ({ from: details, to: f.event, category: f.category }));
+    // Same-launch events hang under the launch's flow target (the first hardware event reached).
+    if (layerOf(details.lane_name) === 'hardware' && details.flows_in.length > 0) {
+      for (const sibling of details.same_launch) next.push({ from: details, to: sibling, category: 'launch' });
     }
-    for (const candidate of next) {
-      if (seen.has(candidate.event.id)) continue;
-      seen.add(candidate.event.id);
-      downstream.push(candidate);
-      queue.push(await fetchEvent(candidate.event.id));
+    for (const edge of next) {
+      if (nodeOf.has(edge.to.id)) continue;
+      const child: ChainNode = { link: link(edge.to, edge.category), children: [] };
+      node.children.push(child);
+      nodeOf.set(edge.to.id, child);
+      parentOf.set(edge.to.id, node);
+      edges.push({ from: summaryOf(details), to: edge.to, category: edge.category });
+      queue.push([child, await fetchEvent(edge.to.id)]);
     }
   }
-  downstream.sort((a, b) => LAYER_ORDER[a.layer] - LAYER_ORDER[b.layer] || a.event.ts - b.event.ts);
-  return { selected: start, upstream, downstream };
+  for (const node of nodeOf.values()) {
+    node.children.sort((a, b) => LAYER_ORDER[a.link.layer] - LAYER_ORDER[b.link.layer] || a.link.event.ts - b.link.event.ts);
+  }
+
+  // The selected event's place in it (not found when the tree was cut short: then it is its own root).
+  const upstream: ChainLink[] = [];
+  const downstream: ChainLink[] = [];
+  const selectedNode = nodeOf.get(start.id);
+  if (selectedNode) {
+    for (let parent = parentOf.get(start.id); parent; parent = parentOf.get(parent.link.event.id)) {
+      upstream.unshift(parent.link);
+    }
+    const collect = (node: ChainNode) => {
+      for (const child of node.children) {
+        downstream.push(child.link);
+        collect(child);
+      }
+    };
+    collect(selectedNode);
+    downstream.sort((a, b) => LAYER_ORDER[a.layer] - LAYER_ORDER[b.layer] || a.event.ts - b.event.ts);
+  }
+  return { selected: summaryOf(start), root, edges, upstream, downstream };
+}
+
+function summaryOf(details: EventSummary): EventSummary {
+  const { id, name, cat, lane, lane_name, ts, dur, depth } = details;
+  return { id, name, cat, lane, lane_name, ts, dur, depth };
+}
+
+// The tree's events in display order (depth first), with their depth.
+export function chainRows(chain: Chain): { link: ChainLink; depth: number }[] {
+  const rows: { link: ChainLink; depth: number }[] = [];
+  const walk = (node: ChainNode, depth: number) => {
+    rows.push({ link: node.link, depth });
+    for (const child of node.children) walk(child, depth + 1);
+  };
+  walk(chain.root, 0);
+  return rows;
 }
 
 // The hardware execution a chain leads to, if any: what the device timeline opens.
 export function executionInChain(chain: Chain): EventSummary | undefined {
-  const all = [link(chain.selected, 'selected'), ...chain.upstream, ...chain.downstream];
-  return all.find((l) => l.event.name === 'nc_exec_running')?.event;
+  if (chain.selected.name === 'nc_exec_running') return chain.selected;
+  return chainRows(chain).find((r) => r.link.event.name === 'nc_exec_running')?.link.event;
 }
 
 // Parameters of the device query for an nc_exec_running event: its executable, core and sequence.
