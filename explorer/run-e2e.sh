@@ -33,3 +33,5 @@ explorer_serve "$serve" "$work/profiles" "$explorer_dir/dist" "$work/server.log"
 
 cd "$explorer_dir"
 node tests/e2e/explorer.e2e.mjs "$url" "$work/profiles"
+# Navigation as a Perfetto user drives it: first view, deep links, rulers, search paging, keys, chain.
+node tests/e2e/navigation.e2e.mjs "$url" "$work/profiles"

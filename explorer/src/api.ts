@@ -2,6 +2,7 @@
 // raised here as ApiError so the UI can show the message.
 
 import type { LaneInfo } from './lanes';
+import { parseJsonLossless } from './lossless_json';
 
 export interface ProfileEntry {
   name: string;
@@ -70,7 +71,7 @@ export interface FlowLink {
 }
 
 export interface EventDetails extends EventSummary {
-  args: Record<string, unknown>;
+  args: Record<string, unknown>; // integers beyond 2^53 (correlation ids) are BigInt
   flows_in: FlowLink[];
   flows_out: FlowLink[];
   same_launch: EventSummary[];
@@ -79,6 +80,7 @@ export interface EventDetails extends EventSummary {
 export interface SearchAnswer {
   query: string;
   total: number;
+  offset?: number; // the index of matches[0] among all; absent from servers that cannot page
   matches: EventSummary[];
 }
 
@@ -123,7 +125,7 @@ export interface DeviceAnswer {
   executable: string;
   core: number;
   sequence: number;
-  correlation: number;
+  correlation: number | bigint; // 64-bit: a BigInt when beyond 2^53
   start_ns: number;
   duration_ns: number;
   executions: number;
@@ -259,7 +261,7 @@ async function request<T>(path: string, init?: RequestInit): Promise<T> {
   if (!response.ok) throw new ApiError(errorMessage(path, response.status, text), response.status);
   let body: unknown;
   try {
-    body = JSON.parse(text);
+    body = parseJsonLossless(text); // 64-bit ids (correlation) stay exact, as BigInt
   } catch {
     throw new ApiError(`${path}: the server answered ${response.status} with non-JSON text`, response.status);
   }
@@ -277,8 +279,12 @@ export const api = {
     return request<WindowAnswer>(`${profilePath(name)}/events?${query}`);
   },
   event: (name: string, id: number) => request<EventDetails>(`${profilePath(name)}/events/${id}`),
-  search: (name: string, text: string) =>
-    request<SearchAnswer>(`${profilePath(name)}/search?${new URLSearchParams({ q: text })}`),
+  search: (name: string, text: string, limit?: number, offset?: number) => {
+    const query = new URLSearchParams({ q: text });
+    if (limit !== undefined) query.set('limit', String(limit));
+    if (offset !== undefined) query.set('offset', String(offset));
+    return request<SearchAnswer>(`${profilePath(name)}/search?${query}`);
+  },
   keyAverages: (name: string) => request<KeyAveragesAnswer>(`${profilePath(name)}/key_averages`),
   device: (name: string, neff: string, core: number, seq?: number) => {
     const query = new URLSearchParams({ neff, core: String(core) });

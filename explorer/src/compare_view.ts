@@ -66,7 +66,18 @@ export class CompareView {
     const { a, b } = this.pick;
     if (!a || !b) return;
     this.tablePanel.innerHTML = '<p class="muted">Comparing…</p>';
-    const [answer, lanesA, lanesB] = await Promise.all([api.compare(a, b), api.lanes(a), api.lanes(b)]);
+    let answer: CompareAnswer;
+    let lanesA: LanesAnswer;
+    let lanesB: LanesAnswer;
+    try {
+      [answer, lanesA, lanesB] = await Promise.all([api.compare(a, b), api.lanes(a), api.lanes(b)]);
+    } catch (error) {
+      // Not "Comparing…" forever: the panel says why (the error box says it too).
+      const message = error instanceof Error ? error.message : String(error);
+      this.tablePanel.innerHTML = `<p class="error" data-testid="compare-error">Cannot compare ${escapeHtml(a)} with ` +
+        `${escapeHtml(b)}: ${escapeHtml(message)}</p>`;
+      throw error;
+    }
     this.answer = answer;
     this.rows = withRanks(answer.ranked);
     (this.container.querySelector('[data-testid="compare-totals"]') as HTMLElement).textContent =

@@ -6,8 +6,8 @@ import type { DeviceAnswer, DeviceRecord } from './api';
 import { MERGED_COLOR, colorFor } from './colors';
 import { formatBytes, summarizeRange } from './device_summary';
 import { hitTest, mergeSubPixel } from './merge';
-import { clampView, fit, pan, timeToX, xToTime, zoom, type Viewport } from './timeline_math';
-import { escapeHtml, fitText } from './timeline_view';
+import { clampView, fit, formatTime, pan, ruler, timeToX, xToTime, zoom, type Ruler, type Viewport } from './timeline_math';
+import { escapeHtml, fitText, placeTooltip } from './timeline_view';
 
 const ROW = 22;
 const AXIS = 20;
@@ -29,6 +29,8 @@ export class DeviceView {
   private placed: Placed[] = [];
   private drag?: { x: number; view: Viewport; select: boolean; current: number };
   private selection?: Viewport;
+  private cursorX?: number;
+  lastRuler?: Ruler; // the axis last drawn, in microseconds from the execution's start
 
   constructor(
     container: HTMLElement,
@@ -57,7 +59,7 @@ export class DeviceView {
     const plot = document.createElement('div');
     plot.className = 'device-plot';
     this.canvas.dataset.testid = 'device-timeline';
-    this.tooltip.className = 'tooltip';
+    this.tooltip.className = 'tooltip floating';
     plot.append(this.canvas, this.tooltip);
     body.append(labels, plot);
     const legend = document.createElement('div');
@@ -66,7 +68,7 @@ export class DeviceView {
       legend.insertAdjacentHTML('beforeend', `<span><i style="background:${colorFor(op)}"></i>${escapeHtml(op)}</span>`);
     }
     this.summary.className = 'device-summary';
-    this.summary.textContent = 'Shift+drag to summarise a range; wheel zooms, drag pans.';
+    this.summary.textContent = 'Shift+drag to summarise a range; Ctrl+wheel zooms, drag or Shift+wheel pans, W/A/S/D when focused.';
     container.append(header, legend, body, this.summary);
     this.attachInput();
     new ResizeObserver(() => this.draw()).observe(plot);
@@ -78,11 +80,20 @@ export class DeviceView {
   }
 
   private attachInput(): void {
+    // As on the system timeline: Ctrl+wheel zooms at the mouse, Shift+wheel or a sideways wheel pans,
+    // a plain wheel scrolls the page.
     this.canvas.addEventListener('wheel', (e) => {
-      e.preventDefault();
-      const anchor = xToTime(this.view, this.width(), e.offsetX);
-      this.view = zoom(this.view, Math.exp(e.deltaY * 0.002), anchor, this.bounds);
-      this.draw();
+      if (e.ctrlKey || e.metaKey) {
+        e.preventDefault();
+        const anchor = xToTime(this.view, this.width(), e.offsetX);
+        this.view = zoom(this.view, Math.exp(e.deltaY * 0.002), anchor, this.bounds);
+        this.draw();
+      } else if (e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
+        e.preventDefault();
+        const delta = Math.abs(e.deltaX) > Math.abs(e.deltaY) ? e.deltaX : e.deltaY;
+        this.view = pan(this.view, delta / this.width(), this.bounds);
+        this.draw();
+      }
     }, { passive: false });
     this.canvas.addEventListener('mousedown', (e) => {
       this.drag = { x: e.offsetX, view: this.view, select: e.shiftKey, current: e.offsetX };
@@ -100,9 +111,15 @@ export class DeviceView {
         this.draw();
         return;
       }
-      this.hover(e.offsetX, e.offsetY);
+      this.cursorX = e.offsetX;
+      this.draw();
+      this.hover(e.offsetX, e.offsetY, e.clientX, e.clientY);
     });
-    this.canvas.addEventListener('mouseleave', () => (this.tooltip.style.display = 'none'));
+    this.canvas.addEventListener('mouseleave', () => {
+      this.tooltip.style.display = 'none';
+      this.cursorX = undefined;
+      this.draw();
+    });
     window.addEventListener('mouseup', () => {
       if (this.drag?.select && this.selection) this.showSummary(this.selection);
       this.drag = undefined;
@@ -122,7 +139,7 @@ export class DeviceView {
     });
   }
 
-  private hover(x: number, y: number): void {
+  private hover(x: number, y: number, clientX: number, clientY: number): void {
     const row = Math.floor((y - AXIS) / ROW);
     const hit = hitTest(this.placed.filter((p) => p.row === row), x, 2);
     if (!hit) {
@@ -133,13 +150,11 @@ export class DeviceView {
     const op = r.op >= 0 ? this.data.source_ops[r.op] ?? '?' : '(no source op)';
     this.tooltip.innerHTML = hit.count > 1
       ? `<b>${hit.count} instructions</b> (zoom in)`
-      : `<b>${escapeHtml(r.opcode)}</b> · ${escapeHtml(op)}<div>start ${r.start.toFixed(1)} ns, ` +
-        `${r.dur.toFixed(1)} ns</div><div>HBM ${formatBytes(r.hbm_read)} read, ${formatBytes(r.hbm_written)} ` +
+      : `<b>${escapeHtml(r.opcode)}</b> · ${escapeHtml(op)}<div>start ${formatTime(r.start / 1000, 0.0001)}, ` +
+        `${formatTime(r.dur / 1000, 0.0001)}</div><div>HBM ${formatBytes(r.hbm_read)} read, ${formatBytes(r.hbm_written)} ` +
         `written; on-chip ${formatBytes(r.onchip)}</div><div>${r.flops} FLOPs; semaphore wait ` +
         `${r.semaphore_wait.toFixed(1)} ns</div>`;
-    this.tooltip.style.display = 'block';
-    this.tooltip.style.left = `${x + 14}px`;
-    this.tooltip.style.top = `${y + 8}px`;
+    placeTooltip(this.tooltip, clientX, clientY);
   }
 
   private showSummary(range: Viewport): void {
@@ -148,7 +163,9 @@ export class DeviceView {
       .map((r) => `<tr><td>${escapeHtml(r.name)}</td><td>${r.activePercent.toFixed(1)}%</td><td>${r.instructions}</td>` +
         `<td>${formatBytes(r.hbmBytes)}</td><td>${formatBytes(r.onchipBytes)}</td><td>${r.flops}</td></tr>`)
       .join('');
-    this.summary.innerHTML = `<b>Selection ${range.start.toFixed(1)}–${range.end.toFixed(1)} ns</b><table class="grid">` +
+    const resolution = (range.end - range.start) / 1000 / 1000;
+    this.summary.innerHTML = `<b>Selection ${formatTime(range.start / 1000, resolution)} – ` +
+      `${formatTime(range.end / 1000, resolution)} (${formatTime((range.end - range.start) / 1000, resolution)})</b><table class="grid">` +
       `<tr><th>Row</th><th>Active</th><th>Instructions</th><th>HBM bytes</th><th>On-chip bytes</th><th>FLOPs</th></tr>` +
       `${body}</table>`;
   }
@@ -167,11 +184,31 @@ export class DeviceView {
     ctx.clearRect(0, 0, width, height);
     ctx.font = '10px system-ui, sans-serif';
     ctx.textBaseline = 'middle';
-    ctx.fillStyle = '#444';
-    ctx.fillText(`${this.view.start.toFixed(1)} ns`, 4, AXIS / 2);
-    const endLabel = `${this.view.end.toFixed(1)} ns`;
-    ctx.fillText(endLabel, width - ctx.measureText(endLabel).width - 4, AXIS / 2);
     const pixel = (this.view.end - this.view.start) / width;
+    // A real axis (microseconds from the execution's start, base + offsets when zoomed in far).
+    const us = { start: this.view.start / 1000, end: this.view.end / 1000 };
+    const axis = ruler(us, Math.max(2, Math.floor(width / 110)));
+    this.lastRuler = axis;
+    ctx.fillStyle = '#f4f5f7';
+    ctx.fillRect(0, 0, width, AXIS);
+    ctx.strokeStyle = '#d9dde3';
+    ctx.fillStyle = '#444';
+    let labelsFrom = 4;
+    if (axis.base) {
+      const baseLabel = `${axis.base.label} +`;
+      ctx.fillStyle = '#1d2733';
+      ctx.fillText(baseLabel, 4, AXIS / 2);
+      labelsFrom = ctx.measureText(baseLabel).width + 12;
+      ctx.fillStyle = '#444';
+    }
+    for (const tick of axis.ticks) {
+      const tx = timeToX(this.view, width, tick.time * 1000);
+      ctx.beginPath();
+      ctx.moveTo(tx + 0.5, AXIS - 5);
+      ctx.lineTo(tx + 0.5, height);
+      ctx.stroke();
+      if (tx + 3 >= labelsFrom) ctx.fillText(tick.label, tx + 3, AXIS / 2);
+    }
     this.placed = [];
     this.data.rows.forEach((row, index) => {
       const y = AXIS + index * ROW;
@@ -199,6 +236,20 @@ export class DeviceView {
       const x1 = timeToX(this.view, width, this.selection.end);
       ctx.fillStyle = 'rgba(37, 99, 235, 0.15)';
       ctx.fillRect(x0, AXIS, x1 - x0, height - AXIS);
+    }
+    if (this.cursorX !== undefined && !this.drag) {
+      ctx.strokeStyle = 'rgba(17, 24, 39, 0.55)';
+      ctx.beginPath();
+      ctx.moveTo(this.cursorX + 0.5, 0);
+      ctx.lineTo(this.cursorX + 0.5, height);
+      ctx.stroke();
+      const label = formatTime(xToTime(this.view, width, this.cursorX) / 1000, pixel / 1000);
+      const w = ctx.measureText(label).width + 8;
+      const lx = Math.min(this.cursorX + 2, width - w);
+      ctx.fillStyle = '#1d2733';
+      ctx.fillRect(lx, 0, w, AXIS);
+      ctx.fillStyle = '#fff';
+      ctx.fillText(label, lx + 4, AXIS / 2);
     }
   }
 }

@@ -3,18 +3,20 @@
 // in the URL hash (see url.ts) so a view can be linked.
 
 import {
-  ApiError, api, type EventDetails, type EventSummary, type KeyAveragesAnswer, type ProfileEntry, type SummaryAnswer,
+  ApiError, api, type EventDetails, type EventSummary, type KeyAveragesAnswer, type LanesAnswer, type ProfileEntry,
+  type SummaryAnswer,
 } from './api';
-import { buildChain, deviceQueryOf, executionInChain, hasChain, type Chain, type ChainLink } from './chain';
+import { buildChain, chainRows, deviceQueryOf, executionInChain, hasChain, type Chain, type ChainLink } from './chain';
 import { CompareView } from './compare_view';
 import { DeviceView } from './device_view';
 import { formatBytes } from './device_summary';
 import { frameLog } from './frames';
 import { layerOf, type GroupingMode } from './lanes';
+import { stringifyLossless } from './lossless_json';
 import { renderRoofline } from './roofline_view';
 import { renderSummary } from './summary_view';
 import { COLUMNS, nextSort, sortRows, type SortDirection, type SortKey } from './table';
-import { formatDuration, pan, type Viewport } from './timeline_math';
+import { activityView, formatDuration, pan, type Viewport } from './timeline_math';
 import { TimelineView, escapeHtml, type FlowArrow } from './timeline_view';
 import {
   planDirectoryUpload, planPairUpload, profileNameError, progressText, type UploadPlan,
@@ -34,7 +36,8 @@ interface Session {
   timeline: TimelineView;
   details?: EventDetails;
   chain?: Chain;
-  search?: { query: string; matches: EventSummary[]; index: number; total: number };
+  // Matches are fetched a page at a time: `pages` maps a page's first index to its matches.
+  search?: { query: string; pages: Map<number, EventSummary[]>; index: number; total: number };
   keyAverages?: KeyAveragesAnswer;
   summary?: Promise<SummaryAnswer>;
   sort: { key: SortKey; direction: SortDirection };
@@ -42,10 +45,12 @@ interface Session {
   detailsPanel: HTMLElement;
   chainPanel: HTMLElement;
   devicePanel: HTMLElement;
+  device?: DeviceView;
   pages: Record<Tab, HTMLElement>;
 }
 
 let session: Session | undefined;
+let openings = 0; // views entered so far: a profile still opening when another view is entered stops
 let comparison: CompareView | undefined;
 
 // Test and debugging hook: the end-to-end test reads state and screen positions from here.
@@ -54,6 +59,16 @@ const hook = {
   get selected() { return session?.details; },
   get chain() { return session?.chain; },
   boxOf: (id: number) => session?.timeline.boxOf(id),
+  get view() { return session?.timeline.view; },
+  get bounds() { return session?.timeline.bounds; },
+  get tab() { return session?.tab; },
+  get ruler() { return session?.timeline.lastRuler; },
+  arrows: () => session?.timeline.arrows.map((a) => `${a.from.name}#${a.from.id} -${a.category}-> ${a.to.name}#${a.to.id}`).sort(),
+  get deviceRuler() { return session?.device?.lastRuler; },
+  get measure() { return session?.timeline.measure; },
+  get mark() { return session?.timeline.mark; },
+  // Matches asked of the server per search request (tests page with a small one).
+  searchPage: 200,
   get compare() { return comparison; },
   // Benchmark hooks (bench/explorer/frame_bench.mjs): the frame log and a programmatic pan of the
   // system timeline by a fraction of the visible span.
@@ -96,6 +111,7 @@ function track<T>(promise: Promise<T>): Promise<T | undefined> {
 // ---- Profile manager ------------------------------------------------------------------------------
 
 function leaveViews(): void {
+  openings++; // a profile still opening does not show over what comes next
   session = undefined;
   comparison = undefined;
   tabs.hidden = true;
@@ -221,7 +237,16 @@ function clockCell(timing: NonNullable<ProfileEntry['manifest']>['timing']): str
 
 async function openProfile(route: Route): Promise<void> {
   const name = route.profile as string;
+  leaveViews();
+  // The first open of a large profile indexes it on the server: say so instead of a blank page.
+  app.innerHTML = `<p class="muted profiles" data-testid="opening">Opening ${escapeHtml(name)}… (the first open ` +
+    'indexes the profile)</p>';
+  const generation = ++openings;
   const lanes = await api.lanes(name);
+  const initial: Viewport | undefined =
+    route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end }
+      : await firstView(name, lanes);
+  if (generation !== openings) return; // a later navigation took over meanwhile
   app.innerHTML = '';
   tabs.hidden = false;
   toolbar.hidden = false;
@@ -258,10 +283,8 @@ async function openProfile(route: Route): Promise<void> {
   timelinePage.append(wrap, panels, devicePanel);
   app.append(...TABS.map((tab) => pages[tab]));
 
-  const initial: Viewport | undefined =
-    route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end } : undefined;
   const timeline = new TimelineView(wrap, name, lanes, {
-    onSelect: (id) => void track(selectEvent(id)),
+    onSelect: (id) => void track(selectEvent(id, false)), // clicked: already on screen
     onViewChange: () => scheduleRouteUpdate(),
   }, { initial });
   session = {
@@ -269,8 +292,29 @@ async function openProfile(route: Route): Promise<void> {
     detailsPanel, chainPanel, devicePanel, pages,
   };
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
-  switchTab(route.tab ?? 'timeline');
-  if (route.selected !== undefined) await selectEvent(route.selected, initial === undefined);
+  switchTab(route.tab ?? 'timeline', false);
+  if (route.selected !== undefined) await selectEvent(route.selected, route.start === undefined);
+}
+
+// The view a profile opens on (see activityView): its device executions, from the op that launched the
+// first of them. The first page of executions is enough: a long profile opens on its first busy stretch.
+async function firstView(name: string, lanes: LanesAnswer): Promise<Viewport | undefined> {
+  const bounds = { start: lanes.start, end: lanes.end };
+  let executions: EventSummary[];
+  try {
+    executions = (await api.search(name, 'nc_exec_running')).matches.filter((e) => e.name === 'nc_exec_running');
+  } catch {
+    return undefined; // the whole profile, as without executions
+  }
+  if (executions.length === 0) return undefined;
+  const activity = executions.map((e) => ({ start: e.ts, end: e.ts + e.dur }));
+  let cause: EventDetails | undefined = await api.event(name, executions[0].id).catch(() => undefined);
+  for (let step = 0; cause && cause.flows_in.length > 0 && step < 4; step++) {
+    const source: EventSummary = cause.flows_in[0].event;
+    activity.push({ start: source.ts, end: source.ts + source.dur });
+    cause = await api.event(name, source.id).catch(() => undefined);
+  }
+  return activityView(activity, bounds);
 }
 
 let routeTimer: number | undefined;
@@ -278,12 +322,14 @@ function scheduleRouteUpdate(): void {
   window.clearTimeout(routeTimer);
   routeTimer = window.setTimeout(() => {
     if (!session) return;
-    const view = session.timeline.view;
-    const hash = formatRoute({
-      profile: session.profile, start: view.start, end: view.end, selected: session.details?.id, tab: session.tab,
-    });
+    const hash = currentHash(session);
     if (location.hash !== hash) history.replaceState(null, '', hash);
   }, 200);
+}
+
+function currentHash(current: Session): string {
+  const view = current.timeline.view;
+  return formatRoute({ profile: current.profile, start: view.start, end: view.end, selected: current.details?.id, tab: current.tab });
 }
 
 async function selectEvent(id: number | undefined, reveal = true): Promise<void> {
@@ -302,7 +348,7 @@ async function selectEvent(id: number | undefined, reveal = true): Promise<void>
   if (session !== current) return;
   current.details = details;
   renderDetails(current, details);
-  current.timeline.select(details, [], reveal);
+  current.timeline.select(details, [], reveal); // reveal: zooms in when the event is too narrow to see
   scheduleRouteUpdate();
   if (!hasChain(details)) {
     current.chain = undefined;
@@ -325,23 +371,14 @@ async function selectEvent(id: number | undefined, reveal = true): Promise<void>
   renderChain(current, chain);
 }
 
+// The arrows are the tree's flows, nothing else: the same set whichever event of the tree is selected.
 function chainArrows(chain: Chain): FlowArrow[] {
-  const ordered: ChainLink[] = [
-    ...chain.upstream,
-    { event: chain.selected, layer: layerOf(chain.selected.lane_name), via: 'selected' },
-    ...chain.downstream.filter((l) => l.via !== 'launch'),
-  ];
-  const arrows: FlowArrow[] = [];
-  for (let i = 1; i < ordered.length; i++) {
-    const category = ordered[i].via === 'selected' ? ordered[i - 1].via : ordered[i].via;
-    arrows.push({ from: ordered[i - 1].event, to: ordered[i].event, category });
-  }
-  return arrows;
+  return chain.edges.filter((e) => e.category !== 'launch').map((e) => ({ from: e.from, to: e.to, category: e.category }));
 }
 
 function renderDetails(current: Session, details: EventDetails): void {
   const args = Object.entries(details.args)
-    .map(([key, value]) => `<dt>${escapeHtml(key)}</dt><dd>${escapeHtml(JSON.stringify(value))}</dd>`)
+    .map(([key, value]) => `<dt>${escapeHtml(key)}</dt><dd data-arg="${escapeHtml(key)}">${escapeHtml(stringifyLossless(value))}</dd>`)
     .join('');
   current.detailsPanel.innerHTML = `<h3>Selection</h3><dl>
     <dt>Name</dt><dd data-testid="selected-name">${escapeHtml(details.name)}</dd>
@@ -366,18 +403,21 @@ function chainRow(link: ChainLink, current: boolean): string {
 
 function renderChain(current: Session, chain: Chain): void {
   const selectedLink: ChainLink = { event: chain.selected, layer: layerOf(chain.selected.lane_name), via: 'selected' };
-  const path = [...chain.upstream, selectedLink, ...chain.downstream.filter((l) => l.via !== 'launch')];
+  const tree = chainRows(chain).map(({ link, depth }) =>
+    `<div class="tree-row${link.event.id === chain.selected.id ? ' current' : ''}" data-event="${link.event.id}" ` +
+    `style="padding-left:${depth * 18}px">${depth > 0 ? `<span class="via">${escapeHtml(link.via)} →</span> ` : ''}` +
+    `<span class="layer ${link.layer}">${escapeHtml(link.event.name)}</span></div>`).join('');
   const header = '<tr><th>Layer</th><th>Event</th><th>Lane</th><th class="num">Start</th><th class="num">Duration</th><th>Via</th></tr>';
   const execution = executionInChain(chain);
   current.chainPanel.innerHTML = `<h3>Dependency chain</h3>
-    <div class="chain-arrows">${path.map((l) => `<span class="layer ${l.layer}">${escapeHtml(l.event.name)}</span>`).join(' → ')}</div>
+    <div class="chain-tree" data-testid="chain-tree">${tree}</div>
     <h3>Upstream</h3><table class="grid" data-testid="upstream">${header}${chain.upstream.map((l) => chainRow(l, false)).join('') ||
       '<tr><td colspan="6" class="muted">none</td></tr>'}${chainRow(selectedLink, true)}</table>
     <h3>Downstream</h3><table class="grid" data-testid="downstream">${header}${chain.downstream.map((l) => chainRow(l, false)).join('') ||
       '<tr><td colspan="6" class="muted">none</td></tr>'}</table>
     ${execution ? `<p><button data-testid="chain-open-device" data-event="${execution.id}">Open device timeline of ` +
       `${escapeHtml(execution.name)}</button></p>` : ''}`;
-  current.chainPanel.querySelectorAll<HTMLTableRowElement>('tr[data-event]').forEach((row) =>
+  current.chainPanel.querySelectorAll<HTMLElement>('tr[data-event], .tree-row[data-event]').forEach((row) =>
     row.addEventListener('click', () => void track(selectEvent(Number(row.dataset.event)))));
   current.chainPanel.querySelector<HTMLButtonElement>('button[data-testid="chain-open-device"]')?.addEventListener('click',
     (e) => {
@@ -391,7 +431,7 @@ async function openDevice(current: Session, execution: EventDetails): Promise<vo
   if (!query) throw new Error(`${execution.name} names no executable (no "neff" argument)`);
   const data = await api.device(current.profile, query.neff, query.core, query.seq);
   current.devicePanel.hidden = false;
-  new DeviceView(current.devicePanel, data);
+  current.device = new DeviceView(current.devicePanel, data);
   current.devicePanel.scrollIntoView({ block: 'nearest' });
 }
 
@@ -451,9 +491,14 @@ async function showRoofline(current: Session): Promise<void> {
   });
 }
 
-function switchTab(tab: Tab): void {
+// push: a new history entry (a tab the user picked), so Back returns to the previous tab.
+function switchTab(tab: Tab, push = true): void {
   tabs.querySelectorAll<HTMLButtonElement>('button').forEach((b) => b.classList.toggle('active', b.dataset.tab === tab));
   if (!session) return;
+  if (push && session.tab !== tab) {
+    session.tab = tab;
+    history.pushState(null, '', currentHash(session));
+  }
   session.tab = tab;
   for (const name of TABS) session.pages[name].hidden = name !== tab;
   toolbar.hidden = tab !== 'timeline';
@@ -493,23 +538,38 @@ async function showCompare(route: Route): Promise<void> {
 
 // ---- Search ---------------------------------------------------------------------------------------
 
+// Steps through every match, fetching the page (hook.searchPage matches, in start order) that holds the
+// next one; each match is selected and zoomed to when it is too narrow to see.
 async function searchStep(direction: 1 | -1): Promise<void> {
   const current = session;
   const query = searchInput.value.trim();
   if (!current || !query) return;
+  const pageSize = Math.max(1, Math.floor(hook.searchPage));
   if (!current.search || current.search.query !== query) {
-    const answer = await api.search(current.profile, query);
-    current.search = { query, matches: answer.matches, total: answer.total, index: -1 };
+    const answer = await api.search(current.profile, query, pageSize, 0);
+    current.search = { query, pages: new Map([[0, answer.matches]]), total: answer.total, index: -1 };
   }
   const search = current.search;
-  if (search.matches.length === 0) {
+  if (search.total === 0) {
     searchStatus.textContent = 'no match';
     return;
   }
-  search.index = (search.index + direction + search.matches.length) % search.matches.length;
-  const more = search.total > search.matches.length ? ` (first ${search.matches.length} of ${search.total})` : '';
-  searchStatus.textContent = `${search.index + 1} / ${search.matches.length}${more}`;
-  await selectEvent(search.matches[search.index].id);
+  const index = (search.index + direction + search.total) % search.total;
+  const pageStart = index - (index % pageSize);
+  let page = search.pages.get(pageStart);
+  if (!page) {
+    searchStatus.textContent = `${index + 1} / ${search.total} (loading)`;
+    const answer = await api.search(current.profile, query, pageSize, pageStart);
+    // A server without paging answers the first page again: stay within what it gives.
+    if (answer.offset !== pageStart) throw new Error(`the server cannot page search results (asked for match ${pageStart + 1})`);
+    page = answer.matches;
+    search.pages.set(pageStart, page);
+  }
+  const match = page[index - pageStart];
+  if (!match || session !== current || current.search !== search) return;
+  search.index = index;
+  searchStatus.textContent = `${index + 1} / ${search.total}`;
+  await selectEvent(match.id);
 }
 
 // ---- Wiring ---------------------------------------------------------------------------------------
@@ -528,7 +588,15 @@ async function route(): Promise<void> {
     return;
   }
   if (session?.profile === next.profile) {
-    if ((next.tab ?? 'timeline') !== session.tab) switchTab(next.tab ?? 'timeline');
+    // A link into the open profile (or Back/Forward): apply its view, selection and tab.
+    const current = session;
+    if ((next.tab ?? 'timeline') !== current.tab) switchTab(next.tab ?? 'timeline', false);
+    const view = current.timeline.view;
+    const ranged = next.start !== undefined && next.end !== undefined;
+    if (ranged && (Math.abs((next.start as number) - view.start) > 5e-4 || Math.abs((next.end as number) - view.end) > 5e-4)) {
+      current.timeline.setView({ start: next.start as number, end: next.end as number }, false);
+    }
+    if (next.selected !== current.details?.id) await selectEvent(next.selected, !ranged);
     return;
   }
   await openProfile(next);
@@ -536,7 +604,7 @@ async function route(): Promise<void> {
 
 tabs.addEventListener('click', (e) => {
   const tab = (e.target as HTMLElement).dataset.tab;
-  if (tab && (TABS as readonly string[]).includes(tab)) switchTab(tab as Tab);
+  if (tab && (TABS as readonly string[]).includes(tab)) switchTab(tab as Tab, true);
 });
 (document.getElementById('grouping') as HTMLSelectElement).addEventListener('change', (e) =>
   session?.timeline.setGrouping((e.target as HTMLSelectElement).value as GroupingMode));
@@ -554,14 +622,67 @@ document.addEventListener('keydown', (e) => {
   const target = e.target as HTMLElement;
   if (['INPUT', 'SELECT', 'TEXTAREA'].includes(target.tagName) || target.tagName === 'CANVAS' &&
       target.dataset.testid === 'device-timeline' || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.key === '?') {
+    toggleHelp();
+    e.preventDefault();
+    return;
+  }
+  if (e.key === 'Escape' && closeHelp()) return;
   if (comparison) {
     if (comparison.handleKey(e)) e.preventDefault();
     return;
   }
   if (!session || session.tab !== 'timeline') return;
-  if (e.key === 'Escape') void track(selectEvent(undefined));
-  else if (e.key.toLowerCase() === 'f') session.timeline.zoomToSelection();
-  else if (session.timeline.handleKey(e)) e.preventDefault();
+  if (e.key === '/') {
+    e.preventDefault(); // not typed into the box
+    searchInput.focus();
+    searchInput.select();
+  } else if (e.key === 'Escape') void track(selectEvent(undefined));
+  else if (e.key.toLowerCase() === 'f') {
+    if (session.details) session.timeline.zoomToSelection();
+    else session.timeline.fitAll();
+  } else if (session.timeline.handleKey(e)) e.preventDefault();
 });
-window.addEventListener('hashchange', () => void track(route()));
+
+const HELP_KEYS: [string, string][] = [
+  ['W / S', 'zoom in / out (at the mouse)'], ['A / D', 'pan left / right'], ['Shift + W A S D', 'bigger steps'],
+  ['Ctrl + wheel', 'zoom at the mouse'], ['wheel', 'scroll the lanes'], ['Shift + wheel', 'pan'],
+  ['drag', 'pan'], ['Shift + drag, drag on the ruler', 'measure a range'], ['F', 'zoom to the selection (fit all without one)'],
+  ['0', 'fit the whole profile'], ['M', 'mark the selection (or the measured range); again to clear'],
+  ['/', 'search'], ['Enter / Shift + Enter', 'next / previous match'], ['Esc', 'clear the selection, close this'],
+  ['?', 'this help'],
+];
+
+function toggleHelp(): void {
+  if (closeHelp()) return;
+  const overlay = document.createElement('div');
+  overlay.className = 'help';
+  overlay.dataset.testid = 'help';
+  overlay.innerHTML = `<div class="help-box"><h3>Keyboard and mouse</h3><table>${HELP_KEYS.map(([keys, what]) =>
+    `<tr><td>${keys.split(', ').map((k) => `<kbd>${escapeHtml(k)}</kbd>`).join(' ')}</td><td>${escapeHtml(what)}</td></tr>`).join('')}` +
+    '</table><p class="muted">Press ? or Esc to close.</p></div>';
+  overlay.addEventListener('click', () => overlay.remove());
+  document.body.append(overlay);
+}
+
+function closeHelp(): boolean {
+  const open = document.querySelector('[data-testid="help"]');
+  open?.remove();
+  return open !== null;
+}
+
+// Back/Forward between entries that pushState made (tabs) fires only popstate; following a link fires
+// popstate and hashchange both: the second is dropped while the first is routing that hash (route() is
+// idempotent once it is done).
+let routing: string | undefined;
+const onNavigate = () => {
+  if (routing === location.hash) return;
+  const hash = location.hash;
+  routing = hash;
+  void track(route().finally(() => {
+    if (routing === hash) routing = undefined;
+  }));
+};
+window.addEventListener('hashchange', onNavigate);
+window.addEventListener('popstate', onNavigate);
 void track(route());

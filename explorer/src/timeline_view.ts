@@ -11,8 +11,8 @@ import { recordFrame } from './frames';
 import { escapeHtml } from './html';
 import { hitTest } from './merge';
 import {
-  clampView, fit, focusOn, formatDuration, keyAction, pan, paddedWindow, span, ticks, timeToX, windowCovers,
-  xToTime, zoom, type FetchWindow, type Viewport,
+  clampView, fit, focusOn, formatDuration, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, span, timeToX,
+  windowCovers, xToTime, zoom, type FetchWindow, type Ruler, type Viewport,
 } from './timeline_math';
 
 export { escapeHtml };
@@ -66,6 +66,14 @@ export class TimelineView {
   private flows: FlowArrow[] = [];
   private highlighted = new Set<string>();
   private drag?: { x: number; view: Viewport };
+  // Drag-to-measure (Shift+drag on the lanes, or drag on the ruler): the range, and while the button
+  // is down the time it started at.
+  private measuring?: number;
+  measure?: Viewport;
+  mark?: Viewport; // M: the selection's (or the measured) span, kept highlighted
+  private cursorX?: number; // plot pixels, while the mouse is over the plot
+  lastRuler?: Ruler;
+  private readonly readout: HTMLDivElement;
   private frameRequested = false;
   lastFetch: Promise<void> = Promise.resolve();
 
@@ -83,10 +91,16 @@ export class TimelineView {
     this.canvas.className = 'timeline-canvas';
     this.canvas.dataset.testid = options.testid ?? 'system-timeline';
     this.tooltip = document.createElement('div');
-    this.tooltip.className = 'tooltip';
-    container.append(this.canvas, this.tooltip);
+    // Fixed, kept inside the window: an absolute tooltip under the last lane grew the scrolling wrap
+    // (scrollbars flickered) and was clipped by it and by the right edge.
+    this.tooltip.className = 'tooltip floating';
+    this.readout = document.createElement('div');
+    this.readout.className = 'timeline-readout';
+    this.readout.dataset.testid = `${options.testid ?? 'system-timeline'}-readout`;
+    container.append(this.readout, this.canvas, this.tooltip);
     this.setGrouping('default');
     this.attachInput();
+    this.updateReadout();
     new ResizeObserver(() => this.requestDraw()).observe(container);
   }
 
@@ -108,6 +122,7 @@ export class TimelineView {
   setView(view: Viewport, notify = true): void {
     this.view = clampView(view, this.bounds);
     if (notify) this.callbacks.onViewChange(this.view);
+    if (this.measure || this.mark || this.cursorX !== undefined) this.updateReadout();
     this.requestDraw();
   }
 
@@ -115,11 +130,20 @@ export class TimelineView {
     this.setView(fit(this.bounds));
   }
 
+  // M: marks the selection's span (or the measured range), again to clear it.
+  toggleMark(): void {
+    const next = this.measure ?? (this.selected ? { start: this.selected.ts, end: this.selected.ts + this.selected.dur } : undefined);
+    this.mark = this.mark && (!next || (this.mark.start === next.start && this.mark.end === next.end)) ? undefined : next;
+    this.updateReadout();
+    this.requestDraw();
+  }
+
   select(event: EventSummary | undefined, flows: FlowArrow[] = [], reveal = true): void {
     this.selected = event;
     this.flows = flows;
-    if (event && reveal && (event.ts + event.dur < this.view.start || event.ts > this.view.end)) {
-      this.setView(focusOn(event.ts, event.dur, this.bounds));
+    if (event && reveal) {
+      const shown = revealEvent(this.view, this.plotWidth(), event.ts, event.dur, this.bounds);
+      if (shown !== this.view) this.setView(shown);
     }
     this.requestDraw();
   }
@@ -128,17 +152,32 @@ export class TimelineView {
     if (this.selected) this.setView(focusOn(this.selected.ts, this.selected.dur, this.bounds));
   }
 
+  // The flow arrows drawn (the selection's dependency tree).
+  get arrows(): readonly FlowArrow[] {
+    return this.flows;
+  }
+
   highlightNames(names: string[]): void {
     this.highlighted = new Set(names);
     this.requestDraw();
   }
 
   handleKey(event: KeyboardEvent): boolean {
+    if (event.key === '0') {
+      this.fitAll();
+      return true;
+    }
+    if (event.key === 'm' || event.key === 'M') {
+      this.toggleMark();
+      return true;
+    }
     const action = keyAction(event.key, event.shiftKey);
     if (action.kind === 'zoom') {
+      // Around the mouse when it is over the plot (Perfetto), else the selection, else the centre.
       const centre = (this.view.start + this.view.end) / 2;
-      const anchor = this.selected && this.selected.ts >= this.view.start && this.selected.ts <= this.view.end
-        ? this.selected.ts + this.selected.dur / 2 : centre;
+      const anchor = this.cursorX !== undefined ? xToTime(this.view, this.plotWidth(), this.cursorX)
+        : this.selected && this.selected.ts >= this.view.start && this.selected.ts <= this.view.end
+          ? this.selected.ts + this.selected.dur / 2 : centre;
       this.setView(zoom(this.view, action.factor, anchor, this.bounds));
       return true;
     }
@@ -159,45 +198,110 @@ export class TimelineView {
 
   private attachInput(): void {
     this.canvas.addEventListener('mousemove', (e) => this.onMouseMove(e));
-    this.canvas.addEventListener('mouseleave', () => (this.tooltip.style.display = 'none'));
+    this.canvas.addEventListener('mouseleave', () => {
+      this.tooltip.style.display = 'none';
+      this.cursorX = undefined;
+      this.updateReadout();
+      this.requestDraw();
+    });
     this.canvas.addEventListener('mousedown', (e) => {
+      const plotX = e.offsetX - LABEL_WIDTH;
+      if (plotX >= 0 && (e.shiftKey || e.offsetY < AXIS_HEIGHT)) {
+        this.measuring = xToTime(this.view, this.plotWidth(), plotX);
+        this.measure = undefined;
+        e.preventDefault(); // no text selection while measuring
+        return;
+      }
       this.drag = { x: e.offsetX, view: this.view };
     });
     window.addEventListener('mouseup', (e) => {
+      if (this.measuring !== undefined) {
+        this.measuring = undefined;
+        if (this.measure && span(this.measure) <= 0) this.measure = undefined;
+        this.updateReadout();
+        this.requestDraw();
+        return;
+      }
       if (!this.drag) return;
       const moved = Math.abs(e.clientX - (this.canvas.getBoundingClientRect().left + this.drag.x));
       this.drag = undefined;
       if (moved < 3 && e.target === this.canvas) this.onClick(e);
     });
+    // Perfetto's wheel: plain wheel scrolls the lanes, Ctrl+wheel (and a pinch) zooms at the mouse,
+    // Shift+wheel or a sideways wheel pans.
     this.canvas.addEventListener('wheel', (e) => {
-      e.preventDefault();
       const x = e.offsetX - LABEL_WIDTH;
-      if (e.ctrlKey || e.metaKey || Math.abs(e.deltaY) > Math.abs(e.deltaX)) {
+      if (e.ctrlKey || e.metaKey) {
+        e.preventDefault();
         const anchor = x >= 0 ? xToTime(this.view, this.plotWidth(), x) : (this.view.start + this.view.end) / 2;
         this.setView(zoom(this.view, Math.exp(e.deltaY * 0.002), anchor, this.bounds));
-      } else {
-        this.setView(pan(this.view, e.deltaX / this.plotWidth(), this.bounds));
+      } else if (e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
+        e.preventDefault();
+        const delta = Math.abs(e.deltaX) > Math.abs(e.deltaY) ? e.deltaX : e.deltaY;
+        this.setView(pan(this.view, delta / this.plotWidth(), this.bounds));
       }
     }, { passive: false });
   }
 
   private onMouseMove(e: MouseEvent): void {
+    const plotX = e.offsetX - LABEL_WIDTH;
+    this.cursorX = plotX >= 0 ? plotX : undefined;
+    if (this.measuring !== undefined) {
+      const t = xToTime(this.view, this.plotWidth(), Math.max(0, plotX));
+      this.measure = { start: Math.min(this.measuring, t), end: Math.max(this.measuring, t) };
+      this.tooltip.style.display = 'none';
+      this.updateReadout();
+      this.requestDraw();
+      return;
+    }
     if (this.drag) {
       const dx = e.offsetX - this.drag.x;
       this.setView(pan(this.drag.view, -dx / this.plotWidth(), this.bounds));
       return;
     }
+    this.updateReadout();
+    this.requestDraw();
     const box = this.boxAt(e.offsetX, e.offsetY);
     if (!box) {
       this.tooltip.style.display = 'none';
       return;
     }
     const count = box.count > 1 ? `<div>${box.count} events merged (zoom in to see them)</div>` : '';
-    this.tooltip.innerHTML = `<b>${escapeHtml(box.label)}</b><div>start ${formatDuration(box.ts)}</div>` +
+    this.tooltip.innerHTML = `<b>${escapeHtml(box.label)}</b><div>start ${formatDuration(box.ts - this.bounds.start)}</div>` +
       `<div>duration ${formatDuration(box.dur)}</div>${count}`;
-    this.tooltip.style.display = 'block';
-    this.tooltip.style.left = `${e.offsetX + 14}px`;
-    this.tooltip.style.top = `${e.offsetY + 10}px`;
+    placeTooltip(this.tooltip, e.clientX, e.clientY);
+  }
+
+  // The line under the ruler: the time at the cursor and the measured range, at the view's precision.
+  private updateReadout(): void {
+    const pixel = span(this.view) / this.plotWidth();
+    const at = (t: number) => formatTime(t - this.bounds.start, pixel);
+    const parts: string[] = [];
+    if (this.cursorX !== undefined) {
+      parts.push(`<span data-testid="cursor-time">cursor ${at(xToTime(this.view, this.plotWidth(), this.cursorX))}</span>`);
+    }
+    if (this.measure) {
+      const covered = this.eventsIn(this.measure);
+      parts.push(`<span data-testid="measure">Δ ${formatTime(span(this.measure), pixel)} (${at(this.measure.start)} → ` +
+        `${at(this.measure.end)}), ${covered.events} event(s) on ${covered.lanes} lane(s)</span>`);
+    }
+    if (this.mark) parts.push(`<span data-testid="mark">marked ${formatTime(span(this.mark), pixel)} from ${at(this.mark.start)}</span>`);
+    this.readout.innerHTML = parts.length > 0 ? parts.join(' · ')
+      : '<span class="muted">Shift+drag or drag the ruler to measure · ? for keys</span>';
+  }
+
+  // What a measured range covers, from the window the view holds (merged boxes count their events).
+  private eventsIn(range: Viewport): { events: number; lanes: number } {
+    let events = 0;
+    let lanes = 0;
+    for (const lane of this.cached?.data.lanes ?? []) {
+      let here = 0;
+      for (const e of lane.events) if (e.ts < range.end && e.ts + e.dur > range.start) here++;
+      for (const m of lane.merged) if (m.ts < range.end && m.ts + m.dur > range.start) here += m.count;
+      events += here;
+      if (here > 0) lanes++;
+    }
+    return { events, lanes };
   }
 
   private onClick(e: MouseEvent): void {
@@ -278,20 +382,23 @@ export class TimelineView {
     const plot = this.plotWidth();
     const x = (t: number) => LABEL_WIDTH + timeToX(this.view, plot, t);
 
-    // Axis and grid.
+    // Ruler and grid: offsets from a base when zoomed in far from the start (see ruler()).
     ctx.fillStyle = '#f4f5f7';
     ctx.fillRect(0, 0, width, AXIS_HEIGHT);
     ctx.strokeStyle = '#e3e5e8';
     ctx.fillStyle = '#444';
-    for (const t of ticks(this.view, Math.max(2, Math.floor(plot / 110)))) {
-      const tx = x(t);
+    const axis = ruler(this.view, Math.max(2, Math.floor(plot / 110)), this.bounds.start);
+    this.lastRuler = axis;
+    for (const tick of axis.ticks) {
+      const tx = x(tick.time);
       ctx.beginPath();
       ctx.moveTo(tx, AXIS_HEIGHT - 6);
       ctx.lineTo(tx, height);
       ctx.stroke();
-      ctx.fillText(formatDuration(t - this.bounds.start), tx + 3, AXIS_HEIGHT / 2);
+      ctx.fillText(tick.label, tx + 3, AXIS_HEIGHT / 2);
     }
-    ctx.fillText(`${formatDuration(span(this.view))} visible`, 8, AXIS_HEIGHT / 2);
+    ctx.fillStyle = '#1d2733';
+    ctx.fillText(`${axis.base ? `${axis.base.label} +` : ''}  ${formatDuration(span(this.view))} visible`, 8, AXIS_HEIGHT / 2);
 
     // Group headers and lane labels.
     for (const g of this.layout.groups) {
@@ -375,6 +482,7 @@ export class TimelineView {
       }
     }
     this.drawFlows(ctx, x);
+    this.drawRanges(ctx, x, height);
     ctx.restore();
     const complete = this.cached !== undefined && windowCovers(this.cached.window, this.view, plot);
     recordFrame({ at: started, drawMs: performance.now() - started, complete, boxes: this.drawn.length });
@@ -386,6 +494,45 @@ export class TimelineView {
     const box: DrawnBox = { start, end, y, height: ROW_HEIGHT - 2, id, label, count, ts, dur };
     this.drawn.push(box);
     return box;
+  }
+
+  // The mark, the measured range and the cursor line, over the lanes and into the ruler.
+  private drawRanges(ctx: CanvasRenderingContext2D, x: (t: number) => number, height: number): void {
+    ctx.restore();
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL_WIDTH, 0, this.plotWidth(), height);
+    ctx.clip();
+    const band = (range: Viewport, fill: string, edge: string) => {
+      const x0 = x(range.start);
+      const x1 = Math.max(x0 + 1, x(range.end));
+      ctx.fillStyle = fill;
+      ctx.fillRect(x0, 0, x1 - x0, height);
+      ctx.strokeStyle = edge;
+      ctx.beginPath();
+      ctx.moveTo(x0 + 0.5, 0);
+      ctx.lineTo(x0 + 0.5, height);
+      ctx.moveTo(x1 - 0.5, 0);
+      ctx.lineTo(x1 - 0.5, height);
+      ctx.stroke();
+    };
+    if (this.mark) band(this.mark, 'rgba(234, 179, 8, 0.15)', '#ca8a04');
+    if (this.measure) {
+      band(this.measure, 'rgba(37, 99, 235, 0.12)', '#2563eb');
+      const label = `Δ ${formatTime(span(this.measure), span(this.view) / this.plotWidth())}`;
+      ctx.fillStyle = '#1d4ed8';
+      ctx.fillRect(x(this.measure.start), 0, ctx.measureText(label).width + 8, AXIS_HEIGHT);
+      ctx.fillStyle = '#fff';
+      ctx.fillText(label, x(this.measure.start) + 4, AXIS_HEIGHT / 2);
+    }
+    if (this.cursorX !== undefined && this.measuring === undefined && !this.drag) {
+      const cx = LABEL_WIDTH + this.cursorX;
+      ctx.strokeStyle = 'rgba(17, 24, 39, 0.55)';
+      ctx.beginPath();
+      ctx.moveTo(cx + 0.5, 0);
+      ctx.lineTo(cx + 0.5, height);
+      ctx.stroke();
+    }
   }
 
   private drawFlows(ctx: CanvasRenderingContext2D, x: (t: number) => number): void {
@@ -414,6 +561,22 @@ export class TimelineView {
       ctx.lineWidth = 1;
     }
   }
+}
+
+// Shows a tooltip next to the mouse (client coordinates), flipped to the other side of it where it would
+// cross the window's right or bottom edge.
+export function placeTooltip(tooltip: HTMLElement, clientX: number, clientY: number): void {
+  tooltip.style.display = 'block';
+  const width = tooltip.offsetWidth;
+  const height = tooltip.offsetHeight;
+  const room = document.documentElement.clientWidth;
+  const bottom = document.documentElement.clientHeight;
+  let left = clientX + 14;
+  let top = clientY + 12;
+  if (left + width > room - 4) left = Math.max(4, clientX - 14 - width);
+  if (top + height > bottom - 4) top = Math.max(4, clientY - 12 - height);
+  tooltip.style.left = `${left}px`;
+  tooltip.style.top = `${top}px`;
 }
 
 export function fitText(ctx: CanvasRenderingContext2D, text: string, width: number): string {
