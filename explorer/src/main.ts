@@ -4,7 +4,7 @@
 
 import {
   ApiError, api, type EventDetails, type EventSummary, type KeyAveragesAnswer, type LanesAnswer, type ProfileEntry,
-  type SummaryAnswer,
+  type KeyAverageRow, type SummaryAnswer,
 } from './api';
 import { buildChain, chainRows, deviceQueryOf, executionInChain, hasChain, type Chain, type ChainLink } from './chain';
 import { CompareView } from './compare_view';
@@ -22,6 +22,7 @@ import {
   planDirectoryUpload, planPairUpload, profileNameError, progressText, type UploadPlan,
 } from './upload';
 import { TABS, formatRoute, parseRoute, type Route, type Tab } from './url';
+import { VirtualRows } from './virtual_rows';
 
 const app = document.getElementById('app') as HTMLElement;
 const errorBox = document.getElementById('error') as HTMLElement;
@@ -39,6 +40,7 @@ interface Session {
   // Matches are fetched a page at a time: `pages` maps a page's first index to its matches.
   search?: { query: string; pages: Map<number, EventSummary[]>; index: number; total: number };
   keyAverages?: KeyAveragesAnswer;
+  operatorRows?: VirtualRows<KeyAverageRow>;
   summary?: Promise<SummaryAnswer>;
   sort: { key: SortKey; direction: SortDirection };
   tab: Tab;
@@ -64,6 +66,7 @@ const hook = {
   get tab() { return session?.tab; },
   get ruler() { return session?.timeline.lastRuler; },
   arrows: () => session?.timeline.arrows.map((a) => `${a.from.name}#${a.from.id} -${a.category}-> ${a.to.name}#${a.to.id}`).sort(),
+  get operatorRows() { return session?.operatorRows ? { count: session.operatorRows.count, ...session.operatorRows.rendered } : undefined; },
   get deviceRuler() { return session?.device?.lastRuler; },
   get measure() { return session?.timeline.measure; },
   get mark() { return session?.timeline.mark; },
@@ -437,30 +440,53 @@ async function openDevice(current: Session, execution: EventDetails): Promise<vo
 
 // ---- Operator table -------------------------------------------------------------------------------
 
+// Virtualized (VirtualRows): only the rows in view are in the DOM, so a table of thousands of rows shows
+// and re-sorts at once; one click listener serves every row.
 async function showOperators(current: Session): Promise<void> {
-  current.keyAverages ??= await api.keyAverages(current.profile);
+  const page = current.pages.operators;
+  if (!current.keyAverages) {
+    if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the operator table…</p>';
+    current.keyAverages = await api.keyAverages(current.profile);
+  }
+  if (session !== current) return;
   const data = current.keyAverages;
-  const rows = sortRows(data.rows, current.sort.key, current.sort.direction);
-  const arrow = (key: SortKey) => (current.sort.key === key ? (current.sort.direction === 'asc' ? ' ▲' : ' ▼') : '');
-  const head = COLUMNS.map((c) => `<th class="sortable${c.numeric ? ' num' : ''}" data-key="${c.key}">${c.label}${arrow(c.key)}</th>`).join('');
-  const body = rows.map((r) => `<tr class="clickable" data-name="${escapeHtml(r.name)}"><td>${escapeHtml(r.name)}</td>` +
-    `<td class="num">${formatDuration(r.self_cpu_us)}</td><td class="num">${formatDuration(r.cpu_total_us)}</td>` +
-    `<td class="num">${formatDuration(r.self_device_us)}</td><td class="num">${formatDuration(r.device_total_us)}</td>` +
-    `<td class="num">${r.count}</td></tr>`).join('');
-  current.pages.operators.innerHTML = `<div class="profiles"><p class="muted">Key averages (${escapeHtml(data.source)}). ` +
-    `Click a row to highlight its events on the timeline.</p><table class="grid" data-testid="operator-table"><tr>${head}</tr>` +
-    `${body}</table><p>Self CPU time total: ${formatDuration(data.self_cpu_total_us)}<br>Self ${escapeHtml(data.device)} ` +
-    `time total: ${formatDuration(data.self_device_total_us)}</p></div>`;
-  current.pages.operators.querySelectorAll<HTMLElement>('th[data-key]').forEach((th) =>
-    th.addEventListener('click', () => {
+  if (!current.operatorRows) {
+    page.innerHTML = `<div class="profiles"><p class="muted">Key averages (${escapeHtml(data.source)}), ` +
+      `${data.rows.length.toLocaleString('en-US')} rows. Click a row to highlight its events on the timeline.</p>` +
+      `<div class="vtable" data-testid="operator-scroll"><table class="grid" data-testid="operator-table"><thead><tr></tr></thead>` +
+      `<tbody></tbody></table></div><p>Self CPU time total: ${formatDuration(data.self_cpu_total_us)}<br>Self ` +
+      `${escapeHtml(data.device)} time total: ${formatDuration(data.self_device_total_us)}</p></div>`;
+    const scroller = page.querySelector('[data-testid="operator-scroll"]') as HTMLElement;
+    const body = page.querySelector('[data-testid="operator-table"] tbody') as HTMLTableSectionElement;
+    current.operatorRows = new VirtualRows(scroller, body, COLUMNS.length, (r) =>
+      `<tr class="clickable" data-name="${escapeHtml(r.name)}"><td>${escapeHtml(r.name)}</td>` +
+      `<td class="num">${formatDuration(r.self_cpu_us)}</td><td class="num">${formatDuration(r.cpu_total_us)}</td>` +
+      `<td class="num">${formatDuration(r.self_device_us)}</td><td class="num">${formatDuration(r.device_total_us)}</td>` +
+      `<td class="num">${r.count}</td></tr>`);
+    page.querySelector('[data-testid="operator-table"] thead')?.addEventListener('click', (e) => {
+      const th = (e.target as HTMLElement).closest<HTMLElement>('th[data-key]');
+      if (!th) return;
       current.sort = nextSort(current.sort, th.dataset.key as SortKey);
-      void track(showOperators(current));
-    }));
-  current.pages.operators.querySelectorAll<HTMLElement>('tr[data-name]').forEach((tr) =>
-    tr.addEventListener('click', () => {
+      renderOperatorRows(current);
+    });
+    body.addEventListener('click', (e) => {
+      const tr = (e.target as HTMLElement).closest<HTMLElement>('tr[data-name]');
+      if (!tr) return;
       current.timeline.highlightNames([tr.dataset.name ?? '']);
       switchTab('timeline');
-    }));
+    });
+  }
+  renderOperatorRows(current);
+}
+
+function renderOperatorRows(current: Session): void {
+  const data = current.keyAverages;
+  const table = current.operatorRows;
+  if (!data || !table) return;
+  const arrow = (key: SortKey) => (current.sort.key === key ? (current.sort.direction === 'asc' ? ' ▲' : ' ▼') : '');
+  const head = current.pages.operators.querySelector('[data-testid="operator-table"] thead tr') as HTMLElement;
+  head.innerHTML = COLUMNS.map((c) => `<th class="sortable${c.numeric ? ' num' : ''}" data-key="${c.key}">${c.label}${arrow(c.key)}</th>`).join('');
+  table.setRows(sortRows(data.rows, current.sort.key, current.sort.direction));
 }
 
 // ---- Summary and roofline -------------------------------------------------------------------------

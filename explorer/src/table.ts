@@ -15,9 +15,13 @@ export const COLUMNS: { key: SortKey; label: string; numeric: boolean }[] = [
 ];
 
 // Ascending order of two cell values: numbers by value (infinities included), anything else as text.
+// One collator for every comparison: String.localeCompare set one up per call, and sorting 13,000 rows
+// by name took seconds.
+const collator = new Intl.Collator();
+
 export function compareValues(x: unknown, y: unknown): number {
   if (typeof x === 'number' && typeof y === 'number') return x === y ? 0 : x < y ? -1 : 1;
-  return String(x).localeCompare(String(y));
+  return collator.compare(String(x), String(y));
 }
 
 // Clicking the sorted column flips its direction; another column starts in `initial`.
@@ -29,7 +33,7 @@ export function toggleSort<K>(current: { key: K; direction: SortDirection }, cli
 
 export function sortRows(rows: readonly KeyAverageRow[], key: SortKey, direction: SortDirection): KeyAverageRow[] {
   const sign = direction === 'asc' ? 1 : -1;
-  return [...rows].sort((a, b) => compareValues(a[key], b[key]) * sign || a.name.localeCompare(b.name));
+  return [...rows].sort((a, b) => compareValues(a[key], b[key]) * sign || collator.compare(a.name, b.name));
 }
 
 // Numbers start descending, names ascending.

@@ -258,6 +258,32 @@ try {
     `the device timeline's axis reads ${device.join(' ')}`);
   await page.locator('[data-testid="device"]').scrollIntoViewIfNeeded();
   await shot('14-device-axis.png');
+  // ---- 8 (client). An operator table of 13,170 rows (the 1M profile's, steps unmerged) shows and sorts
+  // at once: the answer is the server's shape, served from here.
+  const bigRows = Array.from({ length: 13170 }, (_, i) => ({
+    name: `ProfilerStep#${i}`, count: 1 + (i % 7), cpu_total_us: 1000 + ((i * 7919) % 13170), self_cpu_us: (i * 31) % 997,
+    device_total_us: (i * 13) % 977, self_device_us: (i * 17) % 1013,
+  }));
+  await page.route('**/api/profiles/naive/key_averages', (route) => route.fulfill({
+    json: { source: 'generated', device: 'NEURON', rows: bigRows, self_cpu_total_us: 1, self_device_total_us: 1 },
+  }));
+  await page.goto(`${baseUrl}#/p/naive?tab=operators`);
+  await page.waitForFunction(() => window.__explorer.operatorRows?.count === 13170);
+  const shown = await explorer(() => document.querySelectorAll('[data-testid="operator-table"] tr[data-name]').length);
+  check(shown > 10 && shown < 200, `13,170 rows, ${shown} of them in the page`);
+  const sortMs = await explorer(() => {
+    const started = performance.now();
+    document.querySelector('[data-testid="operator-table"] th[data-key="name"]').dispatchEvent(new MouseEvent('click', { bubbles: true }));
+    return performance.now() - started;
+  });
+  const firstByName = await page.textContent('[data-testid="operator-table"] tr[data-name] td');
+  check(sortMs < 100 && firstByName === 'ProfilerStep#0', `sorting them by name takes ${sortMs.toFixed(1)} ms (first ${firstByName})`);
+  await page.evaluate(() => { const s = document.querySelector('[data-testid="operator-scroll"]'); s.scrollTop = s.scrollHeight; });
+  await page.waitForFunction(() => window.__explorer.operatorRows.last === 13170);
+  const lastName = await page.$$eval('[data-testid="operator-table"] tr[data-name]', (rows) => rows.at(-1).dataset.name);
+  check(lastName === 'ProfilerStep#9999', `scrolled to the end, the last row by name is drawn (${lastName})`);
+  await page.unroute('**/api/profiles/naive/key_averages');
+
   // ---- 9. Compare with a missing profile says so instead of "Comparing..." forever.
   await page.goto(`${baseUrl}#/compare?a=naive&b=no-such-profile`);
   await page.waitForSelector('[data-testid="compare-error"]');
