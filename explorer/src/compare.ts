@@ -85,3 +85,33 @@ export function sharedSpan(a: Viewport, b: Viewport): number {
 export function alignView(view: Viewport, fromStart: number, toStart: number): Viewport {
   return { start: view.start - fromStart + toStart, end: view.end - fromStart + toStart };
 }
+
+export interface ExecutionStats {
+  count: number;
+  busyUs: number; // union of the executions' time
+  spanUs: number; // first start to last end
+  idleUs: number; // span minus busy: the gaps between executions
+  largestGapUs: number;
+}
+
+// What the device did over a profile's executions: busy, span and the idle gaps between them
+// (overlapping executions count once).
+export function executionStats(executions: readonly { ts: number; dur: number }[]): ExecutionStats {
+  const sorted = [...executions].sort((x, y) => x.ts - y.ts);
+  if (sorted.length === 0) return { count: 0, busyUs: 0, spanUs: 0, idleUs: 0, largestGapUs: 0 };
+  let busy = 0;
+  let largestGap = 0;
+  let runStart = sorted[0].ts;
+  let runEnd = sorted[0].ts + sorted[0].dur;
+  for (const e of sorted.slice(1)) {
+    if (e.ts > runEnd) {
+      busy += runEnd - runStart;
+      largestGap = Math.max(largestGap, e.ts - runEnd);
+      runStart = e.ts;
+    }
+    runEnd = Math.max(runEnd, e.ts + e.dur);
+  }
+  busy += runEnd - runStart;
+  const span = runEnd - sorted[0].ts;
+  return { count: sorted.length, busyUs: busy, spanUs: span, idleUs: Math.max(0, span - busy), largestGapUs: largestGap };
+}

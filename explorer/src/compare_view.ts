@@ -2,10 +2,10 @@
 // (sortable), and both system timelines stacked on one time axis, each aligned to its own start,
 // panning and zooming together (docs/hardware-model.md §4.2, Profile Comparison).
 
-import { api, type CompareAnswer, type LanesAnswer, type ProfileEntry } from './api';
+import { api, type CompareAnswer, type EventDetails, type EventSummary, type LanesAnswer, type ProfileEntry } from './api';
 import {
-  COMPARE_COLUMNS, alignView, formatDelta, formatDeltaPercent, nextCompareSort, sharedSpan, sortCompareRows,
-  speedupText, withRanks, type CompareSortKey, type RankedRow, type SortDirection,
+  COMPARE_COLUMNS, alignView, executionStats, formatDelta, formatDeltaPercent, nextCompareSort, sharedSpan, sortCompareRows,
+  speedupText, withRanks, type CompareSortKey, type ExecutionStats, type RankedRow, type SortDirection,
 } from './compare';
 import { escapeHtml } from './html';
 import { formatDuration, type Viewport } from './timeline_math';
@@ -30,6 +30,8 @@ export class CompareView {
   private readonly tablePanel: HTMLElement;
   private readonly timelinesPanel: HTMLElement;
   answer?: CompareAnswer;
+  private executions: EventSummary[][] = [[], []]; // each side's nc_exec_running events, by start
+  private readonly executionDetails = new Map<string, Promise<EventDetails>>();
 
   constructor(
     private readonly container: HTMLElement,
@@ -71,6 +73,10 @@ export class CompareView {
     let lanesB: LanesAnswer;
     try {
       [answer, lanesA, lanesB] = await Promise.all([api.compare(a, b), api.lanes(a), api.lanes(b)]);
+      // Each side's executions (the server's most per request): span and idle gaps, and what an
+      // executable's row clicks through to.
+      this.executions = await Promise.all([a, b].map(async (name) =>
+        (await api.search(name, 'nc_exec_running', 10000)).matches.filter((e) => e.name === 'nc_exec_running')));
     } catch (error) {
       // Not "Comparing…" forever: the panel says why (the error box says it too).
       const message = error instanceof Error ? error.message : String(error);
@@ -80,9 +86,14 @@ export class CompareView {
     }
     this.answer = answer;
     this.rows = withRanks(answer.ranked);
-    (this.container.querySelector('[data-testid="compare-totals"]') as HTMLElement).textContent =
+    const [statsA, statsB] = this.executions.map((list) => executionStats(list)) as [ExecutionStats, ExecutionStats];
+    (this.container.querySelector('[data-testid="compare-totals"]') as HTMLElement).innerHTML =
       `device time ${formatDuration(answer.total_a_us)} → ${formatDuration(answer.total_b_us)} ` +
-      `(${speedupText(answer.total_a_us, answer.total_b_us)})`;
+      `(${escapeHtml(speedupText(answer.total_a_us, answer.total_b_us))}) · <span data-testid="compare-span">span ` +
+      `${formatDuration(statsA.spanUs)} → ${formatDuration(statsB.spanUs)} (${spanRatio(statsA.spanUs, statsB.spanUs)})</span> · ` +
+      `<span data-testid="compare-idle">idle gaps ${formatDuration(statsA.idleUs)} → ${formatDuration(statsB.idleUs)} ` +
+      `(largest ${formatDuration(statsA.largestGapUs)} → ${formatDuration(statsB.largestGapUs)})</span> · ` +
+      `executions ${statsA.count} → ${statsB.count}`;
     this.renderTable();
     this.renderTimelines(a, lanesA, b, lanesB);
   }
@@ -96,7 +107,8 @@ export class CompareView {
     const arrow = (key: CompareSortKey) => (this.sort.key === key ? (this.sort.direction === 'asc' ? ' ▲' : ' ▼') : '');
     const head = COMPARE_COLUMNS.map((c) =>
       `<th class="sortable${c.numeric ? ' num' : ''}" data-key="${c.key}">${c.label}${arrow(c.key)}</th>`).join('');
-    const body = rows.map((r) => `<tr class="delta-${r.status}" data-kind="${r.kind}" data-status="${r.status}">` +
+    const body = rows.map((r) => `<tr class="delta-${r.status}${r.kind === 'engine' ? '' : ' clickable'}" data-kind="${r.kind}" ` +
+      `data-status="${r.status}" data-rank="${r.rank}">` +
       `<td class="num">${r.rank}</td><td>${r.kind}</td><td class="name" title="${escapeHtml(r.name)}">${escapeHtml(r.name)}</td>` +
       `<td><span class="status ${r.status}">${r.status}</span></td><td class="num">${r.count_a}</td>` +
       `<td class="num">${r.count_b}</td><td class="num">${formatDuration(r.time_a_ns / 1000)}</td>` +
@@ -109,6 +121,48 @@ export class CompareView {
         this.sort = nextCompareSort(this.sort, th.dataset.key as CompareSortKey);
         this.renderTable();
       }));
+    this.tablePanel.querySelectorAll<HTMLElement>('tr[data-rank]').forEach((tr) =>
+      tr.addEventListener('click', () => {
+        const row = this.rows.find((r) => r.rank === Number(tr.dataset.rank));
+        if (row && row.kind !== 'engine') void this.callbacks.track(this.showRow(row));
+      }));
+  }
+
+  // A row clicked: its first event on each side (an op by name, an executable by its executions'
+  // "executable" argument) is selected there; the shared axis moves to the first found, A before B.
+  private async showRow(row: RankedRow): Promise<void> {
+    const names = [this.pick.a, this.pick.b];
+    const found = await Promise.all(this.timelines.map(async (_view, side) => {
+      const name = names[side];
+      if (!name) return undefined;
+      if (row.kind === 'op') {
+        const answer = await api.search(name, row.name, 50);
+        return answer.matches.find((m) => m.name === row.name);
+      }
+      for (const execution of this.executions[side].slice(0, 500)) {
+        const key = `${side}:${execution.id}`;
+        let details = this.executionDetails.get(key);
+        if (!details) {
+          details = api.event(name, execution.id);
+          this.executionDetails.set(key, details);
+        }
+        if ((await details).args['executable'] === row.name) return execution;
+      }
+      return undefined;
+    }));
+    let revealed = false;
+    for (const [side, event] of found.entries()) {
+      const view = this.timelines[side];
+      const header = view?.container.previousElementSibling as HTMLElement | null;
+      if (!view || !header) continue;
+      if (!event) {
+        view.select(undefined);
+        (header.querySelector('span.muted') as HTMLElement).textContent = `no ${row.name} here`;
+        continue;
+      }
+      await this.select(view, header, event.id, !revealed);
+      revealed = true;
+    }
   }
 
   private renderTimelines(a: string, lanesA: LanesAnswer, b: string, lanesB: LanesAnswer): void {
@@ -144,7 +198,7 @@ export class CompareView {
     this.callbacks.onRangeChange({ start: view.start - from.bounds.start, end: view.end - from.bounds.start });
   }
 
-  private async select(view: TimelineView, header: HTMLElement, id: number | undefined): Promise<void> {
+  private async select(view: TimelineView, header: HTMLElement, id: number | undefined, reveal = false): Promise<void> {
     const label = header.querySelector('span.muted') as HTMLElement;
     if (id === undefined) {
       view.select(undefined);
@@ -154,8 +208,13 @@ export class CompareView {
     const name = view === this.timelines[0] ? this.pick.a : this.pick.b;
     if (!name) return;
     const details = await api.event(name, id);
-    view.select(details, [], false);
+    view.select(details, [], reveal);
     label.textContent = `selected ${details.name}: ${formatDuration(details.dur)} at ` +
       `${formatDuration(details.ts - view.bounds.start)}`;
   }
+}
+
+function spanRatio(a: number, b: number): string {
+  if (!(a > 0) || !(b > 0)) return 'no executions on one side';
+  return a >= b ? `${(a / b).toFixed(2)}x shorter in B` : `${(b / a).toFixed(2)}x longer in B`;
 }

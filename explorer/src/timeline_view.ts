@@ -78,7 +78,7 @@ export class TimelineView {
   lastFetch: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly container: HTMLElement,
+    readonly container: HTMLElement,
     private readonly profile: string,
     private readonly lanes: LanesAnswer,
     private readonly callbacks: TimelineCallbacks,

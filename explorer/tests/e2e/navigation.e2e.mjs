@@ -284,6 +284,25 @@ try {
   check(lastName === 'ProfilerStep#9999', `scrolled to the end, the last row by name is drawn (${lastName})`);
   await page.unroute('**/api/profiles/naive/key_averages');
 
+  // ---- 9. Compare shows span and idle gaps beside device time; its rows click through to the timelines.
+  await page.goto(`${baseUrl}#/compare?a=naive&b=fused`);
+  await page.waitForSelector('[data-testid="compare-span"]');
+  const spanText = await page.textContent('[data-testid="compare-span"]');
+  const idleText = await page.textContent('[data-testid="compare-idle"]');
+  check(/^span [\d.]+ (us|ms) → [\d.]+ (us|ms) \([\d.]+x shorter in B\)$/.test(spanText) && /^idle gaps [\d.]+ (us|ms) → 0(\.0)? ns \(largest/.test(idleText),
+    `compare reads "${spanText}" and "${idleText}"`);
+  await page.click('[data-testid="compare-table"] tr[data-kind="executable"][data-status="removed"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="compare-selection-A"]').textContent.startsWith('selected nc_exec_running') &&
+    document.querySelector('[data-testid="compare-selection-B"]').textContent.startsWith('no '));
+  const shownA = await explorer(() => {
+    const t = window.__explorer.compare.timelines[0];
+    return { view: t.view, box: document.querySelector('[data-testid="compare-selection-A"]').textContent };
+  });
+  check(true, `clicking a removed executable selects its execution in A and says B has none (${shownA.box})`);
+  await page.click('[data-testid="compare-table"] tr[data-kind="op"][data-status="added"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="compare-selection-B"]').textContent.startsWith('selected aten::rms_norm'));
+  check(true, 'clicking an added op selects it in B');
+
   // ---- 9. Compare with a missing profile says so instead of "Comparing..." forever.
   await page.goto(`${baseUrl}#/compare?a=naive&b=no-such-profile`);
   await page.waitForSelector('[data-testid="compare-error"]');
