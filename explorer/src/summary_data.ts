@@ -164,3 +164,11 @@ export function rankInsights(insights: readonly Insight[]): Insight[] {
     .sort((a, b) => (b.insight.potential_saving_us - a.insight.potential_saving_us) || a.index - b.index)
     .map((x) => x.insight);
 }
+
+// Raw figures in the server's insight text in human units: "1238945344.3 us" reads "1238.945 s" and
+// "1182724 bytes" "1.13 MiB"; a count without a unit stays as written.
+export function humanizeText(text: string): string {
+  return text
+    .replace(/\b(\d+(?:\.\d+)?) us\b/g, (whole, value: string) => (Number(value) >= 1000 ? formatDuration(Number(value)) : whole))
+    .replace(/\b(\d+) bytes\b/g, (whole, value: string) => (Number(value) >= 1024 ? formatBytes(Number(value)) : whole));
+}

@@ -6,16 +6,16 @@ import type { SummaryAnswer } from './api';
 import { escapeHtml } from './html';
 import { formatDuration } from './timeline_math';
 import {
-  METRIC_GROUPS, engineBars, formatMetric, intensityVerdict, numberMetric, rankInsights,
+  METRIC_GROUPS, engineBars, formatMetric, humanizeText, intensityVerdict, numberMetric, rankInsights,
 } from './summary_data';
 
 export function renderSummary(container: HTMLElement, summary: SummaryAnswer): void {
   const insights = rankInsights(summary.insights ?? []);
   const insightItems = insights.map((insight, index) => `<li class="insight" data-insight="${escapeHtml(insight.id)}">
-      <div class="insight-head"><span class="rank">${index + 1}</span><b>${escapeHtml(insight.title)}</b>
+      <div class="insight-head"><span class="rank">${index + 1}</span><b>${escapeHtml(humanizeText(insight.title))}</b>
         <span class="saving">could save ${formatDuration(insight.potential_saving_us)}</span></div>
-      <div><span class="muted">Evidence:</span> ${escapeHtml(insight.evidence)}</div>
-      <div><span class="muted">Fix:</span> ${escapeHtml(insight.fix)}</div></li>`).join('');
+      <div><span class="muted">Evidence:</span> ${escapeHtml(humanizeText(insight.evidence))}</div>
+      <div><span class="muted">Fix:</span> ${escapeHtml(humanizeText(insight.fix))}</div></li>`).join('');
 
   const bars = engineBars(summary).map((bar) => `<div class="bar-row" data-engine="${bar.engine}">
       <span class="bar-label">${bar.label}</span>

@@ -118,3 +118,12 @@ describe('server error messages', () => {
       .toBe('/api/compare: the server answered HTTP 502 (<html>Bad gateway</html>)');
   });
 });
+
+describe('human units in insight text', () => {
+  it('rewrites large raw figures, leaves small ones and counts', async () => {
+    const { humanizeText } = await import('../src/summary_data');
+    expect(humanizeText('6 executions span 1238945344.3 us; idle for 341.3 us')).toBe('6 executions span 1238.945 s; idle for 341.3 us');
+    expect(humanizeText('151 transfers move 1182724 bytes (target >= 32768)')).toBe('151 transfers move 1.13 MiB (target >= 32768)');
+    expect(humanizeText('average 7833 bytes, 512 bytes')).toBe('average 7.6 KiB, 512 bytes');
+  });
+});

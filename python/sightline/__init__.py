@@ -16,6 +16,7 @@ differs.
 """
 
 import functools as _functools
+import os as _os
 import inspect as _inspect
 import warnings as _warnings
 
@@ -37,6 +38,13 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     sum, mean, amax, softmax, log_softmax, pow, matmul, linear, cat, embedding,
 )
 from . import _tensor  # noqa: F401  (adds the Python-side Tensor methods)
+
+# with_stack: stacks start at the user's code, not inside this package.
+_sightline._set_stack_package_dirs(sorted({
+    _os.path.dirname(__file__) + _os.sep,
+    _os.path.dirname(_os.path.abspath(__file__)) + _os.sep,
+    _os.path.dirname(_os.path.realpath(__file__)) + _os.sep,
+}))
 from ._tensor import _size
 
 Error.__module__ = "sightline"  # tracebacks say sightline.Error

@@ -21,7 +21,6 @@ The table is the C++ profiler's, byte for byte (times are modeled: the same on e
 import contextlib
 import os
 import socket
-import warnings
 
 from . import _sightline
 from ._sightline import (  # noqa: F401
@@ -46,8 +45,11 @@ class profile(_sightline._Profile):
     """torch.profiler.profile: a context manager (or start()/stop()) with torch's keyword arguments.
 
     on_trace_ready(prof) runs inside the step() that ends an active window, or inside stop().
-    with_stack, with_modules and acc_events are accepted for torch's signature; Python frames are not
-    recorded yet (a warning says so when with_stack=True)."""
+    with_stack=True records the Python call site of every op and record_function (the frames
+    outside the sightline package, innermost first, "file(line): function"): key_averages(
+    group_by_stack_n=N) groups by them, export_stacks writes them for a flame graph, and the trace
+    carries them as each op's "Call stack". with_modules and acc_events are accepted for torch's
+    signature and have no effect."""
 
     def __init__(self, *, activities=None, schedule=None, on_trace_ready=None, record_shapes=False,
                  profile_memory=False, with_stack=False, with_flops=False, with_modules=False,
@@ -61,15 +63,12 @@ class profile(_sightline._Profile):
                 raise TypeError(f"activities: expected ProfilerActivity values, got {type(a).__name__}")
         if use_cuda:
             raise ValueError("use_cuda: there is no CUDA device; use ProfilerActivity.PrivateUse1 for neuron")
-        if with_stack:
-            warnings.warn("profile(with_stack=True): Python frames are not recorded by sightline yet; "
-                          "the profile is recorded without them", stacklevel=2)
         if execution_trace_observer is not None:
             raise ValueError("execution_trace_observer is not supported")
         if experimental_config is not None and not isinstance(experimental_config, ExperimentalConfig):
             raise TypeError("experimental_config must be a sightline.neuron.NeuronConfig")
         super().__init__(activities, schedule, on_trace_ready, bool(record_shapes), bool(profile_memory),
-                         bool(with_flops), experimental_config, int(max_events))
+                         bool(with_flops), bool(with_stack), experimental_config, int(max_events))
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
         self.with_flops = bool(with_flops)
@@ -85,18 +84,25 @@ class profile(_sightline._Profile):
         return False
 
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0, group_by_overload_name=False):
-        """torch's key_averages: rows grouped by name (and input shapes). Stacks are not recorded, so
-        group_by_stack_n must be 0."""
-        if group_by_stack_n:
-            raise ValueError("key_averages: group_by_stack_n needs recorded stacks, which sightline does not keep yet")
-        return super().key_averages(group_by_input_shape)
+        """torch's key_averages: rows grouped by name, and by input shapes (record_shapes=True) and the
+        first group_by_stack_n frames of the call stack (with_stack=True) when asked; the table then
+        has torch's Input Shapes and Source Location columns."""
+        if group_by_stack_n < 0:
+            raise ValueError(f"key_averages: group_by_stack_n must be >= 0, got {group_by_stack_n}")
+        return super().key_averages(bool(group_by_input_shape), int(group_by_stack_n))
 
     def events(self):
-        """The last trace's events (dicts: name, device_type, start_ns, end_ns, input_shapes, parent)."""
+        """The last trace's events (dicts: name, device_type, start_ns, end_ns, input_shapes, stack,
+        parent)."""
         return self._events()
 
     def export_stacks(self, path, metric="self_cpu_time_total"):
-        raise NotImplementedError("export_stacks: Python stacks are not recorded by sightline yet")
+        """torch's export_stacks: the recorded stacks in flamegraph's collapsed format, one line per
+        event ("outer;...;inner value"), the value in integer nanoseconds of `metric`
+        (self_cpu_time_total or self_privateuse1_time_total). Needs with_stack=True."""
+        if not self.with_stack:
+            raise RuntimeError("export_stacks() requires with_stack=True")
+        super().export_stacks(os.fspath(path), metric)
 
 
 class record_function(contextlib.ContextDecorator):

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <pybind11/functional.h>
@@ -44,9 +45,48 @@ Schedule schedule_from(const py::object& value) {
   };
 }
 
+// with_stack: the Python frames of the thread that dispatches an op, innermost first, as torch writes
+// them ("file(line): function"), leaving out the frames of the sightline package itself so that the
+// first frame is the user's call site. Ops run with the GIL released; it is re-acquired here, only on
+// threads that have run Python (a C++ worker thread has no frames and must not wait for the GIL).
+std::vector<std::string>& package_prefixes() {
+  static auto* prefixes = new std::vector<std::string>();  // set once at import, before any profile
+  return *prefixes;
+}
+
+void python_stack(std::vector<std::string>& frames) {
+  constexpr std::size_t kMaxFrames = 128;
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return;
+  py::gil_scoped_acquire gil;
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  while (frame != nullptr && frames.size() < kMaxFrames) {
+    PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* function = PyUnicode_AsUTF8(code->co_name);
+    if (file == nullptr || function == nullptr) PyErr_Clear();
+    const std::string_view file_name = file != nullptr ? file : "<unknown>";
+    bool ours = false;
+    for (const std::string& prefix : package_prefixes()) ours = ours || file_name.starts_with(prefix);
+    if (!ours) {
+      std::string& text = frames.emplace_back(file_name);
+      text += '(';
+      text += std::to_string(PyFrame_GetLineNumber(frame));
+      text += "): ";
+      text += function != nullptr ? function : "<unknown>";
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+}
+
 profile* make_profile(const std::vector<ProfilerActivity>& activities, const py::object& schedule,
                       const py::object& on_trace_ready, bool record_shapes, bool profile_memory, bool with_flops,
-                      std::shared_ptr<ExperimentalConfig> experimental_config, std::uint64_t max_events) {
+                      bool with_stack, std::shared_ptr<ExperimentalConfig> experimental_config,
+                      std::uint64_t max_events) {
   ProfileOptions options;
   options.activities = activities;
   options.schedule = schedule_from(schedule);
@@ -62,13 +102,15 @@ profile* make_profile(const std::vector<ProfilerActivity>& activities, const py:
   options.record_shapes = record_shapes;
   options.profile_memory = profile_memory;
   options.with_flops = with_flops;
+  options.with_stack = with_stack;
   options.experimental_config = std::move(experimental_config);
   options.max_events = max_events;
   return new profile(std::move(options));
 }
 
-TableOptions table_options(const py::object& sort_by, std::int64_t row_limit, std::int64_t max_name_column_width,
-                           std::int64_t max_shapes_column_width, const py::object& header,
+TableOptions table_options(const py::object& sort_by, std::int64_t row_limit, std::int64_t max_src_column_width,
+                           std::int64_t max_name_column_width, std::int64_t max_shapes_column_width,
+                           const py::object& header,
                            bool top_level_events_only, const py::object& time_unit,
                            bool only_rows_with_device_time) {
   TableOptions options;
@@ -76,6 +118,7 @@ TableOptions table_options(const py::object& sort_by, std::int64_t row_limit, st
   options.row_limit = row_limit;
   options.max_name_column_width = max_name_column_width;
   options.max_shapes_column_width = max_shapes_column_width;
+  options.max_src_column_width = max_src_column_width;
   if (!header.is_none()) options.header = header.cast<std::string>();
   options.top_level_events_only = top_level_events_only;
   if (!time_unit.is_none()) options.time_unit = time_unit.cast<std::string>();
@@ -142,6 +185,7 @@ void init_profiler(py::module_& m) {
       .def_readonly("device_memory_usage", &FunctionEventAvg::device_memory_usage)
       .def_readonly("self_device_memory_usage", &FunctionEventAvg::self_device_memory_usage)
       .def_readonly("input_shapes", &FunctionEventAvg::input_shapes)
+      .def_readonly("stack", &FunctionEventAvg::stack)
       .def("__repr__", [](const FunctionEventAvg& r) {
         return "<FunctionEventAvg key=" + r.key + " count=" + std::to_string(r.count) +
                " self_cpu_time_total_ns=" + std::to_string(r.self_cpu_time_total_ns) +
@@ -152,13 +196,14 @@ void init_profiler(py::module_& m) {
       .def(
           "table",
           [](const KeyAverages& k, const py::object& sort_by, std::int64_t row_limit,
-             const py::object& /*max_src_column_width*/, std::int64_t max_name_column_width,
+             std::int64_t max_src_column_width, std::int64_t max_name_column_width,
              std::int64_t max_shapes_column_width, const py::object& header, bool top_level_events_only,
              const py::object& time_unit, bool only_rows_with_device_time) {
-            return k.table(table_options(sort_by, row_limit, max_name_column_width, max_shapes_column_width, header,
-                                         top_level_events_only, time_unit, only_rows_with_device_time));
+            return k.table(table_options(sort_by, row_limit, max_src_column_width, max_name_column_width,
+                                         max_shapes_column_width, header, top_level_events_only, time_unit,
+                                         only_rows_with_device_time));
           },
-          // torch's order: sort_by, row_limit, max_src_column_width (no source column here), ...
+          // torch's order: sort_by, row_limit, max_src_column_width, ...
           py::arg("sort_by") = py::none(), py::arg("row_limit") = 100, py::arg("max_src_column_width") = 75,
           py::arg("max_name_column_width") = 55, py::arg("max_shapes_column_width") = 80,
           py::arg("header") = py::none(), py::arg("top_level_events_only") = false, py::arg("time_unit") = py::none(),
@@ -168,7 +213,7 @@ void init_profiler(py::module_& m) {
           "to_csv",
           [](const KeyAverages& k, const py::object& sort_by, std::int64_t row_limit, bool top_level_events_only,
              bool only_rows_with_device_time) {
-            return k.to_csv(table_options(sort_by, row_limit, 55, 80, py::none(), top_level_events_only, py::none(),
+            return k.to_csv(table_options(sort_by, row_limit, 75, 55, 80, py::none(), top_level_events_only, py::none(),
                                           only_rows_with_device_time));
           },
           py::arg("sort_by") = py::none(), py::arg("row_limit") = 100, py::arg("top_level_events_only") = false,
@@ -177,7 +222,7 @@ void init_profiler(py::module_& m) {
           "to_json",
           [](const KeyAverages& k, const py::object& sort_by, std::int64_t row_limit, bool top_level_events_only,
              bool only_rows_with_device_time) {
-            return k.to_json(table_options(sort_by, row_limit, 55, 80, py::none(), top_level_events_only, py::none(),
+            return k.to_json(table_options(sort_by, row_limit, 75, 55, 80, py::none(), top_level_events_only, py::none(),
                                            only_rows_with_device_time));
           },
           py::arg("sort_by") = py::none(), py::arg("row_limit") = 100, py::arg("top_level_events_only") = false,
@@ -198,7 +243,7 @@ void init_profiler(py::module_& m) {
 
   py::class_<profile>(m, "_Profile")
       .def(py::init(&make_profile), py::arg("activities"), py::arg("schedule"), py::arg("on_trace_ready"),
-           py::arg("record_shapes"), py::arg("profile_memory"), py::arg("with_flops"),
+           py::arg("record_shapes"), py::arg("profile_memory"), py::arg("with_flops"), py::arg("with_stack"),
            py::arg("experimental_config"), py::arg("max_events"))
       .def("start", &profile::start, py::call_guard<py::gil_scoped_release>())
       .def("stop", &profile::stop, py::call_guard<py::gil_scoped_release>())
@@ -206,7 +251,10 @@ void init_profiler(py::module_& m) {
       .def_property_readonly("running", &profile::running)
       .def_property_readonly("step_num", &profile::step_num)
       .def_property_readonly("current_action", &profile::current_action)
-      .def("key_averages", &profile::key_averages, py::arg("group_by_input_shape") = false)
+      .def("key_averages", &profile::key_averages, py::arg("group_by_input_shape") = false,
+           py::arg("group_by_stack_n") = 0)
+      .def("export_stacks", &profile::export_stacks, py::arg("path"), py::arg("metric") = "self_cpu_time_total",
+           py::call_guard<py::gil_scoped_release>())
       .def("export_chrome_trace", &profile::export_chrome_trace, py::arg("path"),
            py::call_guard<py::gil_scoped_release>())
       .def("_events", [](const profile& p) {
@@ -221,6 +269,7 @@ void init_profiler(py::module_& m) {
           d["start_ns"] = e.start_ns;
           d["end_ns"] = e.end_ns;
           d["input_shapes"] = e.input_shapes;
+          d["stack"] = e.stack;
           d["parent"] = e.parent;
           out.append(d);
         }
@@ -247,6 +296,12 @@ void init_profiler(py::module_& m) {
         r.scope.reset();
         return false;
       });
+
+  // The package's own directory (its frames are left out of stacks); installs the stack provider.
+  m.def("_set_stack_package_dirs", [](std::vector<std::string> dirs) {
+    package_prefixes() = std::move(dirs);
+    set_stack_provider(&python_stack);
+  });
 
   m.def("rename_privateuse1_backend", &rename_privateuse1_backend, py::arg("name"));
   m.def("privateuse1_backend_name", &privateuse1_backend_name);

@@ -509,6 +509,25 @@ class TraceBuilder {
         for (const json& extent : shape) out.push_back(integer_of<std::int64_t>(extent, in_args, "Input Dims"));
       }
     }
+    if (auto found = args.find("Call stack"); found != args.end()) {
+      // sightline writes an array of frames, innermost first; Kineto one string, frames joined by ';'.
+      const json& stack = *found;
+      if (stack.is_string()) {
+        const std::string& text = stack.get_ref<const std::string&>();
+        for (std::size_t at = 0; at < text.size();) {
+          const std::size_t end = std::min(text.find(';', at), text.size());
+          if (end > at) e.stack.push_back(text.substr(at, end - at));
+          at = end + 1;
+        }
+      } else {
+        SIGHTLINE_CHECK(stack.is_array(), "{} must be an array of frames (strings) or one string",
+                        in_args("Call stack"));
+        for (const json& frame : stack) {
+          SIGHTLINE_CHECK(frame.is_string(), "{} must be an array of frames (strings)", in_args("Call stack"));
+          e.stack.push_back(frame.get<std::string>());
+        }
+      }
+    }
     e.flops = integer_or<std::uint64_t>(args, "flops", 0, in_args);
     e.bytes = integer_or<std::uint64_t>(args, "bytes", 0, in_args);
     if (keep_) batch_.events.push_back(std::move(e));

@@ -79,6 +79,8 @@ std::size_t event_text_bound(const FunctionEvent& event) {
   // Literal keys and punctuation (under 200 bytes), the longest category, nine numbers.
   std::size_t bytes = 256 + 9 * JsonWriter::kMaxNumberBytes + JsonWriter::max_quoted_bytes(event.name.size());
   for (const auto& dims : event.input_shapes) bytes += 3 + (JsonWriter::kMaxNumberBytes + 1) * dims.size();
+  if (!event.stack.empty()) bytes += 16;
+  for (const std::string& frame : event.stack) bytes += 1 + JsonWriter::max_quoted_bytes(frame.size());
   for (const TraceArg& arg : event.args) {
     bytes += 2 + JsonWriter::max_quoted_bytes(arg.key.size());
     if (const auto* text = std::get_if<std::string>(&arg.value)) {
@@ -92,7 +94,7 @@ std::size_t event_text_bound(const FunctionEvent& event) {
 
 // One event as one raw value: the same bytes as
 //   begin_object ph, cat, name, pid, tid, ts, dur, args {External id, correlation, device, stream,
-//   Input Dims, flops, bytes, the event's args} end_object
+//   Input Dims, flops, bytes, Call stack, the event's args} end_object
 // written call by call, without a call per key (the trace's hot loop).
 void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t event_pid, std::int64_t event_tid,
                       std::int64_t ts) {
@@ -153,6 +155,15 @@ void write_event_body(JsonWriter& json, const FunctionEvent& event, std::int64_t
   if (event.bytes != 0) {
     key("\"bytes\":");
     p = W::write_integer(p, event.bytes);
+  }
+  if (!event.stack.empty()) {
+    // with_stack: Kineto's "Call stack" field, here as an array of frames, innermost first.
+    key("\"Call stack\":[");
+    for (std::size_t i = 0; i < event.stack.size(); ++i) {
+      if (i != 0) *p++ = ',';
+      p = W::write_quoted(p, event.stack[i]);
+    }
+    *p++ = ']';
   }
   for (const TraceArg& arg : event.args) {
     if (!first) *p++ = ',';

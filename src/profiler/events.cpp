@@ -46,6 +46,7 @@ void fill_from_record(FunctionEvent& event, const CollectedRecord& collected, co
   event.start_ns = record.start_ns;
   event.end_ns = record.end_ns;
   if (collected.shapes != 0) event.input_shapes = collection.shapes[collected.shapes - 1];
+  if (collected.stack != 0) event.stack = collection.stacks[collected.stack - 1];
   if (record.kind == EventKind::device_memcpy) {
     event.bytes = record.value;
   } else {

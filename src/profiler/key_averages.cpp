@@ -4,6 +4,9 @@
 #include <array>
 #include <iterator>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -85,14 +88,16 @@ SortValue sort_value(std::string_view sort_by, std::string_view device_name) {
   return found->second;
 }
 
-// Builds the format torch's add_column() builds: every cell right-aligned in its width, then two
-// spaces.
+// Builds the format torch's add_column() builds: every cell right-aligned in its width (Source
+// Location left-aligned), then two spaces.
 struct Layout {
   std::vector<std::int64_t> widths;
+  std::vector<bool> left_aligned;
   std::int64_t line_length = -kSpacing;
 
-  void add_column(std::int64_t width) {
+  void add_column(std::int64_t width, bool left = false) {
     widths.push_back(width);
+    left_aligned.push_back(left);
     line_length += width + kSpacing;
   }
   std::string separator() const {
@@ -106,12 +111,25 @@ struct Layout {
   std::string row(const std::vector<std::string>& cells) const {
     std::string line;
     for (std::size_t i = 0; i < cells.size(); ++i) {
-      fmt::format_to(std::back_inserter(line), "{:>{}}", cells[i], widths[i]);
+      if (left_aligned[i]) {
+        fmt::format_to(std::back_inserter(line), "{:<{}}", cells[i], widths[i]);
+      } else {
+        fmt::format_to(std::back_inserter(line), "{:>{}}", cells[i], widths[i]);
+      }
       line.append(static_cast<std::size_t>(kSpacing), ' ');
     }
     return line;
   }
 };
+
+// torch's trim_path: a frame wider than the column keeps its end, its first three characters
+// replaced by "...".
+std::string trim_frame(const std::string& frame, std::int64_t width) {
+  if (std::int64_t(frame.size()) <= width) return frame;
+  std::string kept = frame.substr(frame.size() - std::size_t(width));
+  if (kept.size() > 3) kept.replace(0, 3, "...");
+  return kept;
+}
 
 // torch's auto_scale_flops: the unit is picked from the smallest positive value.
 std::pair<double, std::string> flops_scale(std::uint64_t smallest) {
@@ -215,6 +233,14 @@ std::string KeyAverages::table(const TableOptions& options) const {
   }
   name_width = std::min(name_width, options.max_name_column_width);
   shapes_width = std::min(shapes_width, options.max_shapes_column_width);
+  // Source Location: only rows grouped by stack carry one (group_by_stack_n > 0).
+  std::int64_t source_width = 0;
+  for (const FunctionEventAvg* event : events) {
+    for (const std::string& frame : event->stack)
+      source_width = std::max<std::int64_t>(source_width, std::int64_t(frame.size()) + 4);
+  }
+  const bool has_stack = source_width > 0;
+  source_width = std::min(source_width, options.max_src_column_width);
 
   const std::string device = uppercase(device_name_);
   std::vector<std::string> headers = {"Name",        "Self CPU %", "Self CPU",
@@ -255,6 +281,12 @@ std::string KeyAverages::table(const TableOptions& options) const {
     flops_unit = flops_scale(smallest_flops);
     headers.push_back("Total " + flops_unit.second);
     layout.add_column(kColumnWidth);
+  }
+  // Last, in the header as in the rows (torch names it before the FLOPs column but prints its cells
+  // after them, which misaligns the two when both are shown).
+  if (has_stack) {
+    headers.push_back("Source Location");
+    layout.add_column(source_width, /*left=*/true);
   }
 
   // Denominators cover every row, printed or not. Device time is summed over device rows only:
@@ -321,7 +353,20 @@ std::string KeyAverages::table(const TableOptions& options) const {
       cells.push_back(event->flops == 0 ? std::string("--")
                                         : fmt::format("{:8.3f}", double(event->flops) * flops_unit.first));
     }
+    if (!has_stack) {
+      append(layout.row(cells));
+      continue;
+    }
+    // The first frame in the row, each further frame on a row of its own, then a blank row.
+    cells.push_back(event->stack.empty() ? std::string() : trim_frame(event->stack.front(), source_width));
     append(layout.row(cells));
+    std::vector<std::string> frame_cells(headers.size());
+    for (std::size_t f = 1; f < event->stack.size(); ++f) {
+      frame_cells.back() = trim_frame(event->stack[f], source_width);
+      append(layout.row(frame_cells));
+    }
+    frame_cells.back().clear();
+    append(layout.row(frame_cells));
   }
   append(separator);
   append("Self CPU time total: " + format_time_us(us(sum_self_cpu), unit));
@@ -378,6 +423,7 @@ std::string KeyAverages::to_csv(const TableOptions& options) const {
   header.insert(header.end(), std::begin(kMemoryColumns), std::end(kMemoryColumns));
   header.emplace_back("flops");
   if (group_by_input_shape_) header.emplace_back("input_shapes");
+  if (group_by_stack_n_ > 0) header.emplace_back("stack");
   header.emplace_back("is_user_annotation");
   std::string out = fmt::format("{}\r\n", fmt::join(header, ","));
   for (const FunctionEventAvg* row : selected) {
@@ -387,6 +433,10 @@ std::string KeyAverages::to_csv(const TableOptions& options) const {
     if (group_by_input_shape_) {
       out += ',';
       append_csv_field(out, format_shapes(row->input_shapes));
+    }
+    if (group_by_stack_n_ > 0) {
+      out += ',';
+      append_csv_field(out, fmt::format("{}", fmt::join(row->stack, ";")));
     }
     out += row->is_user_annotation ? ",true\r\n" : ",false\r\n";
   }
@@ -400,6 +450,7 @@ std::string KeyAverages::to_json(const TableOptions& options) const {
   json.begin_object();
   json.key("device_name").value(device_name_);
   json.key("group_by_input_shape").value(group_by_input_shape_);
+  json.key("group_by_stack_n").value(group_by_stack_n_);
   json.key("profile_memory").value(profile_memory_);
   json.key("with_flops").value(with_flops_);
   json.key("dropped_events").value(dropped_events_);
@@ -424,6 +475,11 @@ std::string KeyAverages::to_json(const TableOptions& options) const {
         for (std::int64_t size : shape) json.value(size);
         json.end_array();
       }
+      json.end_array();
+    }
+    if (group_by_stack_n_ > 0) {
+      json.key("stack").begin_array();
+      for (const std::string& frame : row->stack) json.value(frame);
       json.end_array();
     }
     json.key("is_user_annotation").value(row->is_user_annotation);
@@ -470,6 +526,13 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
       group += '\x1f';
       group += format_shapes(event.input_shapes);
     }
+    const std::size_t stack_depth = options.group_by_stack_n > 0
+                                        ? std::min(event.stack.size(), std::size_t(options.group_by_stack_n))
+                                        : 0;
+    for (std::size_t f = 0; f < stack_depth; ++f) {
+      group += '\x1e';
+      group += event.stack[f];
+    }
     auto [found, inserted] = row_of_key.emplace(std::move(group), rows.size());
     if (inserted) {
       FunctionEventAvg& row = rows.emplace_back();
@@ -478,6 +541,7 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
       row.is_user_annotation = event.is_user_annotation();
       row.has_cpu_parent = event.parent >= 0;
       if (options.group_by_input_shape) row.input_shapes = event.input_shapes;
+      row.stack.assign(event.stack.begin(), event.stack.begin() + std::ptrdiff_t(stack_depth));
     }
     FunctionEventAvg& row = rows[found->second];
     row.count += 1;
@@ -494,7 +558,39 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
   KeyAverages averages(std::move(rows), options.device_name, options.with_flops, trace.dropped, trace.profile_memory);
   averages.set_notes(trace.notes);
   averages.set_group_by_input_shape(options.group_by_input_shape);
+  averages.set_group_by_stack_n(std::max<std::int64_t>(0, options.group_by_stack_n));
   return averages;
+}
+
+std::string collapsed_stacks(const CollectedTrace& trace, std::string_view metric) {
+  std::string key = lowercase(metric);
+  for (std::string_view device : {"cuda", "xpu", "privateuse1"}) replace_all(key, device, "device");
+  const bool cpu = key == "self_cpu_time_total";
+  SIGHTLINE_CHECK(cpu || key == "self_device_time_total",
+                  "export_stacks: unknown metric '{}'; use self_cpu_time_total or self_device_time_total (also "
+                  "spelled self_cuda_time_total, self_xpu_time_total, self_privateuse1_time_total)",
+                  metric);
+  std::string out;
+  for (const FunctionEvent& event : trace.events) {
+    const std::int64_t value = cpu ? event.self_cpu_time_total_ns : event.self_device_time_total_ns;
+    if (event.stack.empty() || value <= 0) continue;
+    // Outermost frame first, as flamegraph.pl reads it; whitespace inside a frame becomes '_'.
+    for (auto frame = event.stack.rbegin(); frame != event.stack.rend(); ++frame) {
+      if (frame != event.stack.rbegin()) out += ';';
+      for (char c : *frame) out += (c == ' ' || c == '\t' || c == '\n' || c == '\r') ? '_' : c;
+    }
+    fmt::format_to(std::back_inserter(out), " {}\n", value);
+  }
+  return out;
+}
+
+void export_stacks(const CollectedTrace& trace, const std::string& path, std::string_view metric) {
+  const std::string text = collapsed_stacks(trace, metric);
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  SIGHTLINE_CHECK(file != nullptr, "export_stacks: cannot write '{}': {}", path, std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  SIGHTLINE_CHECK(written && closed, "export_stacks: writing '{}' failed: {}", path, std::strerror(errno));
 }
 
 }  // namespace sightline::profiler

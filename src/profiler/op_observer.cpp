@@ -4,6 +4,7 @@
 #include <atomic>
 #include <vector>
 
+#include "profiler/stack.h"
 #include "sightline/profiler/record.h"
 #include "sightline/backend.h"
 
@@ -35,7 +36,10 @@ uint64_t before_op(const OpCall& call, void*) {
     }
     payload = record_shapes_payload(std::span<const ShapeView>(shapes.data(), n));
   }
-  t_open_ops.push_back(record_op_begin(op_names()[static_cast<size_t>(call.op)], payload));
+  // Taken before the op opens, so that walking the caller's frames is not inside the op's time.
+  const PayloadId stack = capture_stack();
+  ScopeHandle& scope = t_open_ops.emplace_back(record_op_begin(op_names()[static_cast<size_t>(call.op)], payload));
+  scope.stack = stack;
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "profiler/chrome_trace.h"
 #include "profiler/memory_observer.h"
 #include "profiler/op_observer.h"
+#include "profiler/stack.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {
@@ -124,7 +125,7 @@ void profile::prepare_trace() {
 void profile::start_trace() {
   window_start_ns_ = now_ns();
   window_wall_start_ns_ = wall_clock_ns();
-  recording_start({options_.max_events, options_.record_shapes, options_.profile_memory});
+  recording_start({options_.max_events, options_.record_shapes, options_.profile_memory, options_.with_stack});
   if (wants(options_.activities, ProfilerActivity::CPU)) start_op_recording({options_.with_flops});
   if (options_.profile_memory) start_memory_recording();
   tracing_ = true;
@@ -169,9 +170,16 @@ const CollectedTrace& profile::trace() const {
   return *trace_;
 }
 
-KeyAverages profile::key_averages(bool group_by_input_shape) const {
-  return profiler::key_averages(trace(),
-                                {group_by_input_shape, privateuse1_backend_name(), options_.with_flops});
+KeyAverages profile::key_averages(bool group_by_input_shape, std::int64_t group_by_stack_n) const {
+  return profiler::key_averages(trace(), {.group_by_input_shape = group_by_input_shape,
+                                          .device_name = privateuse1_backend_name(),
+                                          .with_flops = options_.with_flops,
+                                          .group_by_stack_n = group_by_stack_n});
+}
+
+void profile::export_stacks(const std::string& path, std::string_view metric) const {
+  SIGHTLINE_CHECK(options_.with_stack, "export_stacks() needs a profile recorded with with_stack=True");
+  profiler::export_stacks(trace(), path, metric);
 }
 
 void profile::export_chrome_trace(const std::string& path) const {
@@ -179,10 +187,16 @@ void profile::export_chrome_trace(const std::string& path) const {
 }
 
 record_function::record_function(std::string_view name) {
-  if (recording_enabled()) scope_ = record_scope_begin(EventKind::user_annotation, intern(name));
+  if (!recording_enabled()) return;
+  const PayloadId stack = capture_stack();
+  scope_ = record_scope_begin(EventKind::user_annotation, intern(name));
+  scope_.stack = stack;
 }
 
-record_function::record_function(NameId name)
-    : scope_(record_scope_begin(EventKind::user_annotation, name)) {}
+record_function::record_function(NameId name) {
+  const PayloadId stack = capture_stack();
+  scope_ = record_scope_begin(EventKind::user_annotation, name);
+  scope_.stack = stack;
+}
 
 }  // namespace sightline::profiler

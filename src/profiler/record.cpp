@@ -108,6 +108,9 @@ struct ThreadBuffer {
   std::atomic<bool> exited{false};
   std::mutex payload_mutex;
   std::vector<std::int64_t> payload_arena;  // guarded by payload_mutex
+  // with_stack: each distinct stack once, and its id by its frames joined with '\n' (payload_mutex).
+  std::vector<std::vector<std::string>> stacks;
+  std::unordered_map<std::string, PayloadId> stack_ids;
   // Written once at registration, before the buffer is published to the registry.
   std::int64_t os_thread_id = 0;
   std::string thread_name;
@@ -128,6 +131,7 @@ Registry& registry() {
 
 std::atomic<bool> g_record_shapes{false};
 std::atomic<bool> g_profile_memory{false};
+std::atomic<bool> g_with_stack{false};
 std::atomic<std::uint64_t> g_next_correlation_id{1};
 
 thread_local ThreadBuffer* tls_buffer = nullptr;
@@ -265,7 +269,7 @@ void drain_locked(Registry& reg, std::uint32_t wanted_state, Collection* out) {
       const std::uint32_t published = chunk->published.load(std::memory_order_acquire);
       if (out != nullptr && chunk->session_state == wanted_state) {
         for (std::uint32_t i = buffer->head_consumed; i < published; ++i) {
-          out->records.push_back({chunk->records[i], thread_index, 0});
+          out->records.push_back({chunk->records[i], thread_index, 0, 0, 0});
         }
       }
       buffer->head_consumed = published;
@@ -277,8 +281,17 @@ void drain_locked(Registry& reg, std::uint32_t wanted_state, Collection* out) {
     {
       std::lock_guard lock(buffer->payload_mutex);
       if (out != nullptr) {
+        // The thread's stacks that this session's records use, each copied once.
+        std::vector<std::uint32_t> stack_index(buffer->stacks.size(), 0);
         for (std::size_t i = first_record; i < out->records.size(); ++i) {
           CollectedRecord& collected = out->records[i];
+          if (const PayloadId stack = collected.record.stack; stack != 0 && stack <= stack_index.size()) {
+            if (stack_index[stack - 1] == 0) {
+              out->stacks.push_back(buffer->stacks[stack - 1]);
+              stack_index[stack - 1] = static_cast<std::uint32_t>(out->stacks.size());
+            }
+            collected.stack = stack_index[stack - 1];
+          }
           if (collected.record.kind == EventKind::memory) {
             const std::size_t at = collected.record.payload - 1;
             if (collected.record.payload != 0 && at + 1 < buffer->payload_arena.size()) {
@@ -296,6 +309,8 @@ void drain_locked(Registry& reg, std::uint32_t wanted_state, Collection* out) {
         }
       }
       buffer->payload_arena.clear();
+      buffer->stacks.clear();
+      buffer->stack_ids.clear();
     }
     const std::uint64_t dropped = buffer->dropped.exchange(0, std::memory_order_relaxed);
     if (out != nullptr) out->dropped += dropped;
@@ -368,6 +383,7 @@ void record_scope_end(ScopeHandle& scope) noexcept {
     record.value = scope.value;
     record.name = scope.name;
     record.payload = scope.payload;
+    record.stack = scope.stack;
     record.device = -1;
     record.kind = scope.kind;
     record.session_state = scope.session_state;
@@ -414,6 +430,28 @@ PayloadId record_shapes_payload(std::span<const ShapeView> inputs) {
     arena.insert(arena.end(), dims.begin(), dims.end());
   }
   return static_cast<PayloadId>(offset + 1);
+}
+
+bool stacks_requested() noexcept {
+  return recording_enabled() && g_with_stack.load(std::memory_order_relaxed);
+}
+
+PayloadId record_stack_payload(std::span<const std::string> frames) {
+  if (frames.empty() || !stacks_requested()) return 0;
+  ThreadBuffer* buffer = this_thread_buffer();
+  if (buffer == nullptr) return 0;
+  std::string key;
+  for (const std::string& frame : frames) {
+    key += frame;
+    key += '\n';
+  }
+  std::lock_guard lock(buffer->payload_mutex);
+  const auto [found, inserted] = buffer->stack_ids.try_emplace(std::move(key), 0);
+  if (inserted) {
+    buffer->stacks.emplace_back(frames.begin(), frames.end());
+    found->second = static_cast<PayloadId>(buffer->stacks.size());
+  }
+  return found->second;
 }
 
 bool memory_requested() noexcept {
@@ -463,6 +501,7 @@ void recording_start(const RecordingOptions& options) {
   reg.dropped_after_thread_exit.store(0, std::memory_order_relaxed);
   g_record_shapes.store(options.record_shapes, std::memory_order_relaxed);
   g_profile_memory.store(options.profile_memory, std::memory_order_relaxed);
+  g_with_stack.store(options.with_stack, std::memory_order_relaxed);
   const std::uint32_t epoch = (detail::recording_state.load(std::memory_order_relaxed) >> 1) + 1;
   g_next_correlation_id.store(1, std::memory_order_relaxed);
   detail::recording_state.store((epoch << 1) | 1u, std::memory_order_release);

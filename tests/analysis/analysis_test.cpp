@@ -1,6 +1,10 @@
 // The analysis layer on profiles generated in the test (tests/analysis/profiles.h): summary metrics,
 // roofline verdicts, compare ranking, saved key_averages == live, and the summary-text golden file.
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +19,8 @@
 #include "analysis/trace_json.h"
 #include "profiles.h"
 #include "sightline/profiler/key_averages.h"
+#include "sightline/profiler/profile.h"
+#include "sightline/sightline.h"
 
 using namespace sightline;
 
@@ -122,6 +128,46 @@ TEST(AnalysisTraceJson, SavedKeyAveragesTableIsTheLiveOneByteForByte) {
     table.row_limit = -1;
     EXPECT_EQ(profiler::key_averages(trace, {.device_name = "neuron"}).table(table), p->live_table) << p->dir;
   }
+}
+
+namespace {
+// A stack provider as an embedding installs one (the Python package walks its frames): here the
+// number of ops dispatched so far decides the call site, so two sites alternate.
+std::atomic<int> g_ops_dispatched{0};
+void alternating_sites(std::vector<std::string>& frames) {
+  frames.push_back(g_ops_dispatched.fetch_add(1) % 2 == 0 ? "norm.py(4): square" : "norm.py(5): scale");
+  frames.push_back("main.py(10): <module>");
+}
+}  // namespace
+
+// with_stack through dispatch: every framework op carries the provider's frames, and the saved
+// profile groups by them to the same table as the live one.
+TEST(AnalysisTraceJson, StacksOfDispatchedOpsSurviveTheTraceByteForByte) {
+  profiler::set_stack_provider(&alternating_sites);
+  profiler::profile prof({.activities = {profiler::ProfilerActivity::CPU}, .with_stack = true});
+  prof.start();
+  Tensor x = ones({64});
+  for (int i = 0; i < 4; ++i) x = mul(x, x);
+  prof.stop();
+  profiler::set_stack_provider(nullptr);
+  std::size_t ops = 0;
+  for (const profiler::FunctionEvent& e : prof.trace().events) {
+    if (e.kind != profiler::EventKind::cpu_op) continue;
+    ++ops;
+    ASSERT_EQ(e.stack.size(), 2u) << e.name;
+    EXPECT_EQ(e.stack[1], "main.py(10): <module>");
+  }
+  EXPECT_GE(ops, 5u);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("sightline_stacks_{}.json", ::getpid())).string();
+  prof.export_chrome_trace(path);
+  const profiler::CollectedTrace saved = analysis::trace_json_load(path);
+  std::filesystem::remove(path);
+  const std::string live = prof.key_averages(false, 2).table("self_cpu_time_total", -1);
+  EXPECT_NE(live.find("Source Location"), std::string::npos);
+  EXPECT_NE(live.find("norm.py(5): scale"), std::string::npos);
+  EXPECT_EQ(profiler::key_averages(saved, {.group_by_stack_n = 2}).table("self_cpu_time_total", -1), live);
+  EXPECT_EQ(profiler::collapsed_stacks(saved), profiler::collapsed_stacks(prof.trace()));
 }
 
 TEST(AnalysisTraceJson, MalformedJsonIsAClearError) {

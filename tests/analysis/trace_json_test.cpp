@@ -22,7 +22,8 @@ json valid_trace() {
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 7}, {"tid", 0}, {"args", {{"name", "host"}}}});
   events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mul"}, {"pid", 7}, {"tid", 1},
                     {"ts", 10}, {"dur", 5},
-                    {"args", {{"External id", 1}, {"Input Dims", {{2, 3}, {3}}}, {"flops", 6}, {"bytes", 24}}}});
+                    {"args", {{"External id", 1}, {"Input Dims", {{2, 3}, {3}}}, {"flops", 6}, {"bytes", 24},
+                              {"Call stack", {"model.py(3): f", "main.py(9): <module>"}}}}});
   events.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "nc_exec_running"}, {"pid", 8}, {"tid", 0},
                     {"ts", 12}, {"dur", 2}, {"args", {{"External id", 1}, {"correlation", 1}, {"device", 0},
                                                       {"stream", 0}}}});
@@ -52,6 +53,22 @@ std::string parse_error(const std::string& text) {
 
 TEST(TraceJsonHostile, TheValidBaseParses) {
   EXPECT_EQ(parse_error(valid_trace().dump()), "");
+}
+
+// with_stack's "Call stack": sightline's array of frames, or Kineto's one string joined by ';'.
+TEST(TraceJsonHostile, CallStackReadsBothForms) {
+  const std::vector<std::string> frames = {"model.py(3): f", "main.py(9): <module>"};
+  json trace = valid_trace();
+  auto stack_of = [](const json& t) {
+    for (const profiler::FunctionEvent& e : analysis::trace_json_parse(t.dump(), "t.json").events)
+      if (e.name == "aten::mul") return e.stack;
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(stack_of(trace), frames);
+  trace["traceEvents"][1]["args"]["Call stack"] = "model.py(3): f;main.py(9): <module>";
+  EXPECT_EQ(stack_of(trace), frames);
+  trace["traceEvents"][1]["args"]["Call stack"] = json::array({"ok", 3});
+  EXPECT_NE(parse_error(trace.dump()).find("Call stack"), std::string::npos);
 }
 
 // libFuzzer's crashes: signed overflow multiplying ts/dur to nanoseconds and float -> int64 of huge

@@ -181,8 +181,10 @@ def test_profiler_errors():
         torch.exp(torch.ones(2))
     with pytest.raises(torch.Error, match="sort"):
         prof.key_averages().table(sort_by="no_such_column")
-    with pytest.warns(UserWarning, match="with_stack"):
-        profile(with_stack=True)
+    with pytest.raises(RuntimeError, match="with_stack"):
+        prof.export_stacks("unused.txt")
+    with pytest.raises(ValueError, match="group_by_stack_n"):
+        prof.key_averages(group_by_stack_n=-1)
     with pytest.raises(ValueError, match="already open"):
         scope = torch._sightline._RecordFunction("x")
         with scope:
@@ -199,3 +201,71 @@ def test_an_exception_inside_the_profile_stops_it():
     with profile(activities=[ProfilerActivity.CPU]) as again:  # the next profile can start
         torch.exp(torch.ones(2))
     assert "failing" in prof.key_averages().table() and "aten::exp" in again.key_averages().table()
+
+
+def _rms_norm_naive(x, w):
+    sq = x * x  # the call site the first aten::mul must report
+    return x * torch.rsqrt(sq.mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _line_of(fragment):
+    with open(__file__) as source:
+        for number, line in enumerate(source, 1):
+            if fragment in line:
+                return number
+    raise AssertionError(fragment)
+
+
+def test_with_stack_records_the_python_call_site_of_each_op():
+    x, w = torch.ones(4, 8), torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        with record_function("norm"):
+            _rms_norm_naive(x, w)
+    here = os.path.abspath(__file__)
+    muls = [e for e in prof.events() if e["name"] == "aten::mul"]
+    assert len(muls) == 3
+    # Innermost first, and the first frame is the user's line, not the package's Tensor.__mul__.
+    assert muls[0]["stack"][0] == f"{here}({_line_of('sq = x * x')}): _rms_norm_naive"
+    assert muls[0]["stack"][1].startswith(f"{here}(") and muls[0]["stack"][1].endswith(
+        "): test_with_stack_records_the_python_call_site_of_each_op")
+    assert muls[1]["stack"][0] == f"{here}({_line_of('torch.rsqrt(sq.mean')}): _rms_norm_naive"
+    (norm,) = [e for e in prof.events() if e["name"] == "norm"]
+    assert norm["stack"][0].endswith("): test_with_stack_records_the_python_call_site_of_each_op")
+
+    table = prof.key_averages(group_by_stack_n=1).table(sort_by="count", row_limit=-1)
+    assert "Source Location" in table
+    assert f"{here}({_line_of('sq = x * x')}): _rms_norm_naive"[-60:] in table
+    rows = [r for r in prof.key_averages(group_by_stack_n=1) if r.key == "aten::mul"]
+    assert sorted(r.count for r in rows) == [1, 2]  # `x * x` once, the return line twice
+    assert all(len(r.stack) == 1 for r in rows)
+    # Without grouping, the rows are those of a profile without stacks.
+    assert len([r for r in prof.key_averages() if r.key == "aten::mul"]) == 1
+
+
+def test_with_stack_moves_no_modeled_time():
+    x, w = torch.ones(4, 8), torch.ones(8)
+    tables = []
+    for with_stack in (False, True):
+        with profile(activities=[ProfilerActivity.CPU], with_stack=with_stack) as prof:
+            _rms_norm_naive(x, w)
+        tables.append(prof.key_averages().table(sort_by="self_cpu_time_total"))
+    assert tables[0] == tables[1]
+
+
+def test_export_stacks_and_the_trace_carry_the_frames(tmp_path):
+    x, w = torch.ones(4, 8), torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _rms_norm_naive(x, w)
+    prof.export_stacks(tmp_path / "stacks.txt")
+    lines = (tmp_path / "stacks.txt").read_text().splitlines()
+    assert lines
+    for line in lines:
+        frames, value = line.rsplit(" ", 1)
+        assert int(value) > 0  # integer nanoseconds
+        assert frames.split(";")[-1].endswith("_rms_norm_naive")  # outermost first, innermost last
+        assert " " not in frames
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    with open(tmp_path / "trace.json") as f:
+        events = json.load(f)["traceEvents"]
+    muls = [e for e in events if e.get("name") == "aten::mul"]
+    assert muls and all(e["args"]["Call stack"][0].endswith("): _rms_norm_naive") for e in muls)

@@ -284,6 +284,13 @@ try {
   check(lastName === 'ProfilerStep#9999', `scrolled to the end, the last row by name is drawn (${lastName})`);
   await page.unroute('**/api/profiles/naive/key_averages');
 
+  // ---- 9. Human units: the insights' raw figures read as sizes and times.
+  await page.goto(`${baseUrl}#/p/naive?tab=summary`);
+  await page.waitForSelector('[data-testid="insights"] li.insight');
+  const insightText = await page.textContent('[data-testid="insights"]');
+  check(!/\d{5,}(\.\d+)? (bytes|us)\b/.test(insightText) && /\d MiB|\d KiB/.test(insightText),
+    'the insights write sizes and times in human units (no "1182724 bytes")');
+
   // ---- 9. Compare shows span and idle gaps beside device time; its rows click through to the timelines.
   await page.goto(`${baseUrl}#/compare?a=naive&b=fused`);
   await page.waitForSelector('[data-testid="compare-span"]');

@@ -41,6 +41,8 @@ struct FunctionEvent {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::vector<std::vector<std::int64_t>> input_shapes{};
+  // with_stack: the call stack it was recorded under, innermost frame first, "file(line): function".
+  std::vector<std::string> stack{};
   std::uint64_t flops = 0;
   std::uint64_t bytes = 0;
   std::vector<TraceArg> args{};

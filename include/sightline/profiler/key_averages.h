@@ -4,7 +4,8 @@
 //   std::cout << averages.table({.sort_by = "self_neuron_time_total", .row_limit = 10});
 //
 // Rows group events by (name, device type, user-annotation flag) and, with group_by_input_shape,
-// by input shapes; ProfilerStep#N events share the row "ProfilerStep*". Columns: Name, Self CPU %,
+// by input shapes and, with group_by_stack_n, by the first frames of their stacks (a left-aligned
+// Source Location column, one frame per line); ProfilerStep#N events share the row "ProfilerStep*". Columns: Name, Self CPU %,
 // Self CPU, CPU total %, CPU total, CPU time avg, then Self <DEV>, Self <DEV> %, <DEV> total,
 // <DEV> time avg when some row has device time, CPU Mem, Self CPU Mem (and <DEV> Mem, Self <DEV> Mem
 // when some row allocated device memory) with profile_memory, # of Calls, Input Shapes when grouped
@@ -43,6 +44,7 @@ struct FunctionEventAvg {
   std::int64_t device_memory_usage = 0;
   std::int64_t self_device_memory_usage = 0;
   std::vector<std::vector<std::int64_t>> input_shapes{};  // empty unless grouped by input shape
+  std::vector<std::string> stack{};  // the first group_by_stack_n frames, innermost first; else empty
 
   double cpu_time_avg_ns() const { return count == 0 ? 0.0 : double(cpu_time_total_ns) / double(count); }
   double device_time_avg_ns() const {
@@ -59,6 +61,7 @@ struct TableOptions {
   std::int64_t row_limit = 100;  // negative: all rows
   std::int64_t max_name_column_width = 55;
   std::int64_t max_shapes_column_width = 80;
+  std::int64_t max_src_column_width = 75;
   std::optional<std::string> header{};
   bool top_level_events_only = false;
   std::string time_unit{};                  // "", "s", "ms" or "us"
@@ -79,6 +82,10 @@ class KeyAverages {
   // Whether the rows were grouped by input shape (adds the input_shapes column to the data formats).
   bool group_by_input_shape() const { return group_by_input_shape_; }
   void set_group_by_input_shape(bool grouped) { group_by_input_shape_ = grouped; }
+  // How many frames of each event's stack the rows were grouped by (adds Source Location and the
+  // stack column to the data formats when > 0).
+  std::int64_t group_by_stack_n() const { return group_by_stack_n_; }
+  void set_group_by_stack_n(std::int64_t frames) { group_by_stack_n_ = frames; }
 
   // The rows table(options) prints, in its order: sort_by, row_limit, top_level_events_only and
   // only_rows_with_device_time applied as the table applies them. Throws on an unknown sort key.
@@ -103,6 +110,7 @@ class KeyAverages {
   std::uint64_t dropped_events_ = 0;
   bool profile_memory_ = false;
   bool group_by_input_shape_ = false;
+  std::int64_t group_by_stack_n_ = 0;
   std::vector<std::string> notes_;
 };
 
@@ -110,9 +118,22 @@ struct KeyAveragesOptions {
   bool group_by_input_shape = false;
   std::string device_name = "privateuseone";  // the PrivateUse1 backend's name
   bool with_flops = false;
+  // > 0: rows also group by the first n frames of each event's stack (torch's group_by_stack_n);
+  // events recorded without with_stack have no stack and group as before.
+  std::int64_t group_by_stack_n = 0;
 };
 
 KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& options);
+
+// torch's export_stacks: one line per event that has a stack and a positive metric, its frames
+// outermost first joined by ';' (spaces, tabs and newlines inside a frame become '_'), a space and
+// the metric in integer nanoseconds (torch writes whole microseconds, which drops events under 1 us)
+// — the "collapsed" format flamegraph.pl and speedscope read. metric: self_cpu_time_total or
+// self_device_time_total (cuda, xpu or privateuse1 may stand for device). Throws sightline::Error on
+// another metric; export_stacks also when the file cannot be written.
+std::string collapsed_stacks(const CollectedTrace& trace, std::string_view metric = "self_cpu_time_total");
+void export_stacks(const CollectedTrace& trace, const std::string& path,
+                   std::string_view metric = "self_cpu_time_total");
 
 // torch's _format_time: "1.234ms", "56.000us", "2.000s"; a non-empty unit forces it.
 std::string format_time_us(double time_us, std::string_view unit = {});

@@ -45,6 +45,9 @@ struct ProfileOptions {
   bool record_shapes = false;
   bool profile_memory = false;
   bool with_flops = false;
+  // Record the call stack of each op and record_function scope, as the installed stack provider
+  // (set_stack_provider) reports it; the Python package installs one that reports Python frames.
+  bool with_stack = false;
   std::shared_ptr<const ExperimentalConfig> experimental_config{};
   std::uint64_t max_events = 4'000'000;  // host records kept per trace; the rest are dropped, counted
 };
@@ -70,8 +73,12 @@ class profile {
 
   // The last completed trace. Throws sightline::Error before any trace completed.
   const CollectedTrace& trace() const;
-  KeyAverages key_averages(bool group_by_input_shape = false) const;
+  // group_by_stack_n > 0 groups rows by the first n frames of their stacks too (with_stack).
+  KeyAverages key_averages(bool group_by_input_shape = false, std::int64_t group_by_stack_n = 0) const;
   void export_chrome_trace(const std::string& path) const;
+  // torch's export_stacks: the trace's stacks in flamegraph's collapsed format (export_stacks in
+  // key_averages.h). Throws sightline::Error without with_stack or on an unknown metric.
+  void export_stacks(const std::string& path, std::string_view metric = "self_cpu_time_total") const;
 
  private:
   void run(const Transition& transition);
@@ -95,6 +102,15 @@ class profile {
   std::int64_t window_wall_start_ns_ = 0;
   std::optional<CollectedTrace> trace_;
 };
+
+// with_stack's source of call stacks. A profile recorded with with_stack calls the provider on the
+// recording thread at every op and record_function scope; it appends the thread's frames, innermost
+// first, each as torch.profiler writes them: "file(line): function". The Python package installs a
+// provider that walks the Python frames (re-acquiring the GIL, only on threads that run Python).
+// Without one, as in a plain C++ program, events carry no stack. The provider must be thread-safe
+// and may throw (the event then has no stack); nullptr removes it.
+using StackProvider = void (*)(std::vector<std::string>& frames);
+void set_stack_provider(StackProvider provider);
 
 // A named user scope (torch.profiler.record_function): shows as a user_annotation event and a row
 // in key_averages, and is the correlation parent of the work launched inside it.

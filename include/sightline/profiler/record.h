@@ -100,7 +100,7 @@ struct Record {
   EventKind kind;
   std::uint8_t reserved;
   std::uint32_t session_state;  // the recording state it was taken under (see recording_state())
-  std::uint32_t padding;
+  PayloadId stack;              // with_stack: the call stack in the thread's side table; 0: none
 };
 static_assert(sizeof(Record) <= 64, "records are copied on the hot path; keep them within a cache line");
 static_assert(std::is_trivial_v<Record> && std::is_standard_layout_v<Record>, "records are plain data");
@@ -125,6 +125,7 @@ struct ScopeHandle {
   std::uint64_t value = 0;
   NameId name = 0;
   PayloadId payload = 0;
+  PayloadId stack = 0;  // from record_stack_payload(), taken before the scope opened
   std::uint32_t session_state = 0;
   EventKind kind = EventKind::cpu_op;
 
@@ -180,6 +181,17 @@ using ShapeView = std::span<const std::int64_t>;
 // shapes are not requested. Takes the thread's own (uncontended) side-table lock.
 PayloadId record_shapes_payload(std::span<const ShapeView> inputs);
 
+// Call stacks (only when the session asked for them: with_stack)
+
+// True while a profile with with_stack is recording.
+bool stacks_requested() noexcept;
+
+// Stores one call stack (innermost frame first, each "file(line): function" as torch.profiler
+// writes them) in the thread's side table and returns its id, or 0 when stacks are not requested or
+// `frames` is empty. The same stack recorded again on a thread returns the same id. Set the id as
+// ScopeHandle::stack of the scope it belongs to. Takes the thread's own side-table lock.
+PayloadId record_stack_payload(std::span<const std::string> frames);
+
 // Memory (only when the session asked for it: profile_memory)
 
 // True while a profile with profile_memory is recording.
@@ -200,6 +212,7 @@ struct RecordingOptions {
   std::uint64_t max_events = 4'000'000;  // records kept per session; the rest are dropped, counted
   bool record_shapes = false;
   bool profile_memory = false;
+  bool with_stack = false;
 };
 
 // Discards whatever an earlier session left, then starts recording.
@@ -223,6 +236,7 @@ struct CollectedRecord {
   std::uint32_t thread = 0;  // index into Collection::threads
   std::uint32_t shapes = 0;  // 1 + index into Collection::shapes, 0 when none
   std::uint32_t memory = 0;  // memory records: 1 + index into Collection::memory_totals, 0 when none
+  std::uint32_t stack = 0;   // 1 + index into Collection::stacks, 0 when none
 };
 
 struct Collection {
@@ -230,6 +244,7 @@ struct Collection {
   std::vector<CollectedThread> threads{};
   std::vector<std::vector<std::vector<std::int64_t>>> shapes{};
   std::vector<MemoryTotals> memory_totals{};
+  std::vector<std::vector<std::string>> stacks{};  // each distinct stack once per thread
   bool profile_memory = false;  // the session recorded memory (memory columns even when none came)
   std::uint64_t dropped = 0;  // records refused because the session's cap was reached
 };
