@@ -273,7 +273,7 @@ async function openProfile(route: Route): Promise<void> {
   const detailsPanel = document.createElement('div');
   detailsPanel.className = 'panel details';
   detailsPanel.dataset.testid = 'details';
-  detailsPanel.innerHTML = '<h3>Selection</h3><p class="muted">Click an event. W/S zoom, A/D pan, F zooms to the selection.</p>';
+  detailsPanel.innerHTML = '<h3>Selection</h3><p class="muted">Click an event. W/S zoom, A/D pan, F zooms to the selection, 0 fits all, ? lists the keys.</p>';
   const chainPanel = document.createElement('div');
   chainPanel.className = 'panel chain';
   chainPanel.dataset.testid = 'chain';

@@ -184,10 +184,11 @@ export function activityView(activity: Viewport[], bounds: Viewport): Viewport {
   return clampView({ start: start - pad, end: end + pad }, bounds);
 }
 
-// The view that shows a found event: unchanged when it is on screen and at least `minPx` wide,
+// The view that shows a found event: unchanged when it is on screen and at least `minPx` wide (a box
+// narrower than that cannot be told from its neighbours),
 // otherwise centred on it at a third of the view (zoomed in or out as needed).
 export function revealEvent(view: Viewport, widthPx: number, ts: number, dur: number, bounds: Viewport,
-  minPx = 4): Viewport {
+  minPx = 2): Viewport {
   const onScreen = ts >= view.start && ts + dur <= view.end;
   const wide = (dur / span(view)) * widthPx >= minPx;
   if (onScreen && wide) return view;
