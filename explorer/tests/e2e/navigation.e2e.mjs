@@ -284,6 +284,21 @@ try {
   check(lastName === 'ProfilerStep#9999', `scrolled to the end, the last row by name is drawn (${lastName})`);
   await page.unroute('**/api/profiles/naive/key_averages');
 
+  // ---- 9. A cold open says it is opening while the server indexes (the lanes answer is held here).
+  let releaseLanes;
+  const lanesHeld = new Promise((resolve) => { releaseLanes = resolve; });
+  await page.route('**/api/profiles/fused/lanes', async (route) => {
+    await lanesHeld;
+    await route.continue();
+  });
+  await page.goto(`${baseUrl}#/p/fused`);
+  await page.waitForSelector('[data-testid="opening"]');
+  check((await page.textContent('[data-testid="opening"]')).includes('Opening fused'), 'a profile that is opening says so');
+  releaseLanes();
+  await page.waitForFunction(() => window.__explorer.profile === 'fused' && !document.querySelector('[data-testid="opening"]'));
+  await page.unroute('**/api/profiles/fused/lanes');
+  check(true, 'and shows its timeline once the lanes arrive');
+
   // ---- 9. Human units: the insights' raw figures read as sizes and times.
   await page.goto(`${baseUrl}#/p/naive?tab=summary`);
   await page.waitForSelector('[data-testid="insights"] li.insight');
