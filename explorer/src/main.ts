@@ -246,9 +246,9 @@ async function openProfile(route: Route): Promise<void> {
     'indexes the profile)</p>';
   const generation = ++openings;
   const lanes = await api.lanes(name);
+  const activity = await firstActivity(name, lanes);
   const initial: Viewport | undefined =
-    route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end }
-      : await firstView(name, lanes);
+    route.start !== undefined && route.end !== undefined ? { start: route.start, end: route.end } : activity.view;
   if (generation !== openings) return; // a later navigation took over meanwhile
   app.innerHTML = '';
   tabs.hidden = false;
@@ -297,19 +297,28 @@ async function openProfile(route: Route): Promise<void> {
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
   switchTab(route.tab ?? 'timeline', false);
   if (route.selected !== undefined) await selectEvent(route.selected, route.start === undefined);
+  else if (activity.executions.length === 1 && lanes.lanes.every((l) => layerOf(l.name) === 'hardware')) {
+    // An uploaded executable + trace pair: one execution and nothing around it; what there is to see
+    // is its device timeline.
+    await selectEvent(activity.executions[0].id, false);
+    const current = session as Session | undefined;
+    if (current?.details?.id === activity.executions[0].id) await openDevice(current, current.details);
+  }
 }
 
 // The view a profile opens on (see activityView): its device executions, from the op that launched the
 // first of them. The first page of executions is enough: a long profile opens on its first busy stretch.
-async function firstView(name: string, lanes: LanesAnswer): Promise<Viewport | undefined> {
+// Also gives those executions.
+async function firstActivity(name: string, lanes: LanesAnswer):
+    Promise<{ view?: Viewport; executions: EventSummary[] }> {
   const bounds = { start: lanes.start, end: lanes.end };
   let executions: EventSummary[];
   try {
     executions = (await api.search(name, 'nc_exec_running')).matches.filter((e) => e.name === 'nc_exec_running');
   } catch {
-    return undefined; // the whole profile, as without executions
+    return { executions: [] }; // the whole profile, as without executions
   }
-  if (executions.length === 0) return undefined;
+  if (executions.length === 0) return { executions };
   const activity = executions.map((e) => ({ start: e.ts, end: e.ts + e.dur }));
   let cause: EventDetails | undefined = await api.event(name, executions[0].id).catch(() => undefined);
   for (let step = 0; cause && cause.flows_in.length > 0 && step < 4; step++) {
@@ -317,7 +326,7 @@ async function firstView(name: string, lanes: LanesAnswer): Promise<Viewport | u
     activity.push({ start: source.ts, end: source.ts + source.dur });
     cause = await api.event(name, source.id).catch(() => undefined);
   }
-  return activityView(activity, bounds);
+  return { view: activityView(activity, bounds), executions };
 }
 
 let routeTimer: number | undefined;

@@ -4,7 +4,7 @@
 // PROFILE_ROOT (as explorer.e2e.mjs; run by run-e2e.sh after it). It adds a copy of the naive profile,
 // naive-wait, whose step and kbl_exec_wait last 0.6 s longer: a step mostly spent waiting on the device,
 // as in the study's profiles. Every wait is for a condition, never a fixed time.
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchBrowser } from './browser.mjs';
@@ -298,6 +298,18 @@ try {
   await page.waitForFunction(() => window.__explorer.profile === 'fused' && !document.querySelector('[data-testid="opening"]'));
   await page.unroute('**/api/profiles/fused/lanes');
   check(true, 'and shows its timeline once the lanes arrive');
+
+  // ---- An uploaded executable + trace pair opens on its device timeline (its system timeline is one box).
+  const fusedFiles = readdirSync(join(profileRoot, 'fused')).filter((f) => /\.(neff|ntff)$/.test(f)).map((f) => join(profileRoot, 'fused', f));
+  await page.goto(baseUrl);
+  await page.waitForSelector('[data-testid="upload"]');
+  await page.setInputFiles('[data-testid="upload-pair"]', fusedFiles);
+  await page.fill('[data-testid="upload-name"]', 'pair-fused');
+  await page.click('[data-testid="upload-submit"]');
+  await page.click('a[data-profile="pair-fused"]');
+  await page.waitForSelector('[data-testid="device"]:not([hidden]) .device-row-label');
+  check((await explorer(() => window.__explorer.selected?.name)) === 'nc_exec_running',
+    'an uploaded .neff + .ntff opens with its execution selected and its device timeline shown');
 
   // ---- 9. Human units: the insights' raw figures read as sizes and times.
   await page.goto(`${baseUrl}#/p/naive?tab=summary`);
