@@ -4,13 +4,18 @@
 
 import type { DeviceAnswer, DeviceRecord } from './api';
 import { MERGED_COLOR, colorFor } from './colors';
-import { formatBytes, summarizeRange } from './device_summary';
+import {
+  colourKey, counterTracks, formatBytes, legendKeys, summarizeRange, type ColourMode, type CounterTracks,
+} from './device_summary';
 import { hitTest, mergeSubPixel } from './merge';
 import { clampView, fit, formatTime, pan, ruler, timeToX, xToTime, zoom, type Ruler, type Viewport } from './timeline_math';
 import { escapeHtml, fitText, placeTooltip } from './timeline_view';
 
 const ROW = 22;
 const AXIS = 20;
+const COUNTER = 24; // height of each counter track
+const COUNTERS = ['HBM GB/s', 'Engines busy', 'DMA queues busy'];
+const TOP = AXIS + COUNTER * COUNTERS.length; // the first instruction row
 
 interface Placed {
   start: number;
@@ -31,6 +36,9 @@ export class DeviceView {
   private selection?: Viewport;
   private cursorX?: number;
   lastRuler?: Ruler; // the axis last drawn, in microseconds from the execution's start
+  colourMode: ColourMode = 'op';
+  lastCounters?: CounterTracks; // the counter tracks last drawn (over the view)
+  private readonly legend = document.createElement('div');
 
   constructor(
     container: HTMLElement,
@@ -48,6 +56,13 @@ export class DeviceView {
     const labels = document.createElement('div');
     labels.className = 'device-labels';
     labels.style.paddingTop = `${AXIS}px`;
+    for (const name of COUNTERS) {
+      const label = document.createElement('div');
+      label.className = 'device-counter-label';
+      label.textContent = name;
+      label.style.height = `${COUNTER}px`;
+      labels.append(label);
+    }
     for (const row of data.rows) {
       const label = document.createElement('div');
       label.className = 'device-row-label';
@@ -62,17 +77,34 @@ export class DeviceView {
     this.tooltip.className = 'tooltip floating';
     plot.append(this.canvas, this.tooltip);
     body.append(labels, plot);
-    const legend = document.createElement('div');
-    legend.className = 'legend';
-    for (const op of data.source_ops) {
-      legend.insertAdjacentHTML('beforeend', `<span><i style="background:${colorFor(op)}"></i>${escapeHtml(op)}</span>`);
-    }
+    const controls = document.createElement('div');
+    controls.className = 'device-controls';
+    controls.innerHTML = '<label>Colour by <select data-testid="device-colour"><option value="op">source op</option>' +
+      '<option value="engine">engine</option><option value="opcode">opcode</option></select></label>';
+    const select = controls.querySelector('select') as HTMLSelectElement;
+    select.addEventListener('change', () => {
+      this.colourMode = select.value as ColourMode;
+      this.renderLegend();
+      this.draw();
+    });
+    this.legend.className = 'legend';
+    this.legend.dataset.testid = 'device-legend';
+    this.renderLegend();
+    const legend = this.legend;
     this.summary.className = 'device-summary';
     this.summary.textContent = 'Shift+drag to summarise a range; Ctrl+wheel zooms, drag or Shift+wheel pans, W/A/S/D when focused.';
-    container.append(header, legend, body, this.summary);
+    container.append(header, controls, legend, body, this.summary);
     this.attachInput();
     new ResizeObserver(() => this.draw()).observe(plot);
     this.draw();
+  }
+
+  private renderLegend(): void {
+    const keys = legendKeys(this.colourMode, this.data.rows, this.data.source_ops);
+    const shown = keys.slice(0, 40);
+    this.legend.innerHTML = shown.map((key) =>
+      `<span data-key="${escapeHtml(key)}"><i style="background:${colorFor(key)}"></i>${escapeHtml(key)}</span>`).join('') +
+      (keys.length > shown.length ? `<span class="muted">+${keys.length - shown.length} more</span>` : '');
   }
 
   private width(): number {
@@ -140,7 +172,17 @@ export class DeviceView {
   }
 
   private hover(x: number, y: number, clientX: number, clientY: number): void {
-    const row = Math.floor((y - AXIS) / ROW);
+    if (y >= AXIS && y < TOP && this.lastCounters) {
+      const c = this.lastCounters;
+      const bin = Math.min(c.hbmGbps.length - 1, Math.max(0, Math.floor((x / this.width()) * c.hbmGbps.length)));
+      const engines = Object.entries(c.engineBusy).map(([engine, busy]) => `${escapeHtml(engine)} ${(busy[bin] * 100).toFixed(0)}%`).join(', ');
+      const at = xToTime(this.view, this.width(), x) / 1000;
+      this.tooltip.innerHTML = `<b>at ${formatTime(at, c.binNs / 1000)}</b><div>HBM ${c.hbmGbps[bin].toFixed(1)} GB/s</div>` +
+        `<div>engines busy: ${engines || 'none'}</div><div>DMA ${c.dmaBusyQueues[bin].toFixed(1)} of ${c.dmaQueues} queues busy</div>`;
+      placeTooltip(this.tooltip, clientX, clientY);
+      return;
+    }
+    const row = Math.floor((y - TOP) / ROW);
     const hit = hitTest(this.placed.filter((p) => p.row === row), x, 2);
     if (!hit) {
       this.tooltip.style.display = 'none';
@@ -155,6 +197,56 @@ export class DeviceView {
         `written; on-chip ${formatBytes(r.onchip)}</div><div>${r.flops} FLOPs; semaphore wait ` +
         `${r.semaphore_wait.toFixed(1)} ns</div>`;
     placeTooltip(this.tooltip, clientX, clientY);
+  }
+
+  // Counter tracks over the view, two pixels a bin: HBM bandwidth (scaled to its peak in view), each
+  // compute engine's busy share (0-100%, one line per engine in its colour) and DMA queues busy (of all).
+  private drawCounters(ctx: CanvasRenderingContext2D, width: number): void {
+    const bins = Math.max(1, Math.floor(width / 2));
+    const c = counterTracks(this.data.rows, this.view.start, this.view.end, bins);
+    this.lastCounters = c;
+    const binPx = width / bins;
+    const track = (index: number) => AXIS + index * COUNTER;
+    COUNTERS.forEach((_, index) => {
+      ctx.fillStyle = index % 2 ? '#fbfbfc' : '#f3f6fa';
+      ctx.fillRect(0, track(index), width, COUNTER);
+    });
+    const area = (index: number, values: number[], max: number, colour: string) => {
+      const base = track(index) + COUNTER - 2;
+      const scale = max > 0 ? (COUNTER - 6) / max : 0;
+      ctx.fillStyle = colour;
+      ctx.beginPath();
+      ctx.moveTo(0, base);
+      values.forEach((v, b) => {
+        ctx.lineTo(b * binPx, base - v * scale);
+        ctx.lineTo((b + 1) * binPx, base - v * scale);
+      });
+      ctx.lineTo(width, base);
+      ctx.closePath();
+      ctx.fill();
+    };
+    const peakHbm = Math.max(0, ...c.hbmGbps);
+    area(0, c.hbmGbps, peakHbm, 'rgba(37, 99, 235, 0.55)');
+    area(2, c.dmaBusyQueues, Math.max(1, c.dmaQueues), 'rgba(194, 65, 12, 0.5)');
+    for (const [engine, busy] of Object.entries(c.engineBusy)) {
+      const base = track(1) + COUNTER - 2;
+      ctx.strokeStyle = colorFor(engine);
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      busy.forEach((v, b) => {
+        const y = base - v * (COUNTER - 6);
+        if (b === 0) ctx.moveTo(0, y);
+        ctx.lineTo((b + 0.5) * binPx, y);
+      });
+      ctx.stroke();
+      ctx.lineWidth = 1;
+    }
+    ctx.fillStyle = '#374151';
+    ctx.font = '10px system-ui, sans-serif';
+    const note = (index: number, text: string) => ctx.fillText(text, width - ctx.measureText(text).width - 4, track(index) + 7);
+    note(0, `peak ${peakHbm.toFixed(1)} GB/s`);
+    note(1, '0-100%');
+    note(2, `of ${c.dmaQueues}`);
   }
 
   private showSummary(range: Viewport): void {
@@ -173,7 +265,7 @@ export class DeviceView {
   draw(): void {
     const dpr = window.devicePixelRatio || 1;
     const width = this.width();
-    const height = AXIS + this.data.rows.length * ROW + 4;
+    const height = TOP + this.data.rows.length * ROW + 4;
     this.canvas.width = Math.round(width * dpr);
     this.canvas.height = Math.round(height * dpr);
     this.canvas.style.width = `${width}px`;
@@ -209,9 +301,10 @@ export class DeviceView {
       ctx.stroke();
       if (tx + 3 >= labelsFrom) ctx.fillText(tick.label, tx + 3, AXIS / 2);
     }
+    this.drawCounters(ctx, width);
     this.placed = [];
     this.data.rows.forEach((row, index) => {
-      const y = AXIS + index * ROW;
+      const y = TOP + index * ROW;
       ctx.fillStyle = index % 2 ? '#f7f8fa' : '#fff';
       ctx.fillRect(0, y, width, ROW);
       const visible = row.records
@@ -221,7 +314,7 @@ export class DeviceView {
         const x0 = timeToX(this.view, width, box.start);
         const x1 = Math.max(x0 + 1, timeToX(this.view, width, box.end));
         const r = box.first;
-        ctx.fillStyle = box.count > 1 ? MERGED_COLOR : colorFor(r.op >= 0 ? this.data.source_ops[r.op] ?? '' : r.opcode);
+        ctx.fillStyle = box.count > 1 ? MERGED_COLOR : colorFor(colourKey(this.colourMode, r, row, this.data.source_ops));
         // A pixel of gap between neighbours keeps back-to-back instructions distinguishable.
         ctx.fillRect(x0, y + 2, x1 - x0 > 3 ? x1 - x0 - 1 : x1 - x0, ROW - 4);
         if (box.count === 1 && x1 - x0 > 40) {

@@ -256,6 +256,21 @@ try {
   const device = (await explorer(() => window.__explorer.deviceRuler)).ticks.map((t) => t.label);
   check(device.includes('0 ns') && new Set(device).size === device.length && device.every((l) => /^-?\d+(\.\d+)? (ns|us)$/.test(l)),
     `the device timeline's axis reads ${device.join(' ')}`);
+  const counters = await explorer(() => window.__explorer.deviceCounters);
+  check(counters && counters.bins > 100 && counters.peakHbmGbps > 0 && counters.dmaQueues >= 1 && counters.peakDmaBusy > 0 &&
+    counters.peakDmaBusy <= counters.dmaQueues && counters.engines.includes('vector') && counters.peakEngineBusy > 0 &&
+    counters.peakEngineBusy <= 1, `counter tracks: HBM bandwidth, engine utilization, DMA queues busy (${JSON.stringify(counters)})`);
+  const counterLabels = await page.$$eval('.device-counter-label', (l) => l.map((x) => x.textContent));
+  check(JSON.stringify(counterLabels) === JSON.stringify(['HBM GB/s', 'Engines busy', 'DMA queues busy']), 'the counter tracks are labelled');
+  const opLegend = await page.$$eval('[data-testid="device-legend"] span[data-key]', (l) => l.map((x) => x.dataset.key));
+  await page.selectOption('[data-testid="device-colour"]', 'engine');
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="device-legend"] span[data-key]')].some((s) => s.dataset.key === 'vector'));
+  const engineLegend = await page.$$eval('[data-testid="device-legend"] span[data-key]', (l) => l.map((x) => x.dataset.key));
+  check(opLegend.some((k) => k.startsWith('aten::')) && engineLegend.includes('dma') && !engineLegend.some((k) => k.startsWith('aten::')),
+    `colour by engine changes the legend (${opLegend.join(', ')} -> ${engineLegend.join(', ')})`);
+  await page.selectOption('[data-testid="device-colour"]', 'opcode');
+  await page.waitForFunction(() => !document.querySelector('[data-testid="device-legend"] span[data-key="vector"]'));
+  check(true, 'and by opcode');
   await page.locator('[data-testid="device"]').scrollIntoViewIfNeeded();
   await shot('14-device-axis.png');
   // ---- 8 (client). An operator table of 13,170 rows (the 1M profile's, steps unmerged) shows and sorts
