@@ -68,6 +68,12 @@ const hook = {
   arrows: () => session?.timeline.arrows.map((a) => `${a.from.name}#${a.from.id} -${a.category}-> ${a.to.name}#${a.to.id}`).sort(),
   get operatorRows() { return session?.operatorRows ? { count: session.operatorRows.count, ...session.operatorRows.rendered } : undefined; },
   get deviceRuler() { return session?.device?.lastRuler; },
+  get deviceCounters() {
+    const c = session?.device?.lastCounters;
+    return c && { bins: c.hbmGbps.length, peakHbmGbps: Math.max(...c.hbmGbps), dmaQueues: c.dmaQueues,
+      peakDmaBusy: Math.max(...c.dmaBusyQueues), engines: Object.keys(c.engineBusy),
+      peakEngineBusy: Math.max(...Object.values(c.engineBusy).flat()) };
+  },
   get measure() { return session?.timeline.measure; },
   get mark() { return session?.timeline.mark; },
   // Matches asked of the server per search request (tests page with a small one).
@@ -344,9 +350,14 @@ function currentHash(current: Session): string {
   return formatRoute({ profile: current.profile, start: view.start, end: view.end, selected: current.details?.id, tab: current.tab });
 }
 
+// Selections so far: an answer for one that a later selection overtook is dropped (answers can come
+// back out of order).
+let selections = 0;
+
 async function selectEvent(id: number | undefined, reveal = true): Promise<void> {
   const current = session;
   if (!current) return;
+  const selection = ++selections;
   if (id === undefined) {
     current.details = undefined;
     current.chain = undefined;
@@ -357,7 +368,7 @@ async function selectEvent(id: number | undefined, reveal = true): Promise<void>
     return;
   }
   const details = await api.event(current.profile, id);
-  if (session !== current) return;
+  if (session !== current || selection !== selections) return;
   current.details = details;
   renderDetails(current, details);
   current.timeline.select(details, [], reveal); // reveal: zooms in when the event is too narrow to see
@@ -377,7 +388,7 @@ async function selectEvent(id: number | undefined, reveal = true): Promise<void>
     return found;
   };
   const chain = await buildChain(details, fetchEvent);
-  if (session !== current || current.details?.id !== id) return;
+  if (session !== current || selection !== selections) return;
   current.chain = chain;
   current.timeline.select(details, chainArrows(chain), false);
   renderChain(current, chain);
