@@ -94,6 +94,15 @@ def test_the_tutorial_scripts(tmp_path, source_dir, script, row):
     assert {"trace.json", "manifest.json"} <= set(os.listdir(tmp_path / variant))
 
 
+def test_the_naive_script_with_stack_names_its_source_line(tmp_path, source_dir):
+    script = source_dir / "examples/python/rmsnorm_naive.py"
+    r = run_python([script, *SMALL, "--out", tmp_path, "--with-stack"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "return x * torch.rsqrt" in text)
+    assert "Source Location" in r.stdout
+    assert f"rmsnorm_naive.py({line}): rms_norm_naive" in r.stdout
+
+
 def test_the_small_model(tmp_path, source_dir):
     r = run_python([source_dir / "examples/python/small_model.py", "--seq", "32", "--d-model", "64", "--hidden",
                     "128", "--out", tmp_path], cwd=tmp_path)
