@@ -16,7 +16,7 @@ import { stringifyLossless } from './lossless_json';
 import { renderRoofline } from './roofline_view';
 import { renderSummary } from './summary_view';
 import { COLUMNS, nextSort, sortRows, type SortDirection, type SortKey } from './table';
-import { activityView, formatDuration, pan, type Viewport } from './timeline_math';
+import { activityView, formatDuration, pan, type AreaRow, type Viewport } from './timeline_math';
 import { TimelineView, escapeHtml, type FlowArrow } from './timeline_view';
 import {
   planDirectoryUpload, planPairUpload, profileNameError, progressText, type UploadPlan,
@@ -295,6 +295,9 @@ async function openProfile(route: Route): Promise<void> {
   const timeline = new TimelineView(wrap, name, lanes, {
     onSelect: (id) => void track(selectEvent(id, false)), // clicked: already on screen
     onViewChange: () => scheduleRouteUpdate(),
+    onMeasure: (range, rows) => {
+      if (session?.timeline === timeline) renderArea(session, range, rows);
+    },
   }, { initial });
   session = {
     profile: name, timeline, sort: { key: 'self_device_us', direction: 'desc' }, tab: 'timeline',
@@ -397,6 +400,23 @@ async function selectEvent(id: number | undefined, reveal = true): Promise<void>
 // The arrows are the tree's flows, nothing else: the same set whichever event of the tree is selected.
 function chainArrows(chain: Chain): FlowArrow[] {
   return chain.edges.filter((e) => e.category !== 'launch').map((e) => ({ from: e.from, to: e.to, category: e.category }));
+}
+
+// The area selection (a measured range): what it covers, by name, in the details panel; the
+// selection's details come back when it is cleared (Esc).
+function renderArea(current: Session, range: Viewport | undefined, rows: AreaRow[]): void {
+  if (!range) {
+    if (current.details) renderDetails(current, current.details);
+    else current.detailsPanel.innerHTML = '<h3>Selection</h3><p class="muted">Nothing selected.</p>';
+    return;
+  }
+  const start = current.timeline.bounds.start;
+  const body = rows.slice(0, 200).map((r) => `<tr><td>${escapeHtml(r.name)}</td><td class="num">${r.count}</td>` +
+    `<td class="num">${formatDuration(r.durationUs)}</td></tr>`).join('');
+  current.detailsPanel.innerHTML = `<h3>Area ${formatDuration(range.start - start)} → ${formatDuration(range.end - start)}` +
+    ` (${formatDuration(range.end - range.start)})</h3><table class="grid" data-testid="area-summary"><tr><th>Name</th>` +
+    `<th class="num">Events</th><th class="num">Time inside</th></tr>${body || '<tr><td colspan="3" class="muted">no events</td></tr>'}` +
+    `</table><p class="muted">Esc clears the area.</p>`;
 }
 
 function renderDetails(current: Session, details: EventDetails): void {
@@ -683,7 +703,10 @@ document.addEventListener('keydown', (e) => {
     e.preventDefault(); // not typed into the box
     searchInput.focus();
     searchInput.select();
-  } else if (e.key === 'Escape') void track(selectEvent(undefined));
+  } else if (e.key === 'Escape') {
+    if (session.timeline.measure) session.timeline.clearMeasure();
+    else void track(selectEvent(undefined));
+  }
   else if (e.key.toLowerCase() === 'f') {
     if (session.details) session.timeline.zoomToSelection();
     else session.timeline.fitAll();
@@ -693,9 +716,9 @@ document.addEventListener('keydown', (e) => {
 const HELP_KEYS: [string, string][] = [
   ['W / S', 'zoom in / out (at the mouse)'], ['A / D', 'pan left / right'], ['Shift + W A S D', 'bigger steps'],
   ['Ctrl + wheel', 'zoom at the mouse'], ['wheel', 'scroll the lanes'], ['Shift + wheel', 'pan'],
-  ['drag', 'pan'], ['Shift + drag, drag on the ruler', 'measure a range'], ['F', 'zoom to the selection (fit all without one)'],
+  ['drag', 'pan'], ['Shift + drag, drag on the ruler', 'measure a range: what it covers, by name'], ['F', 'zoom to the selection (fit all without one)'],
   ['0', 'fit the whole profile'], ['M', 'mark the selection (or the measured range); again to clear'],
-  ['/', 'search'], ['Enter / Shift + Enter', 'next / previous match'], ['Esc', 'clear the selection, close this'],
+  ['/', 'search'], ['Enter / Shift + Enter', 'next / previous match'], ['Esc', 'clear the measured area, else the selection; close this'],
   ['?', 'this help'],
 ];
 

@@ -194,3 +194,29 @@ export function revealEvent(view: Viewport, widthPx: number, ts: number, dur: nu
   if (onScreen && wide) return view;
   return focusOn(ts, dur, bounds);
 }
+
+export interface AreaRow {
+  name: string;
+  count: number;
+  durationUs: number; // the events' time inside the range
+}
+
+// Perfetto's area selection summary: the events a time range covers, by name, with their count and the
+// time they spend inside the range (a merged box counts its events, its time shared by them), most time
+// first.
+export function summarizeArea(range: Viewport,
+  events: readonly { name: string; ts: number; dur: number; count?: number }[]): AreaRow[] {
+  const rows = new Map<string, AreaRow>();
+  for (const e of events) {
+    if (!(e.ts < range.end && e.ts + e.dur > range.start)) continue;
+    const inside = Math.min(range.end, e.ts + e.dur) - Math.max(range.start, e.ts);
+    let row = rows.get(e.name);
+    if (!row) {
+      row = { name: e.name, count: 0, durationUs: 0 };
+      rows.set(e.name, row);
+    }
+    row.count += e.count ?? 1;
+    row.durationUs += Math.max(0, inside);
+  }
+  return [...rows.values()].sort((a, b) => b.durationUs - a.durationUs || b.count - a.count || (a.name < b.name ? -1 : 1));
+}

@@ -11,8 +11,8 @@ import { recordFrame } from './frames';
 import { escapeHtml } from './html';
 import { hitTest } from './merge';
 import {
-  clampView, fit, focusOn, formatDuration, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, span, timeToX,
-  windowCovers, xToTime, zoom, type FetchWindow, type Ruler, type Viewport,
+  clampView, fit, focusOn, formatDuration, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, span,
+  summarizeArea, timeToX, windowCovers, xToTime, zoom, type AreaRow, type FetchWindow, type Ruler, type Viewport,
 } from './timeline_math';
 
 export { escapeHtml };
@@ -41,6 +41,7 @@ export interface FlowArrow {
 export interface TimelineCallbacks {
   onSelect(id: number | undefined): void;
   onViewChange(view: Viewport): void;
+  onMeasure?(range: Viewport | undefined, rows: AreaRow[]): void; // a measured range (area selection) ended
 }
 
 export interface TimelineOptions {
@@ -220,6 +221,7 @@ export class TimelineView {
         if (this.measure && span(this.measure) <= 0) this.measure = undefined;
         this.updateReadout();
         this.requestDraw();
+        this.callbacks.onMeasure?.(this.measure, this.measure ? this.areaRows(this.measure) : []);
         return;
       }
       if (!this.drag) return;
@@ -288,6 +290,20 @@ export class TimelineView {
     if (this.mark) parts.push(`<span data-testid="mark">marked ${formatTime(span(this.mark), pixel)} from ${at(this.mark.start)}</span>`);
     this.readout.innerHTML = parts.length > 0 ? parts.join(' · ')
       : '<span class="muted">Shift+drag or drag the ruler to measure · ? for keys</span>';
+  }
+
+  // The area summary of a range, from the window the view holds.
+  areaRows(range: Viewport): AreaRow[] {
+    const events = (this.cached?.data.lanes ?? []).flatMap((lane) => [...lane.events, ...lane.merged]);
+    return summarizeArea(range, events);
+  }
+
+  clearMeasure(): void {
+    if (!this.measure) return;
+    this.measure = undefined;
+    this.updateReadout();
+    this.requestDraw();
+    this.callbacks.onMeasure?.(undefined, []);
   }
 
   // What a measured range covers, from the window the view holds (merged boxes count their events).

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
-  activityView, clampView, fit, focusOn, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, ticks, timeToX,
+  activityView, clampView, summarizeArea, fit, focusOn, formatTime, keyAction, pan, paddedWindow, revealEvent, ruler, ticks, timeToX,
   windowCovers, xToTime, zoom,
 } from '../src/timeline_math';
 
@@ -107,5 +107,17 @@ describe('first view and search reveal', () => {
     expect(shown.end).toBeGreaterThan(5064);
     const near = { start: 4900, end: 5300 };
     expect(revealEvent(near, 1000, 5000, 64, bounds)).toBe(near);
+  });
+});
+
+describe('area selection', () => {
+  it('sums what a range covers by name, clipped to it, most time first', () => {
+    const rows = summarizeArea({ start: 10, end: 20 }, [
+      { name: 'a', ts: 0, dur: 15 }, { name: 'b', ts: 12, dur: 2 }, { name: 'a', ts: 18, dur: 10 },
+      { name: 'm', ts: 11, dur: 1, count: 40 }, { name: 'c', ts: 25, dur: 1 },
+    ]);
+    expect(rows).toEqual([
+      { name: 'a', count: 2, durationUs: 7 }, { name: 'b', count: 1, durationUs: 2 }, { name: 'm', count: 40, durationUs: 1 },
+    ]);
   });
 });

@@ -139,6 +139,12 @@ try {
   check(measured && Math.abs(measured.end - measured.start - 130) < 2, `Shift+drag measures a quarter of 520 us (${JSON.stringify(measured)})`);
   const measureText = await page.textContent('[data-testid="measure"]');
   check(/^Δ 1[23]\d(\.\d+)? us .* \d+ event\(s\) on \d+ lane\(s\)$/.test(measureText), `the measure reads ${measureText}`);
+  await page.waitForSelector('[data-testid="area-summary"]');
+  const area = await page.$$eval('[data-testid="area-summary"] tr', (rows) => rows.slice(1).map((r) => [...r.children].map((c) => c.textContent)));
+  const areaNames = area.map((r) => r[0]);
+  check(areaNames.includes('ProfilerStep#3') && areaNames.includes('kbl_exec_wait') && areaNames.includes('nc_model_switch') &&
+    area.find((r) => r[0] === 'kbl_exec_wait')[2].startsWith('130.'),
+    `the area summary lists what the range covers, time inside clipped to it (${area.map((r) => r.join(' ')).join('; ')})`);
   await page.mouse.move(plot.left + 10, plot.top + 12);
   await page.mouse.down();
   await page.mouse.move(plot.left + plot.width * 0.1, plot.top + 12, { steps: 4 });
@@ -174,6 +180,9 @@ try {
   await page.keyboard.press('m');
   await page.waitForFunction(() => window.__explorer.mark === undefined);
   check(true, 'M again clears the mark');
+  await page.keyboard.press('Escape');
+  await page.waitForFunction(() => window.__explorer.measure === undefined && !document.querySelector('[data-testid="area-summary"]'));
+  check(true, 'Esc clears the measured area and its summary');
 
   // ---- 2. Deep links into the open session, sel= reveals, Back/Forward between tabs.
   const target = executions.at(-1);
