@@ -99,6 +99,13 @@ struct IndexOptions {
 void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
                          size_t run_bytes = size_t{1} << 20);
 
+namespace detail {
+struct TraceChunk;
+}
+
+// The index's jobs, one file each: reading trace.json (trace_reader.cpp), building lanes and flows
+// (profile_index.cpp), answering the timeline (profile_queries.cpp) and summarizing
+// (profile_summaries.cpp).
 class ProfileIndex {
  public:
   // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.
@@ -123,8 +130,18 @@ class ProfileIndex {
                                   std::optional<uint64_t> sequence) const;
 
  private:
+  struct MergedTrace;
   void parse_trace(const std::filesystem::path& trace_path, const IndexOptions& options);
+  void merge_runs(std::vector<detail::TraceChunk>& chunks, MergedTrace& merged);
+  void make_times_relative(MergedTrace& merged);
+  void build_lanes(MergedTrace& merged);
+  void bind_flows(MergedTrace& merged);
   std::optional<uint32_t> enclosing_event(uint32_t lane, double ts_us) const;
+  struct WindowCounts {
+    size_t events = 0, merged = 0;
+  };
+  nlohmann::json lane_window(uint32_t lane_id, const WindowQuery& query, double pixel_us,
+                             WindowCounts& counts) const;
   nlohmann::json event_summary(uint32_t id) const;
 
   struct DeviceTrace {

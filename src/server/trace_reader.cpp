@@ -1,0 +1,864 @@
+#include "server/trace_reader.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sightline::server {
+namespace detail {
+
+uint32_t TraceChunk::name_id(std::string_view text) {
+  if (auto it = name_ids.find(text); it != name_ids.end()) return it->second;
+  const auto id = static_cast<uint32_t>(names.size());
+  names.emplace_back(text);
+  name_ids.emplace(names.back(), id);
+  return id;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The fields of one traceEvents element the index uses. The strings view the parser's buffers, valid
+// until the next document is parsed; `args` is the raw text of the event's args object, cut out of
+// the parsed text, of which only the ids and metadata values are read.
+struct EventFields {
+  std::string_view phase, name, category;
+  std::optional<int64_t> pid, tid, id;
+  std::optional<double> ts, dur;
+  std::string_view args;  // empty when the event has no args object
+  std::optional<int64_t> external_id, correlation, sort_index;
+  std::optional<std::string_view> args_name;
+};
+
+// trace.json mapped read-only; the parser reads a padded copy of it (or of runs of its events).
+class MappedFile {
+ public:
+  explicit MappedFile(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
+                                          std::strerror(errno)));
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && info.st_size > 0) {
+      size_ = static_cast<size_t>(info.st_size);
+      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (mapped != MAP_FAILED) {
+        data_ = static_cast<const char*>(mapped);
+        ::madvise(mapped, size_, MADV_SEQUENTIAL);
+      }
+    }
+    ::close(fd);
+    if (size_ > 0 && data_ == nullptr) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
+    }
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* begin() const { return data_ == nullptr ? "" : data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The object keys the index reads, recognized once per key.
+enum class Key { other, ph, name, cat, pid, tid, id, ts, dur, args, trace_events, external_id, correlation, sort_index };
+
+Key key_of(std::string_view name) {
+  switch (name.size()) {
+    case 2:
+      return name == "ph" ? Key::ph : name == "ts" ? Key::ts : name == "id" ? Key::id : Key::other;
+    case 3:
+      return name == "cat" ? Key::cat : name == "pid" ? Key::pid : name == "tid" ? Key::tid : name == "dur" ? Key::dur
+                                                                                                            : Key::other;
+    case 4:
+      return name == "name" ? Key::name : name == "args" ? Key::args : Key::other;
+    case 10:
+      return name == "sort_index" ? Key::sort_index : Key::other;
+    case 11:
+      return name == "traceEvents"   ? Key::trace_events
+             : name == "External id" ? Key::external_id
+             : name == "correlation" ? Key::correlation
+                                     : Key::other;
+    default:
+      return Key::other;
+  }
+}
+
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
+using simdjson::SUCCESS;
+// What one run holds while it is parsed: the run itself and how its parse went.
+struct ChunkIndex : TraceChunk {
+  bool keep = true;                 // false: events are checked, not kept (validation)
+  bool bad_complete_event = false;  // an "X" event without a valid ts/dur
+  bool parsed = false;              // the run was valid JSON
+  std::string error;                // the parser's message otherwise
+  error_code error_kind = simdjson::SUCCESS;
+  std::optional<size_t> error_offset;  // where in the parsed text, when known
+  bool found_events = false;
+  const char* events_end = nullptr;  // just after the events array, when the run reached it
+
+  void consume(const EventFields& event) {
+    if (!event.pid || !event.tid) return;
+    if (!keep) {
+      if (event.phase == "X" && (!event.ts || !event.dur || *event.dur < 0)) bad_complete_event = true;
+      return;
+    }
+    const LaneKey lane{*event.pid, *event.tid};
+    if (event.phase == "M") {
+      if (event.name == "process_name" && event.args_name) {
+        process_names[lane.first] = std::string(*event.args_name);
+      } else if (event.name == "thread_name" && event.args_name) {
+        thread_names[lane] = std::string(*event.args_name);
+      } else if (event.name == "process_sort_index" && event.sort_index) {
+        process_sorts[lane.first] = *event.sort_index;
+      } else if (event.name == "thread_sort_index" && event.sort_index) {
+        thread_sorts[lane] = *event.sort_index;
+      }
+    } else if (event.phase == "X") {
+      if (!event.ts || !event.dur || *event.dur < 0) {
+        bad_complete_event = true;
+        return;
+      }
+      TraceEvent parsed_event;
+      parsed_event.ts_us = *event.ts;
+      parsed_event.dur_us = *event.dur;
+      parsed_event.name = name_id(event.name);
+      parsed_event.category = name_id(event.category);
+      parsed_event.args_json = event.args;
+      parsed_event.external_id = event.external_id.value_or(0);
+      parsed_event.correlation = event.correlation.value_or(0);
+      events.push_back(std::move(parsed_event));
+      event_lanes.push_back(lane);
+    } else if (event.phase == "s" || event.phase == "f") {
+      if (!event.id || !event.ts) return;
+      flow_points.emplace_back(name_id(event.category), static_cast<uint64_t>(*event.id),
+                               FlowPoint{event.phase == "s", lane.first, lane.second, *event.ts});
+    }
+  }
+};
+
+// A JSON number as the index reads it: integers that fit 64 bits (those above INT64_MAX, such as the
+// profiler's correlation ids with the top bits set, keep their bits as int64) and every number as a
+// double (correctly rounded, as strtod does).
+struct Number {
+  std::optional<int64_t> integer;
+  double value = 0;
+};
+
+// Reads a trace document with simdjson's On-Demand API. Every value is visited, including those the
+// index does not use, so that the whole text is validated as JSON, as a full parse would.
+class TraceReader {
+ public:
+  TraceReader(ChunkIndex& chunk, od::document& document) : chunk_(chunk), document_(document) {}
+
+  // Checks that `value` is valid JSON, recursively.
+  error_code skip(od::value value) {
+    od::json_type type;
+    if (auto error = value.type().get(type)) return error;
+    switch (type) {
+      case od::json_type::object: {
+        od::object object;
+        if (auto error = value.get_object().get(object)) return error;
+        for (auto maybe_field : object) {
+          od::field field;
+          if (auto error = std::move(maybe_field).get(field)) return error;
+          std::string_view key;
+          if (auto error = field.unescaped_key().get(key)) return error;
+          if (auto error = skip(field.value())) return error;
+        }
+        return SUCCESS;
+      }
+      case od::json_type::array: {
+        od::array array;
+        if (auto error = value.get_array().get(array)) return error;
+        for (auto maybe_element : array) {
+          od::value element;
+          if (auto error = std::move(maybe_element).get(element)) return error;
+          if (auto error = skip(element)) return error;
+        }
+        return SUCCESS;
+      }
+      case od::json_type::string: {
+        std::string_view text;
+        return value.get_string().get(text);
+      }
+      case od::json_type::number: {
+        Number number;
+        return read_number(value, number);
+      }
+      case od::json_type::boolean: {
+        // A damaged literal ("tru") reads as a bool of the wrong type: name what it is.
+        bool flag = false;
+        if (value.get_bool().get(flag) == SUCCESS) return SUCCESS;
+        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+      }
+      case od::json_type::null: {
+        bool null = false;
+        if (auto error = value.is_null().get(null)) return error;
+        return null ? SUCCESS : simdjson::N_ATOM_ERROR;
+      }
+    }
+    return simdjson::TAPE_ERROR;
+  }
+
+  // The elements of the events array: objects are events, anything else is only validated.
+  error_code events(od::array array) {
+    for (auto maybe_element : array) {
+      od::value element;
+      if (auto error = std::move(maybe_element).get(element)) return error;
+      od::json_type type;
+      if (auto error = element.type().get(type)) return error;
+      if (type != od::json_type::object) {
+        if (auto error = skip(element)) return error;
+        continue;
+      }
+      od::object object;
+      if (auto error = element.get_object().get(object)) return error;
+      if (auto error = event(object)) return error;
+    }
+    return SUCCESS;
+  }
+
+  // Where the parser stands in the text: the start of the next token, or nullptr at the end.
+  const char* location() {
+    auto at = document_.current_location();
+    return at.error() == SUCCESS ? at.value_unsafe() : nullptr;
+  }
+
+ private:
+  static error_code read_number(od::value value, Number& number) {
+    od::number parsed;
+    if (auto error = value.get_number().get(parsed)) return error;
+    switch (parsed.get_number_type()) {
+      case od::number_type::signed_integer:
+        number.integer = parsed.get_int64();
+        number.value = static_cast<double>(parsed.get_int64());
+        break;
+      case od::number_type::unsigned_integer:
+        number.integer = static_cast<int64_t>(parsed.get_uint64());
+        number.value = static_cast<double>(parsed.get_uint64());
+        break;
+      case od::number_type::floating_point_number:
+        number.value = parsed.get_double();
+        break;
+    }
+    return SUCCESS;
+  }
+
+  static error_code type_of(od::value& value, od::json_type& type) { return value.type().get(type); }
+
+  error_code string_or_skip(od::value value, std::string_view& out) {
+    od::json_type type;
+    if (auto error = type_of(value, type)) return error;
+    if (type != od::json_type::string) return skip(value);
+    return value.get_string().get(out);
+  }
+
+  error_code number_or_skip(od::value value, Number& out, bool& is_number) {
+    od::json_type type;
+    if (auto error = type_of(value, type)) return error;
+    is_number = type == od::json_type::number;
+    if (!is_number) return skip(value);
+    return read_number(value, out);
+  }
+
+  // One event object: its fields in order, a repeated key's last value winning.
+  error_code event(od::object object) {
+    EventFields fields;
+    for (auto maybe_field : object) {
+      od::field field;
+      if (auto error = std::move(maybe_field).get(field)) return error;
+      std::string_view key;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      od::value value = field.value();
+      switch (key_of(key)) {
+        case Key::ph:
+          if (auto error = string_or_skip(value, fields.phase)) return error;
+          break;
+        case Key::name:
+          if (auto error = string_or_skip(value, fields.name)) return error;
+          break;
+        case Key::cat:
+          if (auto error = string_or_skip(value, fields.category)) return error;
+          break;
+        case Key::pid:
+        case Key::tid:
+        case Key::id:
+        case Key::ts:
+        case Key::dur: {
+          const Key which = key_of(key);
+          Number number;
+          bool is_number = false;
+          if (auto error = number_or_skip(value, number, is_number)) return error;
+          if (!is_number) break;
+          if (which == Key::ts) fields.ts = number.value;
+          if (which == Key::dur) fields.dur = number.value;
+          if (number.integer && which == Key::pid) fields.pid = number.integer;
+          if (number.integer && which == Key::tid) fields.tid = number.integer;
+          if (number.integer && which == Key::id) fields.id = number.integer;
+          break;
+        }
+        case Key::args: {
+          od::json_type type;
+          if (auto error = type_of(value, type)) return error;
+          if (type != od::json_type::object) {
+            if (auto error = skip(value)) return error;
+            break;
+          }
+          if (auto error = args(value, fields)) return error;
+          break;
+        }
+        default:
+          if (auto error = skip(value)) return error;
+      }
+    }
+    chunk_.consume(fields);
+    return SUCCESS;
+  }
+
+  // The args object: its raw text is kept; names, ids and sort indexes at its top level are read.
+  error_code args(od::value value, EventFields& fields) {
+    const char* begin = value.raw_json_token().data();  // the '{'
+    od::object object;
+    if (auto error = value.get_object().get(object)) return error;
+    for (auto maybe_field : object) {
+      od::field field;
+      if (auto error = std::move(maybe_field).get(field)) return error;
+      std::string_view key;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      const Key which = key_of(key);
+      if (which == Key::name) {
+        std::string_view text;
+        if (auto error = string_or_skip(field.value(), text)) return error;
+        if (text.data() != nullptr) fields.args_name = text;
+      } else if (which == Key::external_id || which == Key::correlation || which == Key::sort_index) {
+        Number number;
+        bool is_number = false;
+        if (auto error = number_or_skip(field.value(), number, is_number)) return error;
+        if (!is_number) continue;
+        if (number.integer) {
+          if (which == Key::external_id) fields.external_id = number.integer;
+          if (which == Key::correlation) fields.correlation = number.integer;
+          if (which == Key::sort_index) fields.sort_index = number.integer;
+        } else if (which == Key::sort_index && !fields.sort_index && std::isfinite(number.value) &&
+                   std::abs(number.value) < 9.2e18) {
+          fields.sort_index = static_cast<int64_t>(number.value);
+        }
+      } else if (auto error = skip(field.value())) {
+        return error;
+      }
+    }
+    // The object's text ends at the '}' before the next token (in valid JSON an args object is never
+    // the last token of a document: at least its event's '}' follows).
+    const char* end = location();
+    if (end == nullptr) return simdjson::INCOMPLETE_ARRAY_OR_OBJECT;
+    while (end > begin && end[-1] != '}') --end;
+    fields.args = std::string_view(begin, static_cast<size_t>(end - begin));
+    return SUCCESS;
+  }
+
+  ChunkIndex& chunk_;
+  od::document& document_;
+};
+
+// One thread's parser and the buffer it copies text into, with the padding simdjson reads past the
+// end, both reused from one run of events to the next.
+class PaddedParser {
+ public:
+  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer.
+  std::string_view load(std::string_view text, bool bracketed) {
+    const size_t size = text.size() + (bracketed ? 2 : 0);
+    if (size + simdjson::SIMDJSON_PADDING > capacity_) {
+      capacity_ = size + size / 4 + simdjson::SIMDJSON_PADDING;
+      buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
+    }
+    char* out = buffer_.get();
+    if (bracketed) *out++ = '[';
+    std::memcpy(out, text.data(), text.size());
+    if (bracketed) out[text.size()] = ']';
+    std::memset(buffer_.get() + size, 0, simdjson::SIMDJSON_PADDING);
+    return {buffer_.get(), size};
+  }
+  simdjson::simdjson_result<od::document> iterate(std::string_view loaded) {
+    return parser_.iterate(loaded.data(), loaded.size(), capacity_);
+  }
+
+ private:
+  od::parser parser_;
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_ = 0;
+};
+
+std::string parse_error_message(error_code error, std::optional<size_t> offset) {
+  std::string message = simdjson::error_message(error);
+  if (offset) message += fmt::format(" (near byte {})", *offset);
+  return message;
+}
+
+// The whole file's root value: {"traceEvents": [...], ...} (the first array under that key holds the
+// events, every other value is validated) or a bare array of events; any other JSON value parses but
+// has no events.
+error_code parse_root(od::document& document, od::json_type type, TraceReader& reader, ChunkIndex& chunk) {
+  switch (type) {
+    case od::json_type::array: {
+      od::array array;
+      if (auto error = document.get_array().get(array)) return error;
+      chunk.found_events = true;
+      if (auto error = reader.events(array)) return error;
+      break;
+    }
+    case od::json_type::object: {
+      od::object object;
+      if (auto error = document.get_object().get(object)) return error;
+      for (auto maybe_field : object) {
+        od::field field;
+        if (auto error = std::move(maybe_field).get(field)) return error;
+        std::string_view key;
+        if (auto error = field.unescaped_key().get(key)) return error;
+        od::value value = field.value();
+        od::json_type value_type;
+        if (auto error = value.type().get(value_type)) return error;
+        if (!chunk.found_events && value_type == od::json_type::array && key_of(key) == Key::trace_events) {
+          od::array array;
+          if (auto error = value.get_array().get(array)) return error;
+          chunk.found_events = true;
+          if (auto error = reader.events(array)) return error;
+        } else if (auto error = reader.skip(value)) {
+          return error;
+        }
+      }
+      break;
+    }
+    case od::json_type::string: {
+      std::string_view scalar;
+      if (auto error = document.get_string().get(scalar)) return error;
+      break;
+    }
+    case od::json_type::number: {
+      double scalar = 0;
+      if (auto error = document.get_double().get(scalar)) return error;
+      break;
+    }
+    case od::json_type::boolean: {
+      bool scalar = false;
+      if (auto error = document.get_bool().get(scalar)) return error;
+      break;
+    }
+    case od::json_type::null: {
+      bool null = false;
+      if (auto error = document.is_null().get(null)) return error;
+      if (!null) return simdjson::N_ATOM_ERROR;
+      break;
+    }
+  }
+  return SUCCESS;
+}
+
+// Parses text[0, size) into `chunk`. Bracketed: the text is a run of elements of the events array,
+// read as if wrapped in '[' and ']'; the last run (`strict` false) extends to the end of the file, and
+// its parse stops after the events array's ']' (recorded as `events_end`). Otherwise the text is the
+// whole file: either {"traceEvents": [...], ...} or a bare array of events.
+void parse_chunk(const char* text, size_t size, bool bracketed, bool strict, ChunkIndex& chunk,
+                 PaddedParser& parser) {
+  const std::string_view buffer = parser.load(std::string_view(text, size), bracketed);
+  // Maps a position in `buffer` back to the file text.
+  auto in_text = [&](const char* at) { return text + (at - buffer.data()) - (bracketed ? 1 : 0); };
+  od::document document;
+  auto fail = [&](error_code error, bool located) {
+    chunk.parsed = false;
+    std::optional<size_t> offset;
+    if (located) {
+      auto at = document.current_location();
+      // Past the first byte: at the start, the document as a whole is what is wrong.
+      if (at.error() == SUCCESS && in_text(at.value_unsafe()) > text) {
+        offset = static_cast<size_t>(in_text(at.value_unsafe()) - text);
+      }
+    }
+    chunk.error = parse_error_message(error, offset);
+    chunk.error_kind = error;
+    chunk.error_offset = offset;
+  };
+  if (auto error = parser.iterate(buffer).get(document)) return fail(error, false);
+  TraceReader reader(chunk, document);
+  od::json_type type;
+  if (auto error = document.type().get(type)) return fail(error, true);
+  if (bracketed) {
+    od::array array;
+    if (auto error = document.get_array().get(array)) return fail(error, true);
+    chunk.found_events = true;
+    if (auto error = reader.events(array)) return fail(error, true);
+    if (strict) {
+      if (reader.location() != nullptr) return fail(simdjson::TRAILING_CONTENT, true);
+    } else if (const char* end = reader.location(); end != nullptr) {
+      // The wrapping '[' was closed by the file's own ']' of the events array.
+      while (end > buffer.data() && end[-1] != ']') --end;
+      chunk.events_end = in_text(end);
+    }
+    chunk.parsed = true;
+    return;
+  }
+  if (auto error = parse_root(document, type, reader, chunk)) return fail(error, true);
+  if (reader.location() != nullptr) return fail(simdjson::TRAILING_CONTENT, true);
+  chunk.parsed = true;
+}
+
+// Splits the events array of a large trace written one event per line (as the exporter does) into
+// runs of whole elements: each run starts at a '{' that opens a line after "},\n". Returns the
+// [begin, end) ranges, the last one running to the end of the file (its parse stops at the array's
+// ']'); empty when the layout is not found. A split inside a nested value cannot parse, so a wrong
+// guess shows up as a chunk error and the caller falls back to one sequential parse.
+std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_t parts, size_t& open_bracket) {
+  const size_t key = text.find("\"traceEvents\"");
+  if (key == std::string_view::npos || parts < 2) return {};
+  size_t open = text.find_first_not_of(" \t\r\n", key + 13);
+  if (open == std::string_view::npos || text[open] != ':') return {};
+  open = text.find_first_not_of(" \t\r\n", open + 1);
+  if (open == std::string_view::npos || text[open] != '[') return {};
+  open_bracket = open;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  size_t begin = open + 1;
+  for (size_t k = 1; k < parts; ++k) {
+    size_t at = std::max(begin, open + (text.size() - open) / parts * k);
+    while ((at = text.find("\n{", at)) != std::string_view::npos) {
+      const size_t comma = text.find_last_not_of(" \t\r\n", at);
+      if (comma != std::string_view::npos && comma > begin && text[comma] == ',') {
+        ranges.emplace_back(begin, comma);
+        begin = at + 1;
+        break;
+      }
+      at += 2;
+    }
+    if (at == std::string_view::npos) break;
+  }
+  if (ranges.empty()) return {};
+  ranges.emplace_back(begin, text.size());
+  return ranges;
+}
+
+// Validates trace.json as ProfileIndex::load reads it, with bounded memory: the file is read a block
+// at a time, and a scanner that follows strings and nesting cuts the events array into runs of whole
+// elements (whatever the layout), each parsed on its own by the index's reader wrapped as
+// {"traceEvents":[...]} (or [...] for a bare array), so at the depth it has in the file. What
+// surrounds the array is parsed last, with the array as []. Every byte is in exactly one parsed
+// piece, each piece is valid JSON exactly when the file is (a cut falls only between elements,
+// before the element that follows a comma), so the result is the whole-file parse's.
+class StreamingTraceValidator {
+ public:
+  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes)
+      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes) {}
+
+  void run() {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
+    }
+    std::vector<char> block(kBlockBytes);
+    bool first = true;
+    while (true) {
+      const ssize_t got = ::read(fd, block.data(), block.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        const int code = errno;
+        ::close(fd);
+        throw RequestError(422, fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
+      }
+      if (got == 0) break;
+      std::string_view text(block.data(), static_cast<size_t>(got));
+      // A UTF-8 byte order mark is allowed before the document, as in the whole-file parse.
+      if (first && text.starts_with("\xEF\xBB\xBF")) {
+        text.remove_prefix(3);
+        offset_ = 3;
+      }
+      first = false;
+      for (const char c : text) {
+        step(c);
+        ++offset_;
+      }
+    }
+    ::close(fd);
+    if (phase_ == Phase::events) {
+      // The file ends inside the events array (each run on its own would still parse).
+      throw invalid(simdjson::error_message(simdjson::INCOMPLETE_ARRAY_OR_OBJECT), offset_);
+    }
+    ChunkIndex chunk;
+    chunk.keep = false;
+    parse_chunk(outside_.data(), outside_.size(), false, true, chunk, parser_);
+    if (!chunk.parsed) throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
+    if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin_));
+    if (chunk.bad_complete_event) throw bad_event();
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = size_t{1} << 20;
+  static constexpr size_t kMaxOutsideBytes = size_t{8} << 20;  // what surrounds the events array
+  enum class Phase { before, events, after };
+  enum class KeyState { none, key, colon };  // at depth 1: "traceEvents", then ':'
+
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  // "traceEvents" as the parser reads it, escapes undone (\u0074raceEvents is the same key).
+  static constexpr size_t kMaxKeyBytes = 6 * 11;
+  static bool is_trace_events(const std::string& raw) {
+    if (raw == "traceEvents") return true;
+    if (raw.size() > kMaxKeyBytes || raw.find('\\') == std::string::npos) return false;
+    const json key = json::parse("\"" + raw + "\"", nullptr, false);
+    return key.is_string() && key.get<std::string>() == "traceEvents";
+  }
+
+  RequestError invalid(std::string_view message, std::optional<uint64_t> at) const {
+    return RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
+                                         at ? fmt::format(" (near byte {})", *at) : std::string()));
+  }
+  RequestError bad_event() const {
+    return RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
+  }
+
+  void keep_outside(char c) {
+    if (outside_.size() >= kMaxOutsideBytes) {
+      throw RequestError(422, fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
+                                          "it is not a trace sightline wrote",
+                                          origin_, kMaxOutsideBytes >> 20));
+    }
+    outside_.push_back(c);
+  }
+
+  // Follows strings and escapes; true when `c` was inside (or closed) a string.
+  bool in_string(char c) {
+    if (!in_string_) return false;
+    if (escape_) {
+      escape_ = false;
+    } else if (c == '\\') {
+      escape_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+    }
+    return true;
+  }
+
+  void step(char c) {
+    switch (phase_) {
+      case Phase::before:
+        keep_outside(c);
+        before(c);
+        return;
+      case Phase::events:
+        events(c);
+        return;
+      case Phase::after:
+        keep_outside(c);
+        return;
+    }
+  }
+
+  // Before the events array: finds it (the root array, or the first array value of a root object's
+  // "traceEvents" key, written without escapes).
+  void before(char c) {
+    if (in_string_) {
+      const bool was_open = in_string_;
+      in_string(c);
+      if (depth_ == 1) {
+        if (in_string_) {
+          if (string_.size() <= kMaxKeyBytes) string_.push_back(c);
+        } else if (was_open) {
+          key_ = is_trace_events(string_) ? KeyState::key : KeyState::none;
+        }
+      }
+      return;
+    }
+    if (is_space(c)) return;
+    if (c == '"') {
+      in_string_ = true;
+      string_.clear();
+      return;
+    }
+    if (c == '[' && (depth_ == 0 || (depth_ == 1 && root_object_ && key_ == KeyState::colon))) {
+      events_depth_ = depth_ + 1;
+      root_array_ = depth_ == 0;
+      depth_ = events_depth_;
+      phase_ = Phase::events;
+      return;
+    }
+    if (depth_ == 0 && c == '{') root_object_ = true;
+    if (c == ':' && depth_ == 1) {
+      key_ = key_ == KeyState::key ? KeyState::colon : KeyState::none;
+      return;
+    }
+    key_ = KeyState::none;
+    if (c == '{' || c == '[') ++depth_;
+    if (c == '}' || c == ']') --depth_;
+  }
+
+  void events(char c) {
+    if (in_string(c)) {
+      run_.push_back(c);
+      return;
+    }
+    if (depth_ != events_depth_) {  // inside an element (or, in a damaged file, above the array)
+      run_.push_back(c);
+      if (c == '"') in_string_ = true;
+      if (c == '{' || c == '[') ++depth_;
+      if ((c == '}' || c == ']') && depth_ >= events_depth_) --depth_;
+      return;
+    }
+    if (is_space(c)) {
+      if (!run_.empty()) run_.push_back(c);
+      return;
+    }
+    if (c == ',') {
+      run_.push_back(c);
+      after_comma_ = true;
+      return;
+    }
+    if (c == ']') {  // the end of the events array
+      flush();
+      depth_ = events_depth_ - 1;
+      phase_ = Phase::after;
+      keep_outside(']');
+      return;
+    }
+    // An element starts. Past the run size, and after a comma, the run so far is parsed on its own
+    // (without that comma): the element that follows proves the comma was a separator.
+    if (after_comma_ && run_.size() >= run_bytes_) {
+      while (!run_.empty() && is_space(run_.back())) run_.pop_back();
+      run_.pop_back();  // the ','
+      flush();
+    }
+    after_comma_ = false;
+    if (run_.empty()) run_offset_ = offset_;
+    run_.push_back(c);
+    if (c == '"') in_string_ = true;
+    if (c == '{' || c == '[') ++depth_;
+    if (c == '}') --depth_;  // unbalanced: the run cannot parse
+  }
+
+  void flush() {
+    if (run_.empty()) return;
+    const std::string_view open = root_array_ ? "[" : "{\"traceEvents\":[";
+    wrapped_.assign(open);
+    wrapped_ += run_;
+    wrapped_ += root_array_ ? "]" : "]}";
+    ChunkIndex chunk;
+    chunk.keep = false;
+    parse_chunk(wrapped_.data(), wrapped_.size(), false, true, chunk, parser_);
+    if (!chunk.parsed) {
+      std::optional<uint64_t> at;
+      if (chunk.error_offset && *chunk.error_offset >= open.size()) at = run_offset_ + (*chunk.error_offset - open.size());
+      throw invalid(simdjson::error_message(chunk.error_kind), at);
+    }
+    if (chunk.bad_complete_event) throw bad_event();
+    run_.clear();
+  }
+
+  fs::path path_;
+  std::string origin_;
+  size_t run_bytes_;  // runs are cut at the first element past this
+  PaddedParser parser_;
+  Phase phase_ = Phase::before;
+  bool in_string_ = false, escape_ = false;
+  int64_t depth_ = 0, events_depth_ = 0;
+  bool root_object_ = false, root_array_ = false;
+  KeyState key_ = KeyState::none;
+  std::string string_;  // the string being read at depth 1 (its first 12 bytes)
+  bool after_comma_ = false;
+  std::string outside_, run_, wrapped_;
+  uint64_t offset_ = 0, run_offset_ = 0;
+};
+
+// Large traces: runs of events parsed on several threads, each thread taking the next run. Empty when
+// the file is small or anything is unexpected (another layout, a parse error): the caller then parses
+// the whole file at once, which also gives the exact error.
+std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions& options) {
+  const unsigned available = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
+  const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
+  const size_t threads = std::min<size_t>(std::max(1u, available), std::max<size_t>(1, by_size));
+  if (file.size() < options.parallel_parse_bytes || threads <= 1) return {};
+  size_t open_bracket = 0;
+  const size_t runs = std::max(threads, file.size() / std::max<size_t>(1, options.bytes_per_run));
+  const auto ranges = split_events(std::string_view(file.begin(), file.size()), runs, open_bracket);
+  std::vector<ChunkIndex> chunks(ranges.size());
+  std::atomic<size_t> next_run{0};
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    PaddedParser parser;
+    for (size_t i = next_run++; i < ranges.size() && !failed; i = next_run++) {
+      const bool last = i + 1 == ranges.size();
+      parse_chunk(file.begin() + ranges[i].first, ranges[i].second - ranges[i].first, true, !last, chunks[i],
+                  parser);
+      if (!chunks[i].parsed) failed = true;
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t < std::min(threads, ranges.size()); ++t) workers.emplace_back(work);
+  if (!ranges.empty()) work();
+  for (std::thread& worker : workers) worker.join();
+  // Every run parsed, the last one reached the end of the events array, and what surrounds the array
+  // is valid JSON on its own: then the file as a whole is, and the runs hold all of its events.
+  const bool all_parsed = std::all_of(chunks.begin(), chunks.end(), [](const ChunkIndex& c) { return c.parsed; });
+  if (!all_parsed || chunks.empty() || chunks.back().events_end == nullptr) return {};
+  std::string outside(file.begin(), open_bracket + 1);
+  outside += ']';
+  outside.append(chunks.back().events_end, file.begin() + file.size());
+  if (!json::accept(outside)) return {};
+  return chunks;
+}
+
+ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
+  ChunkIndex chunk;
+  PaddedParser parser;
+  // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
+  std::string_view text(file.begin(), file.size());
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  parse_chunk(text.data(), text.size(), false, true, chunk, parser);
+  if (!chunk.parsed) {
+    throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
+  }
+  if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin));
+  return chunk;
+}
+
+}  // namespace
+
+std::vector<TraceChunk> read_trace(const fs::path& trace_path, const std::string& origin, const IndexOptions& options) {
+  const MappedFile file(trace_path);
+  std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
+  if (chunks.empty()) chunks.push_back(parse_whole(file, origin));
+  std::vector<TraceChunk> runs;
+  runs.reserve(chunks.size());
+  for (ChunkIndex& chunk : chunks) {
+    if (chunk.bad_complete_event) {
+      throw RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+    }
+    runs.push_back(std::move(static_cast<TraceChunk&>(chunk)));
+  }
+  return runs;
+}
+
+}  // namespace detail
+
+void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes) {
+  detail::StreamingTraceValidator(trace_path, origin, run_bytes).run();
+}
+
+}  // namespace sightline::server
