@@ -333,6 +333,7 @@ async function firstActivity(name: string, lanes: LanesAnswer):
   for (let step = 0; cause && cause.flows_in.length > 0 && step < 4; step++) {
     const source: EventSummary = cause.flows_in[0].event;
     activity.push({ start: source.ts, end: source.ts + source.dur });
+    if (layerOf(source.lane_name) === 'framework') break; // the op: nothing launches it (one request fewer)
     cause = await api.event(name, source.id).catch(() => undefined);
   }
   return { view: activityView(activity, bounds), executions };
