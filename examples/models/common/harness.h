@@ -39,6 +39,7 @@ struct RunOptions {
   std::string spec = "trn2";
   std::string out_dir;
   std::string weights;  // a .safetensors checkpoint; empty: seeded random weights
+  std::string save_weights;  // write the parameters used to this .safetensors file, by their HF names
   int row_limit = 12;
   bool timing_only = false;
   bool check_cpu = false;  // compare every variant's output with the eager model on cpu
@@ -60,6 +61,8 @@ inline void add_run_flags(CLI::App& app, RunOptions& o, const std::vector<std::s
   app.add_option("--spec", o.spec, "device spec: trn2, trn1 or a spec JSON file");
   app.add_option("--out", o.out_dir, "directory that receives one profile directory per variant");
   app.add_option("--weights", o.weights, "a HuggingFace .safetensors checkpoint (default: seeded random weights)");
+  app.add_option("--save-weights", o.save_weights,
+                 "write the parameters the run uses to a .safetensors file under their HF checkpoint names");
   app.add_option("--row-limit", o.row_limit, "rows of each key_averages table");
   app.add_flag("--timing-only", o.timing_only,
                "simulate timing only: the same modeled times, results are not computed (much faster)");
@@ -109,6 +112,20 @@ inline std::vector<Tensor> load_parameters(const std::vector<Parameter>& params,
   }
   source = "seeded random weights (no --weights checkpoint given; HF's _init_weights: normal std 0.02, norms 1/0)";
   return out;
+}
+
+// --save-weights: the parameters as a checkpoint of the HF model class whose names carry `prefix`
+// (EsmForMaskedLM's "esm.", LlamaForCausalLM's "model."), which --weights reads back.
+inline void save_parameters(const std::vector<Parameter>& params, const std::vector<Tensor>& values,
+                            const std::string& prefix, const RunOptions& o) {
+  SIGHTLINE_CHECK(!o.timing_only, "--save-weights needs the parameters' values: drop --timing-only");
+  std::vector<safetensors::NamedTensor> named;
+  for (size_t i = 0; i < params.size(); ++i) {
+    named.emplace_back(prefix + params[i].name, values[i].to(Device::cpu()).contiguous());
+  }
+  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}};
+  safetensors::save(o.save_weights, named, metadata);
+  fmt::print("saved {} parameters to {}\n", named.size(), o.save_weights);
 }
 
 inline int64_t parameter_count(const std::vector<Parameter>& params) {

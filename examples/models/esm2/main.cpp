@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
                dtype_name(dtype), o.batch, o.tokens, device, device.is_cpu() ? "reference backend" : neuron::device_info().spec_name,
                o.timing_only ? ", timing only" : "", o.out_dir);
     fmt::print("{}\n", source);
+    if (!o.save_weights.empty()) models::save_parameters(params, weights, "esm.", o);
 
     auto forward_with = [&c, dtype](AttentionFn attention) -> models::ModelFn {
       return [&c, dtype, attention](const std::vector<Tensor>& a) { return esm_forward(a, c, dtype, attention); };

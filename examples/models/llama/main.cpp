@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
                device.is_cpu() ? "reference backend" : neuron::device_info().spec_name, o.timing_only ? ", timing only" : "",
                o.out_dir);
     fmt::print("{}\n", source);
+    if (!o.save_weights.empty()) models::save_parameters(params, weights, "model.", o);
     if (shared_layers) {
       fmt::print("the {:.1f} GB of weights do not fit one core's HBM: every layer reads layer 0's weight tensors "
                  "(timing only: the same executions and HBM traffic as distinct weights)\n",
