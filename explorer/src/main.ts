@@ -486,8 +486,9 @@ async function openDevice(current: Session, execution: EventDetails): Promise<vo
 async function showOperators(current: Session): Promise<void> {
   const page = current.pages.operators;
   if (!current.keyAverages) {
-    if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the operator table…</p>';
-    current.keyAverages = await api.keyAverages(current.profile);
+    const answer = api.keyAverages(current.profile);
+    if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the operator table', answer);
+    current.keyAverages = await answer;
   }
   if (session !== current) return;
   const data = current.keyAverages;
@@ -532,6 +533,22 @@ function renderOperatorRows(current: Session): void {
 
 // ---- Summary and roofline -------------------------------------------------------------------------
 
+// A page waiting on the server: an indeterminate bar and the seconds so far (the first summary of a large
+// profile reads its whole trace, which takes seconds), until the answer comes or fails.
+function showLoading(page: HTMLElement, what: string, pending: Promise<unknown>): void {
+  const started = performance.now();
+  page.innerHTML = `<div class="profiles loading" data-testid="loading"><progress></progress> ` +
+    `<span class="muted">Loading ${escapeHtml(what)}… <span data-testid="loading-seconds">0</span> s</span></div>`;
+  const seconds = page.querySelector('[data-testid="loading-seconds"]') as HTMLElement;
+  const timer = window.setInterval(() => {
+    if (!seconds.isConnected) window.clearInterval(timer);
+    else seconds.textContent = ((performance.now() - started) / 1000).toFixed(0);
+  }, 500);
+  pending.finally(() => window.clearInterval(timer)).catch(() => {
+    if (seconds.isConnected) page.innerHTML = `<p class="error profiles">Loading ${escapeHtml(what)} failed (see above).</p>`;
+  });
+}
+
 function summaryOf(current: Session): Promise<SummaryAnswer> {
   current.summary ??= api.summary(current.profile);
   current.summary.catch(() => {
@@ -542,15 +559,17 @@ function summaryOf(current: Session): Promise<SummaryAnswer> {
 
 async function showSummary(current: Session): Promise<void> {
   const page = current.pages.summary;
-  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the summary…</p>';
-  const summary = await summaryOf(current);
+  const answer = summaryOf(current);
+  if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the summary', answer);
+  const summary = await answer;
   if (session === current) renderSummary(page, summary);
 }
 
 async function showRoofline(current: Session): Promise<void> {
   const page = current.pages.roofline;
-  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the roofline…</p>';
-  const summary = await summaryOf(current);
+  const answer = summaryOf(current);
+  if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the roofline', answer);
+  const summary = await answer;
   if (session !== current) return;
   renderRoofline(page, summary.roofline, (op) => {
     current.timeline.highlightNames([op]);

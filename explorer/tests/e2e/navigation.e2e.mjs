@@ -335,9 +335,21 @@ try {
   check((await explorer(() => window.__explorer.selected?.name)) === 'nc_exec_running',
     'an uploaded .neff + .ntff opens with its execution selected and its device timeline shown');
 
-  // ---- 9. Human units: the insights' raw figures read as sizes and times.
+  // ---- 9. Human units: the insights' raw figures read as sizes and times. The summary is held until
+  // its loading bar has counted a second (the cold summary of a large profile takes that long and more).
+  let releaseSummary;
+  const summaryHeld = new Promise((resolve) => { releaseSummary = resolve; });
+  await page.route('**/api/profiles/naive/summary', async (route) => {
+    await summaryHeld;
+    await route.continue();
+  });
   await page.goto(`${baseUrl}#/p/naive?tab=summary`);
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid="loading-seconds"]')?.textContent) >= 1 &&
+    document.querySelector('[data-testid="loading"] progress') !== null);
+  check(true, 'a summary that takes a while shows a progress bar and the seconds so far');
+  releaseSummary();
   await page.waitForSelector('[data-testid="insights"] li.insight');
+  await page.unroute('**/api/profiles/naive/summary');
   const insightText = await page.textContent('[data-testid="insights"]');
   check(!/\d{4,}(\.\d+)? us\b/.test(insightText) && !/\d{4,} bytes\b/.test(insightText),
     'the insights write sizes and times in human units (no "1182724 bytes", no "2699.3 us")');
