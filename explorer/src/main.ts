@@ -674,7 +674,9 @@ async function route(): Promise<void> {
     return;
   }
   if (session?.profile === next.profile) {
-    // A link into the open profile (or Back/Forward): apply its view, selection and tab.
+    // A link into the open profile (or Back/Forward): apply its view, selection and tab. A pending
+    // update of the hash from before would write the old view into this entry: drop it.
+    window.clearTimeout(routeTimer);
     const current = session;
     if ((next.tab ?? 'timeline') !== current.tab) switchTab(next.tab ?? 'timeline', false);
     const view = current.timeline.view;
