@@ -646,10 +646,20 @@ async function searchStep(direction: 1 | -1): Promise<void> {
   if (!page) {
     searchStatus.textContent = `${index + 1} / ${search.total} (loading)`;
     const answer = await api.search(current.profile, query, pageSize, pageStart);
-    // A server without paging answers the first page again: stay within what it gives.
-    if (answer.offset !== pageStart) throw new Error(`the server cannot page search results (asked for match ${pageStart + 1})`);
-    page = answer.matches;
-    search.pages.set(pageStart, page);
+    if (answer.offset === pageStart) {
+      page = answer.matches;
+      search.pages.set(pageStart, page);
+    } else {
+      // A server without paging (no offset in its answer) gives the first matches again: take as many
+      // as it allows at once (10,000) and page through those.
+      const all = await api.search(current.profile, query, 10000);
+      for (let start = 0; start < all.matches.length; start += pageSize) {
+        search.pages.set(start, all.matches.slice(start, start + pageSize));
+      }
+      search.total = Math.min(search.total, all.matches.length);
+      page = search.pages.get(pageStart);
+      if (!page) throw new Error(`this server answers only the first ${all.matches.length} matches of ${answer.total}`);
+    }
   }
   const match = page[index - pageStart];
   if (!match || session !== current || current.search !== search) return;
