@@ -5,15 +5,18 @@
 //   sightline table profiles/fused --format csv          # or json: the same rows as data (docs/formats.md)
 //   sightline compare profiles/naive profiles/fused
 //   sightline roofline profiles/fused -o roofline.svg
+//   sightline check profiles/naive --baseline tests/baselines/rmsnorm_naive.json --max-regress device_busy=2%
+//   sightline check profiles/naive --write-baseline tests/baselines/rmsnorm_naive.json
 //   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
 //   sightline ntff dump profiles/fused/0123456789abcdef_instid_0_vnc_0.ntff
 //   sightline serve profiles --port 8600                  # the Explorer over a directory of profiles
 //   sightline upload profiles/fused --name fused --server 'http://127.0.0.1:8600/?token=...'  # what serve printed
 //
-// Exit codes (docs/analysis.md): 0 success, 1 usage error (unknown command or option, missing
-// argument), 2 bad input (missing or incomplete profile directory, corrupt NEFF/NTFF, malformed
-// JSON, unwritable output, an upload the server refused or no server to upload to, a port in use),
-// 3 internal error.
+// Exit codes (docs/analysis.md), diff's convention: 0 success (check: no regression), 1 check found a
+// regression, 2 bad input or usage (unknown command or option, missing argument, missing or incomplete
+// profile directory, corrupt NEFF/NTFF, malformed JSON, unwritable output, an upload the server refused
+// or no server to upload to, a port in use), 3 internal error. So a CI script can tell "slower" (1)
+// from "could not check" (2).
 #include <pthread.h>
 
 #include <chrono>
@@ -25,10 +28,12 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "analysis/check.h"
 #include "analysis/compare.h"
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
@@ -47,7 +52,8 @@ namespace {
 using namespace sightline;
 namespace fs = std::filesystem;
 
-constexpr int kExitUsage = 1;
+constexpr int kExitRegression = 1;
+constexpr int kExitUsage = 2;
 constexpr int kExitBadInput = 2;
 constexpr int kExitInternal = 3;
 
@@ -98,6 +104,48 @@ int compare(const std::string& a, const std::string& b, const std::string& forma
   const analysis::Comparison diff = analysis::compare(load(a), load(b));
   std::cout << (format == "json" ? analysis::compare_json(diff) : analysis::compare_text(diff));
   return 0;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  SIGHTLINE_CHECK(out.good(), "cannot write '{}'; check that its directory exists and is writable", path);
+}
+
+// A profile directory (read with the progress bar) or a baseline file.
+analysis::GateMetrics gate_metrics(const std::string& path) {
+  if (fs::is_directory(path)) return analysis::gate_metrics(load(path));
+  return analysis::gate_metrics_load(path);
+}
+
+struct CheckOptions {
+  std::string profile, baseline, write_baseline, thresholds_file, junit, markdown;
+  std::vector<std::string> max_regress;
+};
+
+int check(const CheckOptions& o) {
+  analysis::Thresholds thresholds;
+  if (!o.thresholds_file.empty()) {
+    std::ifstream in(o.thresholds_file, std::ios::binary);
+    SIGHTLINE_CHECK(in.good(), "cannot read the thresholds file '{}'; check the path", o.thresholds_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    analysis::thresholds_parse_json(thresholds, text.str(), o.thresholds_file);
+  }
+  for (const std::string& assignment : o.max_regress) analysis::thresholds_add(thresholds, assignment);
+  const analysis::GateMetrics current = gate_metrics(o.profile);
+  if (!o.write_baseline.empty()) {
+    write_text_file(o.write_baseline, analysis::gate_metrics_json(current));
+    fmt::print("wrote the baseline of {} to {}: {} totals, {} ops\n", o.profile, o.write_baseline,
+               current.totals.size(), current.ops.size());
+    if (o.baseline.empty()) return 0;
+  }
+  const analysis::CheckResult result = analysis::check(gate_metrics(o.baseline), current, thresholds);
+  std::cout << analysis::check_text(result);
+  if (!o.junit.empty()) write_text_file(o.junit, analysis::check_junit(result));
+  if (!o.markdown.empty()) write_text_file(o.markdown, analysis::check_markdown(result));
+  return result.regressed() ? kExitRegression : 0;
 }
 
 int roofline(const std::string& dir, const std::string& output) {
@@ -204,7 +252,7 @@ int upload(const std::string& dir, const std::string& name, const std::string& s
 int main(int argc, char** argv) {
   CLI::App app{"sightline: summaries, tables, rooflines and comparisons of profile output directories, and the\n"
                "Explorer server.\n"
-               "Exit codes: 0 ok, 1 usage error, 2 bad input file or directory, 3 internal error."};
+               "Exit codes: 0 ok, 1 check found a regression, 2 bad input or usage error, 3 internal error."};
   app.require_subcommand(1);
   int status = 0;
 
@@ -236,6 +284,31 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("b", dir_b, "profile directory to compare with the baseline")->required();
   compare_cmd->add_option("--output-format", compare_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   compare_cmd->callback([&] { status = compare(dir_a, dir_b, compare_format); });
+
+  CheckOptions check_options;
+  auto* check_cmd = app.add_subcommand(
+      "check", "Gate a profile against a baseline: exit 1 when a metric grew past its threshold (docs/ci-gate.md)");
+  check_cmd->add_option("profile", check_options.profile, "profile output directory to check (or a baseline file)")
+      ->required();
+  check_cmd->add_option("--baseline", check_options.baseline,
+                        "profile directory or baseline file (--write-baseline) to compare with");
+  check_cmd->add_option("--write-baseline", check_options.write_baseline,
+                        "write PROFILE's metrics to this file (the small JSON a repository commits)");
+  check_cmd->add_option("--max-regress", check_options.max_regress,
+                        "METRIC=AMOUNT, repeatable: how much a metric may grow, e.g. device_busy=2%, span=1us, "
+                        "op:aten::mul=100ns, op:*=1%, hbm_bytes=4KiB, executions=0 (default 0 for all)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  check_cmd->add_option("--thresholds", check_options.thresholds_file,
+                        "JSON file of metric: amount, e.g. {\"device_busy\": \"2%\"}; --max-regress overrides it");
+  check_cmd->add_option("--junit", check_options.junit, "also write a JUnit XML report (one testcase per metric)");
+  check_cmd->add_option("--markdown", check_options.markdown, "also write a Markdown table (for a PR comment)");
+  check_cmd->callback([&] {
+    if (check_options.baseline.empty() && check_options.write_baseline.empty()) {
+      throw CLI::ValidationError("check", "give --baseline BASELINE to check against, or --write-baseline FILE");
+    }
+    status = check(check_options);
+  });
 
   std::string output = "roofline.svg";
   auto* roofline_cmd = app.add_subcommand("roofline", "Draw the roofline of a profile as SVG");

@@ -333,6 +333,7 @@ async function firstActivity(name: string, lanes: LanesAnswer):
   for (let step = 0; cause && cause.flows_in.length > 0 && step < 4; step++) {
     const source: EventSummary = cause.flows_in[0].event;
     activity.push({ start: source.ts, end: source.ts + source.dur });
+    if (layerOf(source.lane_name) === 'framework') break; // the op: nothing launches it (one request fewer)
     cause = await api.event(name, source.id).catch(() => undefined);
   }
   return { view: activityView(activity, bounds), executions };
@@ -485,8 +486,9 @@ async function openDevice(current: Session, execution: EventDetails): Promise<vo
 async function showOperators(current: Session): Promise<void> {
   const page = current.pages.operators;
   if (!current.keyAverages) {
-    if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the operator table…</p>';
-    current.keyAverages = await api.keyAverages(current.profile);
+    const answer = api.keyAverages(current.profile);
+    if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the operator table', answer);
+    current.keyAverages = await answer;
   }
   if (session !== current) return;
   const data = current.keyAverages;
@@ -531,6 +533,22 @@ function renderOperatorRows(current: Session): void {
 
 // ---- Summary and roofline -------------------------------------------------------------------------
 
+// A page waiting on the server: an indeterminate bar and the seconds so far (the first summary of a large
+// profile reads its whole trace, which takes seconds), until the answer comes or fails.
+function showLoading(page: HTMLElement, what: string, pending: Promise<unknown>): void {
+  const started = performance.now();
+  page.innerHTML = `<div class="profiles loading" data-testid="loading"><progress></progress> ` +
+    `<span class="muted">Loading ${escapeHtml(what)}… <span data-testid="loading-seconds">0</span> s</span></div>`;
+  const seconds = page.querySelector('[data-testid="loading-seconds"]') as HTMLElement;
+  const timer = window.setInterval(() => {
+    if (!seconds.isConnected) window.clearInterval(timer);
+    else seconds.textContent = ((performance.now() - started) / 1000).toFixed(0);
+  }, 500);
+  pending.finally(() => window.clearInterval(timer)).catch(() => {
+    if (seconds.isConnected) page.innerHTML = `<p class="error profiles">Loading ${escapeHtml(what)} failed (see above).</p>`;
+  });
+}
+
 function summaryOf(current: Session): Promise<SummaryAnswer> {
   current.summary ??= api.summary(current.profile);
   current.summary.catch(() => {
@@ -541,15 +559,17 @@ function summaryOf(current: Session): Promise<SummaryAnswer> {
 
 async function showSummary(current: Session): Promise<void> {
   const page = current.pages.summary;
-  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the summary…</p>';
-  const summary = await summaryOf(current);
+  const answer = summaryOf(current);
+  if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the summary', answer);
+  const summary = await answer;
   if (session === current) renderSummary(page, summary);
 }
 
 async function showRoofline(current: Session): Promise<void> {
   const page = current.pages.roofline;
-  if (page.childElementCount === 0) page.innerHTML = '<p class="muted profiles">Loading the roofline…</p>';
-  const summary = await summaryOf(current);
+  const answer = summaryOf(current);
+  if (page.childElementCount === 0 || page.querySelector('p.error')) showLoading(page, 'the roofline', answer);
+  const summary = await answer;
   if (session !== current) return;
   renderRoofline(page, summary.roofline, (op) => {
     current.timeline.highlightNames([op]);
@@ -626,10 +646,20 @@ async function searchStep(direction: 1 | -1): Promise<void> {
   if (!page) {
     searchStatus.textContent = `${index + 1} / ${search.total} (loading)`;
     const answer = await api.search(current.profile, query, pageSize, pageStart);
-    // A server without paging answers the first page again: stay within what it gives.
-    if (answer.offset !== pageStart) throw new Error(`the server cannot page search results (asked for match ${pageStart + 1})`);
-    page = answer.matches;
-    search.pages.set(pageStart, page);
+    if (answer.offset === pageStart) {
+      page = answer.matches;
+      search.pages.set(pageStart, page);
+    } else {
+      // A server without paging (no offset in its answer) gives the first matches again: take as many
+      // as it allows at once (10,000) and page through those.
+      const all = await api.search(current.profile, query, 10000);
+      for (let start = 0; start < all.matches.length; start += pageSize) {
+        search.pages.set(start, all.matches.slice(start, start + pageSize));
+      }
+      search.total = Math.min(search.total, all.matches.length);
+      page = search.pages.get(pageStart);
+      if (!page) throw new Error(`this server answers only the first ${all.matches.length} matches of ${answer.total}`);
+    }
   }
   const match = page[index - pageStart];
   if (!match || session !== current || current.search !== search) return;
@@ -654,7 +684,9 @@ async function route(): Promise<void> {
     return;
   }
   if (session?.profile === next.profile) {
-    // A link into the open profile (or Back/Forward): apply its view, selection and tab.
+    // A link into the open profile (or Back/Forward): apply its view, selection and tab. A pending
+    // update of the hash from before would write the old view into this entry: drop it.
+    window.clearTimeout(routeTimer);
     const current = session;
     if ((next.tab ?? 'timeline') !== current.tab) switchTab(next.tab ?? 'timeline', false);
     const view = current.timeline.view;

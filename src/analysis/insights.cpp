@@ -27,26 +27,15 @@ std::string us(double ns) { return fmt::format("{:.1f} us", ns / 1000.0); }
 
 void idle_gaps(const ProfileDir& profile, std::vector<Insight>& out) {
   if (!profile.trace) return;
-  std::map<int, std::vector<const profiler::FunctionEvent*>> executions;  // by core
-  for (const profiler::FunctionEvent& e : profile.trace->events) {
-    if (e.kind == profiler::EventKind::device_exec && e.name == "nc_exec_running") executions[e.device_index].push_back(&e);
-  }
-  for (auto& [core, list] : executions) {
-    if (list.size() < 2) continue;
-    std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
-    double idle = 0, largest = 0;
-    std::int64_t busy_end = list.front()->end_ns;
-    for (size_t i = 1; i < list.size(); ++i) {
-      const double gap = static_cast<double>(list[i]->start_ns - busy_end);
-      if (gap > 0) idle += gap, largest = std::max(largest, gap);
-      busy_end = std::max(busy_end, list[i]->end_ns);
-    }
-    const double span = static_cast<double>(busy_end - list.front()->start_ns);
+  for (const CoreActivity& c : device_activity(*profile.trace).cores) {
+    if (c.executions < 2) continue;
+    const double span = static_cast<double>(c.span_ns()), idle = static_cast<double>(c.idle_ns);
     if (span <= 0 || idle / span < kIdleShareWorthReporting) continue;
-    out.push_back({"idle_gaps", fmt::format("NeuronCore {} idles {:.0f}% of the time between executions", core,
+    out.push_back({"idle_gaps", fmt::format("NeuronCore {} idles {:.0f}% of the time between executions", c.core,
                                             100 * idle / span),
                    fmt::format("{} executions span {}; the device is idle for {} of it (largest gap {}) while the "
-                               "host dispatches the next op", list.size(), us(span), us(idle), us(largest)),
+                               "host dispatches the next op", c.executions, us(span), us(idle),
+                               us(static_cast<double>(c.largest_gap_ns))),
                    "fuse the ops (a built-in such as rms_norm) or compile(fn) so that one executable runs per step; "
                    "avoid host reads between device ops",
                    idle});

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "analysis/roofline.h"
+#include "analysis/xml.h"
 #include "sightline/error.h"
 
 namespace sightline::analysis {
@@ -17,21 +18,6 @@ constexpr double kLeft = 90, kRight = 250, kTop = 40, kBottom = 70;  // the righ
 constexpr double kMaxRadius = 22, kMinRadius = 4;
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-
-// The only characters that need escaping in SVG text and attribute values.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string si(double value, std::string_view unit) {
   static const char* const prefixes[] = {"", "K", "M", "G", "T", "P", "E"};

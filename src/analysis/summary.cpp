@@ -1,6 +1,8 @@
 #include "analysis/summary.h"
 
 #include <algorithm>
+#include <climits>
+#include <map>
 #include <vector>
 
 #include "device/cost_model.h"
@@ -172,6 +174,47 @@ Summary summarize_traced(const ProfileDir& profile, const TracedExecutable& trac
   SummaryBuilder builder(profile.manifest.device);
   for (const formats::NtffExecution& execution : traced.trace.executions) builder.add(*traced.executable, execution);
   return builder.finish(traced.executable->name);
+}
+
+DeviceActivity device_activity(const profiler::CollectedTrace& trace) {
+  std::map<int, std::vector<const profiler::FunctionEvent*>> executions;  // by core
+  std::map<int, CoreActivity> cores;
+  int64_t first_activity = INT64_MAX, last_activity = INT64_MIN;
+  for (const profiler::FunctionEvent& e : trace.events) {
+    if (e.device_type != profiler::DeviceType::privateuse1) continue;
+    first_activity = std::min(first_activity, e.start_ns);
+    last_activity = std::max(last_activity, e.end_ns);
+    if (e.kind == profiler::EventKind::device_exec && e.name == "nc_exec_running") {
+      executions[e.device_index].push_back(&e);
+    } else if (e.name == "nc_model_switch") {
+      ++cores[e.device_index].switches;
+    } else if (e.name == "nc_first_load") {
+      ++cores[e.device_index].first_loads;
+    }
+  }
+  DeviceActivity out;
+  for (auto& [core, list] : executions) {
+    std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+    CoreActivity& c = cores[core];
+    c.core = core;
+    c.executions = list.size();
+    c.first_start_ns = list.front()->start_ns;
+    int64_t busy_end = list.front()->end_ns;
+    c.busy_ns = list.front()->duration_ns();
+    for (size_t i = 1; i < list.size(); ++i) {
+      const int64_t gap = list[i]->start_ns - busy_end;
+      if (gap > 0) c.idle_ns += gap, c.largest_gap_ns = std::max(c.largest_gap_ns, gap);
+      busy_end = std::max(busy_end, list[i]->end_ns);
+      c.busy_ns += list[i]->duration_ns();
+    }
+    c.last_end_ns = busy_end;
+    out.executions += c.executions;
+    out.idle_ns += c.idle_ns;
+    out.switches += c.switches;
+    out.cores.push_back(c);
+  }
+  if (first_activity <= last_activity) out.span_ns = last_activity - first_activity;
+  return out;
 }
 
 Summary summarize_profile(const ProfileDir& profile) {

@@ -19,6 +19,13 @@
 //   MFU / HFU         model / hardware FLOPs over TensorE peak (rows*cols*2*clock) x total time
 //   MBU               HBM bytes / total time / HBM bandwidth
 //   mm intensity      hardware FLOPs / HBM bytes, against the ridge point peak / HBM bandwidth
+//
+// The device lanes of trace.json say what the NTFFs cannot: when each execution ran on the host's
+// timeline, so the idle gaps between them, and the executable switches (device_activity below).
+//   span              first to last device activity of any kind (executions, copies, switches, loads),
+//                     over all cores: neuron::last_trace_summary's span, read back from the file
+//   idle              the gaps between consecutive executions of a core, summed over cores
+//   switches          nc_model_switch events (the core changed executables)
 #pragma once
 
 #include <array>
@@ -26,12 +33,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "analysis/profile_dir.h"
 #include "device/core.h"
 #include "sightline/device/executable.h"
 #include "sightline/device/spec.h"
 #include "formats/ntff.h"
+#include "sightline/profiler/events.h"
 
 namespace sightline::analysis {
 
@@ -82,6 +91,33 @@ struct Summary {
 
   uint64_t hbm_bytes() const { return hbm_read_bytes + hbm_write_bytes; }
 };
+
+// What one core's lane of trace.json shows: its nc_exec_running events in time order.
+struct CoreActivity {
+  int core = 0;
+  uint64_t executions = 0;
+  int64_t busy_ns = 0;         // sum of the executions' durations
+  int64_t first_start_ns = 0;  // host clock ns: the first execution's start
+  int64_t last_end_ns = 0;     // the latest end of an execution
+  // The executions' window (first start to last end): what the idle share is a share of.
+  int64_t idle_ns = 0;         // gaps between consecutive executions
+  int64_t largest_gap_ns = 0;
+  uint64_t switches = 0;       // nc_model_switch
+  uint64_t first_loads = 0;    // nc_first_load
+
+  int64_t span_ns() const { return last_end_ns - first_start_ns; }
+};
+
+struct DeviceActivity {
+  std::vector<CoreActivity> cores;  // by core index; cores that ran at least one execution
+  uint64_t executions = 0;
+  int64_t span_ns = 0;  // first device activity's start to the last one's end, every core and kind
+  int64_t idle_ns = 0;  // summed over cores
+  uint64_t switches = 0;
+};
+
+// The device lanes of a framework trace (trace.json). Empty when it has no executions.
+DeviceActivity device_activity(const profiler::CollectedTrace& trace);
 
 // Accumulates executions (of any executables run with `spec`) into one summary.
 class SummaryBuilder {

@@ -39,6 +39,7 @@ struct Profiled {
 struct Generated {
   fs::path root;
   Profiled naive, fused, matmul;
+  Profiled slower;  // naive with one more aten::mul: the deliberate regression the gate tests check
 };
 
 // Four steps under the tutorial's schedule (wait 2, warmup 1, active 1): the active step is saved.
@@ -82,6 +83,7 @@ inline const Generated& generate() {
     const Tensor x = randn({256, 512}, {}, &gen).to(d), w = rand({512}, {}, &gen).to(d);
     g.naive = profile_steps(g.root / "naive", [&] { (void)(x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w); });
     g.fused = profile_steps(g.root / "fused", [&] { (void)rms_norm(x, w, 1e-6); });
+    g.slower = profile_steps(g.root / "slower", [&] { (void)(x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w * w); });
     // Large enough that its arithmetic intensity clears trn2's ridge point (~217 FLOP per HBM byte).
     const Tensor a = randn({1024, 1024}, {}, &gen).to(DType::bf16).to(d);
     const Tensor b = randn({1024, 1024}, {}, &gen).to(DType::bf16).to(d);

@@ -51,6 +51,10 @@ CliRun run_cli(const std::string& args) {
 
 std::string shell_quoted(const fs::path& path) { return fmt::format("'{}'", path.string()); }
 
+// docs/analysis.md: 1 is kept for `check` finding a regression, so a usage error is 2, like bad input.
+constexpr int kExitRegression = 1;
+constexpr int kExitUsage = 2;
+
 }  // namespace
 
 TEST(SightlineCli, ViewSummaryTextReportsTheFusedRmsNormMemoryBound) {
@@ -100,7 +104,7 @@ TEST(SightlineCli, TableAsCsvAndJsonIsWhatTheLibraryPrints) {
 
 TEST(SightlineCli, TableUnknownFormatIsAUsageErrorNamingTheChoices) {
   const CliRun r = run_cli("table " + shell_quoted(test_profiles::generate().fused.dir) + " --format xml");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, kExitUsage);
   EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("xml"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("csv"), std::string::npos) << r.err;
@@ -147,9 +151,10 @@ TEST(SightlineCli, DumpsNeffAndNtffFiles) {
 TEST(SightlineCli, HelpAndUsageErrors) {
   EXPECT_EQ(run_cli("--help").exit_code, 0);
   EXPECT_EQ(run_cli("view --help").exit_code, 0);
-  EXPECT_EQ(run_cli("").exit_code, 1);
-  EXPECT_EQ(run_cli("frobnicate").exit_code, 1);
-  EXPECT_EQ(run_cli("view " + shell_quoted(test_profiles::generate().fused.dir) + " --output-format xml").exit_code, 1);
+  EXPECT_EQ(run_cli("").exit_code, kExitUsage);
+  EXPECT_EQ(run_cli("frobnicate").exit_code, kExitUsage);
+  EXPECT_EQ(run_cli("view " + shell_quoted(test_profiles::generate().fused.dir) + " --output-format xml").exit_code,
+            kExitUsage);
 }
 
 TEST(SightlineCli, MalformedInputsAreClearErrorsWithExitCode2) {
@@ -203,6 +208,68 @@ TEST(SightlineCli, MalformedInputsAreClearErrorsWithExitCode2) {
     const CliRun r = run_cli("table " + shell_quoted(broken));
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_NE(r.err.find("is not valid JSON"), std::string::npos) << r.err;
+  }
+}
+
+TEST(SightlineCli, CheckPassesOnTheSameProgramAndWritesItsBaseline) {
+  const auto& g = test_profiles::generate();
+  const fs::path dir = g.root / "check_same";
+  fs::create_directories(dir);
+  const fs::path baseline = dir / "naive.json";
+  const CliRun write = run_cli(fmt::format("check {} --write-baseline {}", shell_quoted(g.naive.dir), shell_quoted(baseline)));
+  ASSERT_EQ(write.exit_code, 0) << write.err;
+  EXPECT_NE(slurp(baseline).find("\"sightline_baseline\": 1"), std::string::npos);
+  for (const fs::path& against : {baseline, fs::path(g.naive.dir)}) {
+    const CliRun r = run_cli(fmt::format("check {} --baseline {} --junit {} --markdown {}", shell_quoted(g.naive.dir),
+                                         shell_quoted(against), shell_quoted(dir / "junit.xml"),
+                                         shell_quoted(dir / "check.md")));
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.rfind("sightline check: pass", 0), 0u) << r.out;
+    EXPECT_NE(slurp(dir / "junit.xml").find("failures=\"0\""), std::string::npos);
+    EXPECT_NE(slurp(dir / "check.md").find("| status | metric |"), std::string::npos);
+  }
+}
+
+TEST(SightlineCli, CheckFailsWithExit1NamingTheSlowerOp) {
+  const auto& g = test_profiles::generate();
+  const fs::path dir = g.root / "check_slower";
+  fs::create_directories(dir);
+  const CliRun r = run_cli(fmt::format("check {} --baseline {} --junit {}", shell_quoted(g.slower.dir),
+                                       shell_quoted(g.naive.dir), shell_quoted(dir / "junit.xml")));
+  EXPECT_EQ(r.exit_code, kExitRegression) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("sightline check: FAIL", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("op:aten::mul grew by +"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(dir / "junit.xml").find("<testcase classname=\"sightline.check.op\" name=\"aten::mul\" time=\"0\">\n"
+                                          "      <failure"), std::string::npos);
+  // Thresholds from flags and from a file let it pass.
+  std::ofstream(dir / "thresholds.json") << R"({"*": "50%"})";
+  const CliRun loose = run_cli(fmt::format("check {} --baseline {} --thresholds {} --max-regress executions=1",
+                                           shell_quoted(g.slower.dir), shell_quoted(g.naive.dir),
+                                           shell_quoted(dir / "thresholds.json")));
+  EXPECT_EQ(loose.exit_code, 0) << loose.out << loose.err;
+}
+
+TEST(SightlineCli, CheckBadInputIsExit2WithAClearMessage) {
+  const auto& g = test_profiles::generate();
+  const fs::path dir = g.root / "check_bad";
+  fs::create_directories(dir);
+  std::ofstream(dir / "not_a_baseline.json") << R"({"hello": 1})";
+  const std::string naive = shell_quoted(g.naive.dir);
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"check " + naive, "--baseline"},
+      {"check " + naive + " --baseline " + shell_quoted(dir / "missing.json"), "does not exist"},
+      {"check " + naive + " --baseline " + shell_quoted(dir / "not_a_baseline.json"), "not a sightline baseline"},
+      {"check " + naive + " --baseline " + naive + " --max-regress busy=2%", "unknown metric 'busy'"},
+      {"check " + naive + " --baseline " + naive + " --max-regress span=2KiB", "not a unit of span"},
+      {"check " + naive + " --baseline " + naive + " --thresholds " + shell_quoted(dir / "missing.json"), "cannot read"},
+      {"check " + naive + " --baseline " + naive + " --junit " + shell_quoted(dir / "no_dir" / "j.xml"), "cannot write"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
 }
 
@@ -273,10 +340,10 @@ TEST(SightlineCli, ServeHelpAndBadOptionsAreUsageErrors) {
   for (const char* option : {"--port", "--host", "--ui", "--max-upload-mb", "--token", "--no-token", "--allow-host"}) {
     EXPECT_NE(help.out.find(option), std::string::npos) << option << " missing from: " << help.out;
   }
-  EXPECT_EQ(run_cli("serve --port 70000").exit_code, 1);
-  EXPECT_EQ(run_cli("serve --port -1").exit_code, 1);
-  EXPECT_EQ(run_cli("serve --port http").exit_code, 1);
-  EXPECT_EQ(run_cli("serve --max-upload-mb 0").exit_code, 1);
+  EXPECT_EQ(run_cli("serve --port 70000").exit_code, kExitUsage);
+  EXPECT_EQ(run_cli("serve --port -1").exit_code, kExitUsage);
+  EXPECT_EQ(run_cli("serve --port http").exit_code, kExitUsage);
+  EXPECT_EQ(run_cli("serve --max-upload-mb 0").exit_code, kExitUsage);
   const CliRun missing_root = run_cli("serve " + shell_quoted(test_profiles::generate().root / "no_such_root") +
                                       " --port 0");
   EXPECT_EQ(missing_root.exit_code, 2);
@@ -288,7 +355,7 @@ TEST(SightlineCli, ServeHelpAndBadOptionsAreUsageErrors) {
   const CliRun upload_help = run_cli("upload --help");
   EXPECT_EQ(upload_help.exit_code, 0);
   EXPECT_NE(upload_help.out.find("--token"), std::string::npos) << upload_help.out;
-  EXPECT_EQ(run_cli("upload " + shell_quoted(test_profiles::generate().fused.dir)).exit_code, 1);  // no --name
+  EXPECT_EQ(run_cli("upload " + shell_quoted(test_profiles::generate().fused.dir)).exit_code, kExitUsage);  // no --name
 }
 
 TEST(SightlineCli, ServeUploadAndStop) {

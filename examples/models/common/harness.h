@@ -1,0 +1,253 @@
+// What the model examples (esm2, llama) share: the command line, the parameters (seeded random or
+// loaded by their HuggingFace names from a safetensors checkpoint), the profiled run of one variant and
+// the comparison of the variants. Public headers only, as a user of the installed SDK writes it.
+//
+// A variant is a function of tensors (inputs, then every parameter in the model's order) that returns
+// the model's output, so that compile() captures the whole forward pass with the weights as inputs.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "sightline/compile.h"
+#include "sightline/host_clock.h"
+#include "sightline/neuron.h"
+#include "sightline/profiler.h"
+#include "sightline/safetensors.h"
+#include "sightline/sightline.h"
+
+namespace models {
+
+using namespace sightline;
+
+// The flags both models take.
+struct RunOptions {
+  std::string config;
+  int64_t tokens = 32;
+  int64_t batch = 1;
+  std::string variant = "all";  // eager, sdpa, compiled or all
+  std::string dtype = "f32";
+  std::string device = "neuron:0";
+  std::string spec = "trn2";
+  std::string out_dir;
+  std::string weights;  // a .safetensors checkpoint; empty: seeded random weights
+  std::string save_weights;  // write the parameters used to this .safetensors file, by their HF names
+  int row_limit = 12;
+  bool timing_only = false;
+  bool check_cpu = false;  // compare every variant's output with the eager model on cpu
+
+  std::vector<std::string> variants() const {
+    if (variant == "all") return {"eager", "sdpa", "compiled"};
+    return {variant};
+  }
+};
+
+inline void add_run_flags(CLI::App& app, RunOptions& o, const std::vector<std::string>& configs) {
+  app.add_option("--config", o.config, "model configuration")->check(CLI::IsMember(configs));
+  app.add_option("--tokens", o.tokens, "sequence length")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--variant", o.variant, "eager, sdpa (fused attention), compiled, or all")
+      ->check(CLI::IsMember({"eager", "sdpa", "compiled", "all"}));
+  app.add_option("--dtype", o.dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--device", o.device, "neuron:0, or cpu (the reference backend: tables without device time)");
+  app.add_option("--spec", o.spec, "device spec: trn2, trn1 or a spec JSON file");
+  app.add_option("--out", o.out_dir, "directory that receives one profile directory per variant");
+  app.add_option("--weights", o.weights, "a HuggingFace .safetensors checkpoint (default: seeded random weights)");
+  app.add_option("--save-weights", o.save_weights,
+                 "write the parameters the run uses to a .safetensors file under their HF checkpoint names");
+  app.add_option("--row-limit", o.row_limit, "rows of each key_averages table");
+  app.add_flag("--timing-only", o.timing_only,
+               "simulate timing only: the same modeled times, results are not computed (much faster)");
+  app.add_flag("--check-cpu", o.check_cpu,
+               "also run the eager model on cpu with the same weights and compare each variant's output with it "
+               "(exit status 2 when a difference exceeds the dtype's tolerance)");
+}
+
+// One parameter of a model: its HuggingFace name and shape.
+struct Parameter {
+  std::string name;
+  Dims shape;
+  enum class Init { normal, ones, zeros } init = Init::normal;
+};
+
+// The parameters on `device` in `dtype`, in the order of `params`. From the checkpoint when `weights`
+// names one (each tensor found by its HF name, with `prefix` tried first: "esm." for an EsmForMaskedLM
+// checkpoint; its shape checked, converted to `dtype`); otherwise seeded random, as HF's _init_weights
+// draws them (normal with std 0.02 for matrices and embeddings, ones and zeros for the norms). With
+// timing_only no value is ever read, so the tensors are allocated and left unwritten.
+inline std::vector<Tensor> load_parameters(const std::vector<Parameter>& params, const RunOptions& o, Device device,
+                                           DType dtype, const std::string& prefix, std::string& source) {
+  std::vector<Tensor> out;
+  out.reserve(params.size());
+  if (!o.weights.empty()) {
+    const safetensors::File file = safetensors::File::open(o.weights);
+    const bool prefixed = !prefix.empty() && file.find(prefix + params.front().name) != nullptr;
+    for (const Parameter& p : params) {
+      out.push_back(file.load(prefixed ? prefix + p.name : p.name, p.shape).to(dtype).to(device));
+    }
+    source = fmt::format("weights from {} ({} tensors{})", o.weights, params.size(),
+                         prefixed ? fmt::format(", names prefixed '{}'", prefix) : "");
+    return out;
+  }
+  if (o.timing_only && !device.is_cpu()) {
+    for (const Parameter& p : params) out.push_back(empty(p.shape, {dtype, device}));
+    source = "weights left unwritten (--timing-only computes no values)";
+    return out;
+  }
+  Generator gen(0);
+  for (const Parameter& p : params) {
+    switch (p.init) {
+      case Parameter::Init::normal: out.push_back((randn(p.shape, {}, &gen) * 0.02).to(dtype).to(device)); break;
+      case Parameter::Init::ones: out.push_back(ones(p.shape, dtype).to(device)); break;
+      case Parameter::Init::zeros: out.push_back(zeros(p.shape, dtype).to(device)); break;
+    }
+  }
+  source = "seeded random weights (no --weights checkpoint given; HF's _init_weights: normal std 0.02, norms 1/0)";
+  return out;
+}
+
+// --save-weights: the parameters as a checkpoint of the HF model class whose names carry `prefix`
+// (EsmForMaskedLM's "esm.", LlamaForCausalLM's "model."), which --weights reads back.
+inline void save_parameters(const std::vector<Parameter>& params, const std::vector<Tensor>& values,
+                            const std::string& prefix, const RunOptions& o) {
+  SIGHTLINE_CHECK(!o.timing_only, "--save-weights needs the parameters' values: drop --timing-only");
+  std::vector<safetensors::NamedTensor> named;
+  for (size_t i = 0; i < params.size(); ++i) {
+    named.emplace_back(prefix + params[i].name, values[i].to(Device::cpu()).contiguous());
+  }
+  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}};
+  safetensors::save(o.save_weights, named, metadata);
+  fmt::print("saved {} parameters to {}\n", named.size(), o.save_weights);
+}
+
+inline int64_t parameter_count(const std::vector<Parameter>& params) {
+  int64_t n = 0;
+  for (const Parameter& p : params) n += p.shape.product();
+  return n;
+}
+
+using ModelFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// What one profiled variant gives the comparison: the device side of its active step (one definition,
+// neuron::TraceSummary), its executable switches (the table's nc_model_switch row), the step on the
+// host clock, where its profile went, and its output.
+struct VariantResult : neuron::TraceSummary {
+  std::string name;
+  int64_t switches = 0;
+  double host_ms = 0;
+  std::string output_dir;
+  Tensor output;
+  bool has_device = false;
+};
+
+// Profiles four steps of `fn` under the schedule wait=2, warmup=1, active=1 (the first steps build and
+// load executables; the active step is what the table shows), prints its key_averages table and writes
+// the profile directory <out_dir>/<name>.
+inline VariantResult profile_variant(const std::string& name, const ModelFn& fn, const std::vector<Tensor>& args,
+                                     const RunOptions& o, Device device) {
+  auto cfg = std::make_shared<neuron::NeuronConfig>();
+  cfg->profile_output_dir = o.out_dir + "/" + name;
+  cfg->capture_enabled_for_nc = "0";
+  neuron::NeuronProfiler exporter(cfg);
+  std::string written;
+  profiler::ProfileOptions options;
+  options.activities = {profiler::ProfilerActivity::CPU, profiler::ProfilerActivity::PrivateUse1};
+  options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
+  options.on_trace_ready = [&](profiler::profile& p) { written = exporter.export_trace(p); };
+  options.experimental_config = cfg;
+  profiler::profile prof(options);
+  VariantResult r;
+  r.name = name;
+  prof.start();
+  for (int step = 0; step < 4; ++step) {
+    const int64_t t0 = host_clock::now_ns();
+    r.output = fn(args)[0];
+    if (!device.is_cpu()) neuron::synchronize();
+    if (step == 3) r.host_ms = static_cast<double>(host_clock::now_ns() - t0) / 1e6;
+    prof.step();
+  }
+  prof.stop();
+  fmt::print("\n== {} ==\n", name);
+  profiler::TableOptions table;
+  table.sort_by = device.is_cpu() ? "self_cpu_time_total" : "self_privateuse1_time_total";
+  table.row_limit = o.row_limit;
+  const profiler::KeyAverages averages = prof.key_averages();
+  fmt::print("{}", averages.table(table));
+  for (const profiler::FunctionEventAvg& row : averages.rows()) {
+    if (row.key == "nc_model_switch") r.switches += row.count;
+  }
+  if (!device.is_cpu()) {
+    static_cast<neuron::TraceSummary&>(r) = neuron::last_trace_summary();
+    r.has_device = true;
+  }
+  r.output_dir = written;
+  return r;
+}
+
+// The comparison of the variants' active steps, one row each.
+inline void print_comparison(const std::vector<VariantResult>& results, const RunOptions& o) {
+  fmt::print("\n== comparison (the active step of each profile) ==\n");
+  fmt::print("  {:<9} {:>10} {:>15} {:>15} {:>9} {:>14} {:>10}\n", "variant", "executions", "device busy us",
+             "device span us", "switches", "switch+load us", "host ms*");
+  for (const VariantResult& r : results) {
+    fmt::print("  {:<9} {:>10} {:>15.1f} {:>15.1f} {:>9} {:>14.1f} {:>10.2f}\n", r.name, r.executions, r.busy_us,
+               r.span_us, r.switches, r.overhead_us, r.host_ms);
+  }
+  fmt::print("  * the active step on the modeled host clock, synchronize() included\n");
+  const VariantResult* eager = nullptr;
+  for (const VariantResult& r : results) {
+    if (r.name == "eager") eager = &r;
+  }
+  if (eager != nullptr) {
+    for (const VariantResult& r : results) {
+      if (&r != eager && r.span_us > 0) {
+        fmt::print("  eager / {} device span: {:.2f}x\n", r.name, eager->span_us / r.span_us);
+      }
+    }
+  }
+  if (o.timing_only) {
+    fmt::print("  results not computed (--timing-only): modeled times are the same as a functional run\n");
+  }
+}
+
+// Tolerance of an output against the f32 cpu reference: f32 accumulates in a different order on the
+// device; bf16 rounds every intermediate to 8 bits of mantissa.
+inline double output_tolerance(DType dtype) { return dtype == DType::f32 ? 2e-3 : 1e-1; }
+
+// max |output - reference| for every variant; false when one exceeds the tolerance.
+inline bool check_against_cpu(const std::vector<VariantResult>& results, const Tensor& reference, DType dtype) {
+  bool ok = true;
+  const double tolerance = output_tolerance(dtype);
+  fmt::print("\n== check against the eager model on cpu (f32 reference, same weights) ==\n");
+  for (const VariantResult& r : results) {
+    const double diff = amax(abs(r.output.to(Device::cpu()).to(DType::f32) - reference)).item();
+    const bool pass = std::isfinite(diff) && diff <= tolerance;
+    ok = ok && pass;
+    fmt::print("  {:<9} max |{} - cpu| = {:.3g} (tolerance {:.0e}): {}\n", r.name, r.name, diff, tolerance,
+               pass ? "ok" : "FAILED");
+  }
+  return ok;
+}
+
+// The measured, never modeled, cost of the run.
+inline void print_wall(const std::vector<VariantResult>& results, int64_t wall_start_ns) {
+  std::string simulated;
+  for (size_t i = 0; i < results.size(); ++i) {
+    simulated += fmt::format("{}{} {:.2f} s", i ? ", " : "", results[i].name, results[i].simulation_ms / 1e3);
+  }
+  fmt::print("\nMeasured, not modeled: simulated in {:.2f} s of wall time ({}); the whole run took {:.2f} s.\n",
+             static_cast<double>(neuron::simulation_wall_ns()) / 1e9, simulated,
+             static_cast<double>(host_clock::wall_now_ns() - wall_start_ns) / 1e9);
+  fmt::print("\nProfiles written (open them with `sightline serve DIR`):\n");
+  for (const VariantResult& r : results) fmt::print("  {}\n", r.output_dir);
+}
+
+}  // namespace models
