@@ -1,5 +1,6 @@
 // Element types. 16-bit floats are stored as 16 bits and converted to and from float with
-// round-to-nearest-even, as hardware and PyTorch do.
+// round-to-nearest-even, as hardware and PyTorch do. `boolean` (torch.bool) is one byte, 0 or 1: what
+// comparisons produce and masks are; converting a value to it gives 1 for anything but zero (NaN too).
 #pragma once
 
 #include <bit>
@@ -12,21 +13,27 @@
 
 namespace sightline {
 
-// The dtypes: X(enum name, size in bytes). The enum, its count, sizes and names come from this table.
-#define SIGHTLINE_DTYPE_TABLE(X) X(f32, 4) X(bf16, 2) X(f16, 2) X(i32, 4)
+// The dtypes: X(enum name, size in bytes, printed name). The enum, its count, sizes and names come from
+// this table.
+#define SIGHTLINE_DTYPE_TABLE(X) \
+  X(f32, 4, "f32")               \
+  X(bf16, 2, "bf16")             \
+  X(f16, 2, "f16")               \
+  X(i32, 4, "i32")               \
+  X(boolean, 1, "bool")
 
 enum class DType : uint8_t {
-#define SIGHTLINE_DTYPE_ENUM(name, size) name,
+#define SIGHTLINE_DTYPE_ENUM(name, size, text) name,
   SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_ENUM)
 #undef SIGHTLINE_DTYPE_ENUM
 };
-#define SIGHTLINE_DTYPE_COUNT(name, size) +1
+#define SIGHTLINE_DTYPE_COUNT(name, size, text) +1
 inline constexpr int kDTypeCount = 0 SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_COUNT);
 #undef SIGHTLINE_DTYPE_COUNT
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-#define SIGHTLINE_DTYPE_SIZE(name, size) \
+#define SIGHTLINE_DTYPE_SIZE(name, size, text) \
   case DType::name:                      \
     return size;
     SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_SIZE)
@@ -37,25 +44,27 @@ constexpr size_t dtype_size(DType t) {
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-#define SIGHTLINE_DTYPE_NAME(name, size) \
-  case DType::name:                      \
-    return #name;
+#define SIGHTLINE_DTYPE_NAME(name, size, text) \
+  case DType::name:                            \
+    return text;
     SIGHTLINE_DTYPE_TABLE(SIGHTLINE_DTYPE_NAME)
 #undef SIGHTLINE_DTYPE_NAME
   }
   return "?";
 }
 
-constexpr bool dtype_is_floating(DType t) { return t != DType::i32; }
+constexpr bool dtype_is_floating(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
-// Parses "f32", "float32", "bf16", "bfloat16", "f16", "float16", "half", "i32", "int32".
+// Parses "f32", "float32", "bf16", "bfloat16", "f16", "float16", "half", "i32", "int32", "bool".
 // Throws sightline::Error listing the accepted names otherwise.
 DType dtype_parse(std::string_view name);
 
-// PyTorch-style promotion of two tensor dtypes: the higher category wins (int < float); between
+// PyTorch-style promotion of two tensor dtypes: the higher category wins (bool < int < float); between
 // the two 16-bit floats the result is f32; otherwise the wider type.
 constexpr DType dtype_promote(DType a, DType b) {
   if (a == b) return a;
+  if (a == DType::boolean) return b;
+  if (b == DType::boolean) return a;
   if (a == DType::i32) return b;
   if (b == DType::i32) return a;
   return DType::f32;  // {f32, bf16, f16} pairs that differ: f32 wins, bf16+f16 -> f32
@@ -125,7 +134,14 @@ struct f16 {
   explicit f16(float f) : bits(float_to_f16_bits(f)) {}
   explicit operator float() const { return f16_bits_to_float(bits); }
 };
-static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2);
+// The storage type of DType::boolean: one byte, 0 or 1.
+struct bool8 {
+  uint8_t bits = 0;
+  bool8() = default;
+  explicit bool8(float f) : bits(f != 0.0f) {}  // NaN != 0: true, as bool(nan) in torch
+  explicit operator float() const { return bits != 0 ? 1.0f : 0.0f; }
+};
+static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2 && sizeof(bool8) == 1);
 
 // Element <-> float/double conversions for any storage type.
 template <typename T>
@@ -150,7 +166,7 @@ constexpr double to_double(T v) {
   else return static_cast<double>(static_cast<float>(v));
 }
 
-// Calls fn.template operator()<T>() with T the storage type of `t` (float, bf16, f16, int32_t).
+// Calls fn.template operator()<T>() with T the storage type of `t` (float, bf16, f16, int32_t, bool8).
 template <typename Fn>
 decltype(auto) dtype_visit(DType t, Fn&& fn) {
   switch (t) {
@@ -158,6 +174,7 @@ decltype(auto) dtype_visit(DType t, Fn&& fn) {
     case DType::bf16: return fn.template operator()<bf16>();
     case DType::f16: return fn.template operator()<f16>();
     case DType::i32: return fn.template operator()<int32_t>();
+    case DType::boolean: return fn.template operator()<bool8>();
   }
   return fn.template operator()<float>();
 }

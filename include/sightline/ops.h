@@ -37,10 +37,17 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, none };
 #define SIGHTLINE_OP_TABLE(X)                                                     \
   X(add, "aten::add", 2, elementwise, per_output, 1, false)                       \
   X(sub, "aten::sub", 2, elementwise, per_output, 1, false)                       \
+  X(rsub, "aten::rsub", 2, elementwise, per_output, 1, false)                     \
   X(mul, "aten::mul", 2, elementwise, per_output, 1, false)                       \
   X(div, "aten::div", 2, elementwise, per_output, 1, false)                       \
   X(maximum, "aten::maximum", 2, elementwise, per_output, 1, false)               \
   X(minimum, "aten::minimum", 2, elementwise, per_output, 1, false)               \
+  X(eq, "aten::eq", 2, elementwise, per_output, 1, false)                         \
+  X(ne, "aten::ne", 2, elementwise, per_output, 1, false)                         \
+  X(lt, "aten::lt", 2, elementwise, per_output, 1, false)                         \
+  X(le, "aten::le", 2, elementwise, per_output, 1, false)                         \
+  X(gt, "aten::gt", 2, elementwise, per_output, 1, false)                         \
+  X(ge, "aten::ge", 2, elementwise, per_output, 1, false)                         \
   X(neg, "aten::neg", 1, elementwise, per_output, 1, false)                       \
   X(abs, "aten::abs", 1, elementwise, per_output, 1, false)                       \
   X(exp, "aten::exp", 1, elementwise, per_output, 1, false)                       \
@@ -54,6 +61,9 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, none };
   X(relu, "aten::relu", 1, elementwise, per_output, 1, false)                     \
   X(silu, "aten::silu", 1, elementwise, per_output, 2, false)                     \
   X(gelu, "aten::gelu", 1, elementwise, per_output, 8, false)                     \
+  X(erf, "aten::erf", 1, elementwise, per_output, 1, false)                       \
+  X(sin, "aten::sin", 1, elementwise, per_output, 1, false)                       \
+  X(cos, "aten::cos", 1, elementwise, per_output, 1, false)                       \
   X(to_copy, "aten::_to_copy", 1, elementwise, none, 0, false)                    \
   X(fill, "aten::fill_", 0, elementwise, none, 0, false)                          \
   X(sum, "aten::sum", 1, reduction, per_input, 1, false)                          \
@@ -112,6 +122,17 @@ constexpr bool op_is_unary_elementwise(OpId id) {
 constexpr bool op_is_binary_elementwise(OpId id) {
   return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 2;
 }
+// The comparisons: binary elementwise ops that write bool.
+constexpr bool op_is_comparison(OpId id) {
+  return id == OpId::eq || id == OpId::ne || id == OpId::lt || id == OpId::le || id == OpId::gt || id == OpId::ge;
+}
+
+// gelu's `approximate` argument, as torch names it: "none" is the exact form 0.5 x (1 + erf(x / sqrt(2)))
+// (torch's default), "tanh" the tanh approximation.
+enum class GeluApproximate : uint8_t { none, tanh };
+// Parses "none" or "tanh"; throws sightline::Error naming both otherwise.
+GeluApproximate gelu_approximate_parse(std::string_view name);
+std::string_view gelu_approximate_name(GeluApproximate a);
 
 // Non-tensor arguments of an op. Which fields an op reads is documented at its function below.
 struct OpAttrs {
@@ -125,6 +146,7 @@ struct OpAttrs {
   double eps = 0.0;                       // rms_norm, layer_norm
   DType dtype = DType::f32;               // to_copy
   Device device;                          // copy: the destination device
+  GeluApproximate approximate = GeluApproximate::none;  // gelu
 };
 
 // One op application as the dispatcher, the observer hooks and the kernels see it.
@@ -150,6 +172,14 @@ struct TensorMeta {
 TensorMeta infer_meta(const OpCall& call);
 // Broadcast two shapes (numpy rules) or throw naming `op` and both shapes.
 Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op);
+// torch.result_type: the dtype add(a, b) / add(a, scalar) computes in (a 0-dim tensor or a scalar only
+// raises the category: bool < int < float).
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, double b);
+// The dtype a binary elementwise op's kernels read their operands in (each backend casts a promoted
+// operand to it first, and makes a host scalar a tensor of it): the output dtype, except for the
+// comparisons, which compare in result_type and write bool.
+DType binary_operand_dtype(const OpCall& call, DType out);
 
 // ---- op functions ----
 // Binary elementwise ops broadcast; tensor-scalar forms do not promote the tensor's dtype except
@@ -158,12 +188,29 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, double b);
+// rsub(a, b) = b - a, as torch.rsub: `1.0 - t` is one aten::rsub (the scalar is `b`).
+Tensor rsub(const Tensor& a, const Tensor& b);
+Tensor rsub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, double b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// Comparisons: bool tensors of the broadcast shape, comparing in result_type(a, b) (NaN compares unequal
+// to everything, as in torch).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, double b);
 
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
@@ -177,7 +224,11 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);
-Tensor gelu(const Tensor& x);  // tanh approximation (PyTorch's approximate="tanh")
+// gelu: approximate "none" (torch's default) is the exact erf form, "tanh" the tanh approximation.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor erf(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
 
 // Reductions over `dims` (negative dims count from the end; empty = all dims).
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
@@ -210,7 +261,7 @@ inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
 inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
+inline Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
 inline Tensor operator/(double a, const Tensor& b) { return mul(reciprocal(b), a); }
 inline Tensor operator-(const Tensor& x) { return neg(x); }
 

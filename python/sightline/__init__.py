@@ -15,6 +15,7 @@ package gives it torch's signatures. docs/python.md maps torch's names to sightl
 differs.
 """
 
+import builtins as _builtins
 import functools as _functools
 import os as _os
 import inspect as _inspect
@@ -62,8 +63,10 @@ float32 = float = dtype.f32
 bfloat16 = dtype.bf16
 float16 = half = dtype.f16
 int32 = int = dtype.i32
+bool = dtype.boolean  # noqa: A001  (torch.bool; the builtin is _builtins.bool in this module)
 
-_DTYPE_NAMES = {dtype.f32: "float32", dtype.bf16: "bfloat16", dtype.f16: "float16", dtype.i32: "int32"}
+_DTYPE_NAMES = {dtype.f32: "float32", dtype.bf16: "bfloat16", dtype.f16: "float16", dtype.i32: "int32",
+                dtype.boolean: "bool"}
 dtype.__repr__ = lambda self: "sightline." + _DTYPE_NAMES[self]
 dtype.__str__ = dtype.__repr__
 
@@ -150,7 +153,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
-    if dtype is None and isinstance(fill_value, (bool, type(1))):
+    if dtype is None and isinstance(fill_value, (_builtins.bool, type(1))):
         dtype = int32  # torch infers an integer dtype from an integer fill value
     return _sightline.full(_size((size,)), fill_value, dtype=dtype, device=_device(device))
 
@@ -203,7 +206,7 @@ def randn_like(input, *, dtype=None, device=None):  # noqa: A002
 def tensor(data, *, dtype=None, device=None, requires_grad=False):
     """torch.tensor: a copy of `data` (a nested list, a number, a numpy array or a Tensor).
 
-    Python floats become float32 and Python ints int32 (sightline has no 64-bit dtypes)."""
+    Python floats become float32, Python ints int32 (sightline has no 64-bit dtypes), bools bool."""
     if isinstance(data, Tensor):
         out = data.clone()
     else:
@@ -212,11 +215,11 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False):
         array = np.asarray(data)
         if array.dtype.kind == "f" and array.dtype != np.float16:
             array = array.astype(np.float32)
-        elif array.dtype.kind in "iub":
+        elif array.dtype.kind in "iu":
             if array.size and (array.max() > 2**31 - 1 or array.min() < -(2**31)):
                 raise OverflowError("tensor(): integer values do not fit in int32")
             array = array.astype(np.int32)
-        elif array.dtype.kind != "f":
+        elif array.dtype.kind not in "fb":  # numpy bool stays bool, as torch.tensor([True]) is torch.bool
             raise TypeError(f"tensor(): can't make a tensor from data of numpy dtype {array.dtype}")
         out = from_numpy(array)
     if dtype is not None and dtype != out.dtype:
@@ -373,7 +376,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
     if not isinstance(backend, str):
         raise TypeError("compile: backend must be a string (custom backends are not supported)")
     options = dict(options or {})
-    optimize = bool(options.pop("optimize", True))
+    optimize = _builtins.bool(options.pop("optimize", True))
     cache_dir = str(options.pop("cache_dir", ""))
     if options:
         raise ValueError(f"compile: unknown options {sorted(options)}; accepted: optimize, cache_dir")

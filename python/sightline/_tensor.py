@@ -131,6 +131,7 @@ Tensor.float = lambda self: self.to(DType.f32)
 Tensor.bfloat16 = lambda self: self.to(DType.bf16)
 Tensor.half = lambda self: self.to(DType.f16)
 Tensor.int = lambda self: self.to(DType.i32)
+Tensor.bool = lambda self: self.to(DType.boolean)
 Tensor.type_as = _type_as
 Tensor.is_floating_point = lambda self: self.dtype.is_floating_point
 Tensor.square = lambda self: self * self

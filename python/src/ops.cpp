@@ -48,8 +48,11 @@ Tensor binary_op(OpId op, const Tensor& a, const Tensor& b) {
   return dispatch(op, inputs, kNoAttrs);
 }
 
-// The tensor-scalar forms ops.h declares (add, sub, mul, div).
-bool has_scalar_form(OpId op) { return op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div; }
+// The tensor-scalar forms ops.h declares (add, sub, rsub, mul, div, the comparisons).
+bool has_scalar_form(OpId op) {
+  return op == OpId::add || op == OpId::sub || op == OpId::rsub || op == OpId::mul || op == OpId::div ||
+         op_is_comparison(op);
+}
 
 Tensor binary_scalar_op(OpId op, const Tensor& a, double b) {
   OpAttrs attrs;
@@ -82,7 +85,15 @@ void init_ops(py::module_& m) {
   for (const OpInfo& info : kOpTable) {
     const OpId op = info.id;
     const std::string name(kOpIdNames[static_cast<int>(op)]);
-    if (op_is_unary_elementwise(op) && op != OpId::pow) {  // pow takes its exponent as an attribute
+    if (op == OpId::gelu) {  // torch's approximate="none" | "tanh"
+      auto gelu_fn = [](const Tensor& x, const std::string& approximate) {
+        py::gil_scoped_release release;
+        return gelu(x, approximate);
+      };
+      m.def("gelu", gelu_fn, py::arg("input"), py::arg("approximate") = "none");
+      t.def("gelu", gelu_fn, py::arg("approximate") = "none");
+      generic.append(name);
+    } else if (op_is_unary_elementwise(op) && op != OpId::pow) {  // pow takes its exponent as an attribute
       m.def(name.c_str(), [op](const Tensor& x) { return unary_op(op, x); }, py::arg("input"), release_gil());
       t.def(name.c_str(), [op](const Tensor& x) { return unary_op(op, x); }, release_gil());
       generic.append(name);
@@ -103,7 +114,7 @@ void init_ops(py::module_& m) {
   m.attr("generic_ops") = generic;  // the names bound from the table above
 
   // Python operators, as ops.h's C++ operators define them (a scalar on the left: 2 - x is
-  // add(neg(x), 2), 2 / x is mul(reciprocal(x), 2)).
+  // rsub(x, 2), one aten::rsub as in torch; 2 / x is mul(reciprocal(x), 2)).
   t.def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, py::is_operator(), release_gil())
       .def("__add__", [](const Tensor& a, double b) { return a + b; }, py::is_operator(), release_gil())
       .def("__radd__", [](const Tensor& a, double b) { return b + a; }, py::is_operator(), release_gil())
@@ -121,6 +132,21 @@ void init_ops(py::module_& m) {
       .def("__pow__", [](const Tensor& a, double e) { return pow(a, e); }, py::is_operator(), release_gil())
       .def("__neg__", [](const Tensor& a) { return -a; }, release_gil())
       .def("__abs__", [](const Tensor& a) { return abs(a); }, release_gil());
+  // The comparison operators, as torch's: elementwise bool tensors (x == y, x < 0.5, 0.5 < x).
+  t.def("__eq__", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, py::is_operator(), release_gil())
+      .def("__eq__", [](const Tensor& a, double b) { return eq(a, b); }, py::is_operator(), release_gil())
+      .def("__ne__", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, py::is_operator(), release_gil())
+      .def("__ne__", [](const Tensor& a, double b) { return ne(a, b); }, py::is_operator(), release_gil())
+      .def("__lt__", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, py::is_operator(), release_gil())
+      .def("__lt__", [](const Tensor& a, double b) { return lt(a, b); }, py::is_operator(), release_gil())
+      .def("__le__", [](const Tensor& a, const Tensor& b) { return le(a, b); }, py::is_operator(), release_gil())
+      .def("__le__", [](const Tensor& a, double b) { return le(a, b); }, py::is_operator(), release_gil())
+      .def("__gt__", [](const Tensor& a, const Tensor& b) { return gt(a, b); }, py::is_operator(), release_gil())
+      .def("__gt__", [](const Tensor& a, double b) { return gt(a, b); }, py::is_operator(), release_gil())
+      .def("__ge__", [](const Tensor& a, const Tensor& b) { return ge(a, b); }, py::is_operator(), release_gil())
+      .def("__ge__", [](const Tensor& a, double b) { return ge(a, b); }, py::is_operator(), release_gil());
+  // Defining __eq__ drops the default hash; a tensor hashes by identity, as in torch.
+  t.attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
 
   // The ops with attributes, as functions and methods.
   auto sum_fn = [](const Tensor& x, const py::object& dim, bool keepdim) {

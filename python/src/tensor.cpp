@@ -26,6 +26,7 @@ std::optional<py::dtype> numpy_dtype(DType t) {
     case DType::f16: return py::dtype("float16");
     case DType::i32: return py::dtype::of<int32_t>();
     case DType::bf16: return std::nullopt;  // numpy has no bfloat16
+    case DType::boolean: return py::dtype::of<bool>();  // numpy's bool_: one byte, 0 or 1, as ours
   }
   return std::nullopt;
 }
@@ -40,9 +41,11 @@ Tensor from_numpy(const py::array& array) {
     dtype = DType::f16;
   } else if (array.dtype().is(py::dtype::of<int32_t>())) {
     dtype = DType::i32;
+  } else if (array.dtype().is(py::dtype::of<bool>())) {
+    dtype = DType::boolean;
   } else {
     throw py::type_error("from_numpy: can't convert an array of dtype " + std::string(py::str(array.dtype())) +
-                         "; sightline holds float32, float16, int32 (and bfloat16, which numpy lacks); "
+                         "; sightline holds float32, float16, int32, bool (and bfloat16, which numpy lacks); "
                          "convert first, e.g. array.astype(numpy.float32)");
   }
   if (array.ndim() > kMaxDims) {
@@ -169,6 +172,7 @@ void init_tensor(py::module_& m) {
       .value("bf16", DType::bf16)
       .value("f16", DType::f16)
       .value("i32", DType::i32)
+      .value("boolean", DType::boolean)
       .def_property_readonly("itemsize", [](DType t) { return dtype_size(t); })
       .def_property_readonly("is_floating_point", [](DType t) { return dtype_is_floating(t); })
       .def_property_readonly("name", [](DType t) { return std::string(dtype_name(t)); });
@@ -265,6 +269,7 @@ void init_tensor(py::module_& m) {
                v = x.item();
              }
              if (x.dtype() == DType::i32) return py::int_(static_cast<int64_t>(v));
+             if (x.dtype() == DType::boolean) return py::bool_(v != 0);
              return py::float_(v);
            })
       .def("numpy", &to_numpy)

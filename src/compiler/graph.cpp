@@ -266,6 +266,10 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
       return fmt::format(" {{dim0={}, dim1={}}}", a.dim, a.dim1);
     case OpId::slice:
       return fmt::format(" {{dim={}, start={}, end={}, step={}}}", a.dim, a.start, a.end, a.step);
+    case OpId::gelu:  // the default (exact) form prints nothing
+      return a.approximate == GeluApproximate::none
+                 ? std::string()
+                 : fmt::format(" {{approximate={}}}", gelu_approximate_name(a.approximate));
     default:
       return "";
   }

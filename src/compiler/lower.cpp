@@ -72,8 +72,8 @@ std::optional<Place> apply_view(OpId op, const OpAttrs& at, const Place& in) {
   return std::nullopt;
 }
 
-// Elementwise kernels take operands of the output dtype; the eager backend casts a promoted operand
-// first, as its own op, and so does the lowering.
+// Elementwise kernels take operands of one dtype (the output's; a comparison's binary_operand_dtype);
+// the eager backend casts a promoted operand first, as its own op, and so does the lowering.
 bool casts_inputs(OpId op) {
   return op_is_binary_elementwise(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
 }
@@ -162,9 +162,17 @@ class Lowerer {
         collect_constants(*n.body);
       }
       if (!takes_host_scalar(n)) continue;
-      std::vector<double>& list = constants_[n.meta.dtype].list;
+      std::vector<double>& list = constants_[scalar_dtype(graph, n)].list;
       if (std::find(list.begin(), list.end(), n.attrs.scalar) == list.end()) list.push_back(n.attrs.scalar);
     }
+  }
+
+  // The dtype of a node's host scalar as kernel() passes it: its output's, a comparison's operand dtype.
+  static DType scalar_dtype(const Graph& graph, const Node& n) {
+    if (!op_is_comparison(n.op)) return n.meta.dtype;
+    const TensorMeta& in = graph.nodes[static_cast<size_t>(n.inputs[0])].meta;
+    const Tensor view = view_of(Place{0, 0, TensorDesc::contiguous(in.dtype, in.shape)});
+    return result_type(view, n.attrs.scalar);
   }
 
   Place constant(double value, DType dtype) {
@@ -229,7 +237,7 @@ class Lowerer {
       if (e.meta.dtype != meta.dtype || e.meta.shape != meta.shape) return std::nullopt;
       ActFunc func = ActFunc::identity;
       const bool unary =
-          op_is_unary_elementwise(e.op) && (e.op == OpId::pow || kernels::unary_activation(e.op, func));
+          op_is_unary_elementwise(e.op) && (e.op == OpId::pow || kernels::unary_activation(e.op, e.attrs, func));
       const bool binary = e.op == OpId::add || e.op == OpId::sub || e.op == OpId::mul || e.op == OpId::div;
       if ((!unary && !binary) || std::find(e.inputs.begin(), e.inputs.end(), previous) == e.inputs.end()) {
         return std::nullopt;
@@ -443,24 +451,25 @@ class Lowerer {
             if (e.op == OpId::pow) {
               func = ActFunc::square;  // as the eager kernel: squares exactly
             } else {
-              kernels::unary_activation(e.op, func);
+              kernels::unary_activation(e.op, e.attrs, func);
             }
             builder_.activate(func, y, y);
           }
           continue;
         }
-        const AluOp alu = e.op == OpId::add   ? AluOp::add
-                          : e.op == OpId::sub ? AluOp::subtract
-                          : e.op == OpId::mul ? AluOp::multiply
-                                              : AluOp::divide;
+        kernels::BinaryAlu mapped;
+        const bool has_alu = kernels::binary_alu(e.op, mapped);
+        SIGHTLINE_ASSERT_MSG(has_alu, "{} is a matmul epilogue without an ALU op", op_name(e.op));
+        const AluOp alu = mapped.alu;
         const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
         if (e.attrs.has_scalar) {
-          builder_.tensor_scalar(alu, y, y, t.region(y.partition_start, y.partition_count, 0, 1));
+          builder_.tensor_scalar(alu, y, y, t.region(y.partition_start, y.partition_count, 0, 1),
+                                 /*reverse=*/mapped.swapped);
           continue;
         }
         const device::AccessPattern operand =
             t.region(y.partition_start, y.partition_count, 0, y.dims[0].size);
-        const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
+        const bool chain_first = (e.inputs[0] == index_of(chain[k - 1])) != mapped.swapped;
         builder_.tensor_tensor(alu, y, chain_first ? y : operand, chain_first ? operand : y);
       }
     };
@@ -555,16 +564,23 @@ class Lowerer {
   // Builds the eager kernel of one op application and merges it into the program.
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
                const std::optional<Place>& dst) {
+    // A comparison's operands are cast to the dtype it compares in, every other op's to its output's.
+    DType operand_dtype = meta.dtype;
+    if (op_is_binary_elementwise(op)) {
+      std::vector<Tensor> views;
+      for (const Place& p : operands) views.push_back(view_of(p));
+      operand_dtype = binary_operand_dtype(OpCall{op, views, attrs}, meta.dtype);
+    }
     if (casts_inputs(op)) {
       for (Place& p : operands) {
-        if (p.desc.dtype == meta.dtype) continue;
+        if (p.desc.dtype == operand_dtype) continue;
         OpAttrs cast;
-        cast.dtype = meta.dtype;
-        p = kernel(OpId::to_copy, {p}, cast, {p.desc.shape, meta.dtype}, std::nullopt);
+        cast.dtype = operand_dtype;
+        p = kernel(OpId::to_copy, {p}, cast, {p.desc.shape, operand_dtype}, std::nullopt);
       }
     }
     if (op_is_binary_elementwise(op) && attrs.has_scalar) {
-      operands.push_back(constant(attrs.scalar, meta.dtype));
+      operands.push_back(constant(attrs.scalar, operand_dtype));
       attrs.has_scalar = false;
     }
     const Place out = dst ? *dst : scratch(meta);

@@ -50,23 +50,6 @@ bool needs_stats(OpId op) {
 
 bool needs_work_row(OpId op) { return op == OpId::softmax || op == OpId::log_softmax; }
 
-AluOp binary_alu(OpId op) {
-  switch (op) {
-    case OpId::add:
-      return AluOp::add;
-    case OpId::sub:
-      return AluOp::subtract;
-    case OpId::mul:
-      return AluOp::multiply;
-    case OpId::div:
-      return AluOp::divide;
-    case OpId::maximum:
-      return AluOp::max;
-    default:
-      return AluOp::min;
-  }
-}
-
 // The host scalar as the eager backend sees it: a 0-dim tensor of the op's dtype.
 float scalar_in(double value, DType dtype) {
   const float f = static_cast<float>(value);
@@ -413,15 +396,19 @@ class Emitter {
     };
     const float n = static_cast<float>(p_.cols);
     if (op_is_binary_elementwise(s.op)) {
-      const AluOp alu = binary_alu(s.op);
+      kernels::BinaryAlu mapped;
+      const bool has_alu = kernels::binary_alu(s.op, mapped);
+      SIGHTLINE_ASSERT_MSG(has_alu, "{} passed the row-op check but has no ALU op", op_name(s.op));
+      const AluOp alu = mapped.alu;
+      const bool sw = mapped.swapped;  // alu(b, a)
       if (s.attrs.has_scalar) {
-        b_.tensor_scalar(alu, y, arg(0), scalar_in(s.attrs.scalar, s.meta.dtype));
+        b_.tensor_scalar(alu, y, arg(0), scalar_in(s.attrs.scalar, s.meta.dtype), /*reverse=*/sw);
       } else if (wide(s.args[0]) == wide(s.args[1])) {
-        b_.tensor_tensor(alu, y, arg(0), arg(1));
+        b_.tensor_tensor(alu, y, arg(sw ? 1 : 0), arg(sw ? 0 : 1));
       } else if (wide(s.args[0])) {
-        b_.tensor_scalar(alu, y, arg(0), arg(1));  // the second operand is one scalar per row
+        b_.tensor_scalar(alu, y, arg(0), arg(1), /*reverse=*/sw);  // the second operand is one scalar per row
       } else {
-        b_.tensor_scalar(alu, y, arg(1), arg(0), /*reverse=*/true);
+        b_.tensor_scalar(alu, y, arg(1), arg(0), /*reverse=*/!sw);
       }
       return;
     }
@@ -486,7 +473,7 @@ class Emitter {
       default:
         break;
     }
-    const bool is_activation = kernels::unary_activation(s.op, func);
+    const bool is_activation = kernels::unary_activation(s.op, s.attrs, func);
     SIGHTLINE_ASSERT_MSG(is_activation, "{} passed the row-op check but has no row lowering", op_name(s.op));
     b_.activate(func, y, arg(0));
   }

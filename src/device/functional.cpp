@@ -51,6 +51,9 @@ void decode_run(const uint8_t* src, int64_t stride, int64_t n, DType t, float* o
         out[i] = static_cast<float>(v);
       }
       return;
+    case DType::boolean:
+      for (int64_t i = 0; i < n; ++i) out[i] = src[i * stride] != 0 ? 1.0f : 0.0f;
+      return;
   }
 }
 
@@ -80,6 +83,9 @@ void encode_run(const float* in, int64_t n, DType t, uint8_t* dst, int64_t strid
         const int32_t v = float_to_i32(in[i]);
         std::memcpy(dst + i * stride, &v, 4);
       }
+      return;
+    case DType::boolean:  // nonzero (NaN too) is true, as the CPU reference converts
+      for (int64_t i = 0; i < n; ++i) dst[i * stride] = in[i] != 0.0f ? 1 : 0;
       return;
   }
 }
@@ -132,6 +138,18 @@ void with_alu(AluOp op, Body&& body) {
       return body([](float x, float y) { return std::pow(x, y); });
     case AluOp::bypass:
       return body([](float x, float) { return x; });
+    case AluOp::is_equal:
+      return body([](float x, float y) { return x == y ? 1.0f : 0.0f; });
+    case AluOp::not_equal:
+      return body([](float x, float y) { return x != y ? 1.0f : 0.0f; });
+    case AluOp::is_lt:
+      return body([](float x, float y) { return x < y ? 1.0f : 0.0f; });
+    case AluOp::is_le:
+      return body([](float x, float y) { return x <= y ? 1.0f : 0.0f; });
+    case AluOp::is_gt:
+      return body([](float x, float y) { return x > y ? 1.0f : 0.0f; });
+    case AluOp::is_ge:
+      return body([](float x, float y) { return x >= y ? 1.0f : 0.0f; });
   }
 }
 
@@ -186,6 +204,15 @@ void apply_activation(ActFunc func, const float* in, float scale, float bias, fl
       return map_unary(in, scale, bias, out, n, [](float x) { return std::fabs(x); });
     case ActFunc::neg:
       return map_unary(in, scale, bias, out, n, [](float x) { return -x; });
+    case ActFunc::erf:
+      return map_unary(in, scale, bias, out, n, [](float x) { return std::erf(x); });
+    case ActFunc::gelu:  // the exact (erf) form
+      return map_unary(in, scale, bias, out, n,
+                       [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); });
+    case ActFunc::sin:
+      return map_unary(in, scale, bias, out, n, [](float x) { return std::sin(x); });
+    case ActFunc::cos:
+      return map_unary(in, scale, bias, out, n, [](float x) { return std::cos(x); });
   }
 }
 

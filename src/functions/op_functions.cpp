@@ -48,12 +48,26 @@ Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::add, a, b); }
 Tensor add(const Tensor& a, double b) { return binary_scalar(OpId::add, a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpId::sub, a, b); }
 Tensor sub(const Tensor& a, double b) { return binary_scalar(OpId::sub, a, b); }
+Tensor rsub(const Tensor& a, const Tensor& b) { return binary(OpId::rsub, a, b); }
+Tensor rsub(const Tensor& a, double b) { return binary_scalar(OpId::rsub, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::mul, a, b); }
 Tensor mul(const Tensor& a, double b) { return binary_scalar(OpId::mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(OpId::div, a, b); }
 Tensor div(const Tensor& a, double b) { return binary_scalar(OpId::div, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpId::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpId::minimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary(OpId::eq, a, b); }
+Tensor eq(const Tensor& a, double b) { return binary_scalar(OpId::eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary(OpId::ne, a, b); }
+Tensor ne(const Tensor& a, double b) { return binary_scalar(OpId::ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary(OpId::lt, a, b); }
+Tensor lt(const Tensor& a, double b) { return binary_scalar(OpId::lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary(OpId::le, a, b); }
+Tensor le(const Tensor& a, double b) { return binary_scalar(OpId::le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary(OpId::gt, a, b); }
+Tensor gt(const Tensor& a, double b) { return binary_scalar(OpId::gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary(OpId::ge, a, b); }
+Tensor ge(const Tensor& a, double b) { return binary_scalar(OpId::ge, a, b); }
 
 Tensor neg(const Tensor& x) { return unary(OpId::neg, x); }
 Tensor abs(const Tensor& x) { return unary(OpId::abs, x); }
@@ -67,7 +81,15 @@ Tensor tanh(const Tensor& x) { return unary(OpId::tanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary(OpId::sigmoid, x); }
 Tensor relu(const Tensor& x) { return unary(OpId::relu, x); }
 Tensor silu(const Tensor& x) { return unary(OpId::silu, x); }
-Tensor gelu(const Tensor& x) { return unary(OpId::gelu, x); }
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  OpAttrs attrs;
+  attrs.approximate = gelu_approximate_parse(approximate);
+  const Tensor inputs[] = {x};
+  return dispatch(OpId::gelu, inputs, attrs);
+}
+Tensor erf(const Tensor& x) { return unary(OpId::erf, x); }
+Tensor sin(const Tensor& x) { return unary(OpId::sin, x); }
+Tensor cos(const Tensor& x) { return unary(OpId::cos, x); }
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::sum, x, dims, keepdim); }
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::mean, x, dims, keepdim); }

@@ -18,6 +18,7 @@ enum class Mode { integer, fixed, scientific };
 struct Printer {
   const Tensor& t;  // contiguous f32 copy on the host (or i32)
   bool is_int;
+  bool is_bool;  // prints True / False, as torch does
   bool summarize;
   Mode mode = Mode::fixed;
   size_t width = 1;
@@ -25,6 +26,7 @@ struct Printer {
   Dims strides;
 
   std::string number(double v) const {
+    if (is_bool) return v != 0 ? "True" : "False";
     if (is_int) return fmt::format("{}", static_cast<int64_t>(v));
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -73,9 +75,10 @@ struct Printer {
 std::string Tensor::to_string() const {
   if (!defined()) return "tensor(undefined)";
   const bool is_int = dtype() == DType::i32;
+  const bool is_bool = dtype() == DType::boolean;
   Tensor host = to(Device::cpu()).contiguous();
   if (!is_int && dtype() != DType::f32) host = host.to(DType::f32);
-  Printer p{host, is_int, numel() > kSummarizeThreshold, Mode::fixed, 1, {}, {}};
+  Printer p{host, is_int, is_bool, numel() > kSummarizeThreshold, Mode::fixed, 1, {}, {}};
   p.values.resize(static_cast<size_t>(numel()));
   if (is_int) {
     const int32_t* src = host.data<int32_t>();
@@ -85,7 +88,7 @@ std::string Tensor::to_string() const {
     for (size_t i = 0; i < p.values.size(); ++i) p.values[i] = src[i];
   }
   p.strides = contiguous_strides(shape());
-  if (!is_int) {
+  if (!is_int && !is_bool) {
     double max_abs = 0, min_abs = INFINITY;
     bool all_integral = true;
     for (double v : p.values) {
@@ -111,7 +114,9 @@ std::string Tensor::to_string() const {
     p.recurse(out, 0, 0, 7);
   }
   std::vector<std::string> suffix;
-  if (dtype() != DType::f32 && dtype() != DType::i32) suffix.push_back(fmt::format("dtype={}", dtype()));
+  // torch names no dtype for the ones a literal implies (float32, int64, bool); sightline's int is i32.
+  if (dtype() != DType::f32 && dtype() != DType::i32 && dtype() != DType::boolean)
+    suffix.push_back(fmt::format("dtype={}", dtype()));
   if (dtype() == DType::i32) suffix.push_back("dtype=i32");
   if (!device().is_cpu()) suffix.push_back(fmt::format("device='{}'", device()));
   if (numel() == 0) suffix.push_back(fmt::format("size={}", shape()));

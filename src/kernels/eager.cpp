@@ -35,6 +35,8 @@ std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const 
   key += fmt::format("|s={}:{}|dims={}|k={}|d={},{}|sl={},{},{}|eps={}|t={}", attrs.scalar, attrs.has_scalar,
                      attrs.dims, attrs.keepdim, attrs.dim, attrs.dim1, attrs.start, attrs.end, attrs.step,
                      attrs.eps, dtype_name(attrs.dtype));
+  if (attrs.approximate != GeluApproximate::none)
+    key += fmt::format("|approximate={}", gelu_approximate_name(attrs.approximate));
   return key;
 }
 

@@ -9,19 +9,6 @@
 namespace sightline::kernels {
 namespace {
 
-AluOp binary_alu(OpId op) {
-  switch (op) {
-    case OpId::add: return AluOp::add;
-    case OpId::sub: return AluOp::subtract;
-    case OpId::mul: return AluOp::multiply;
-    case OpId::div: return AluOp::divide;
-    case OpId::maximum: return AluOp::max;
-    case OpId::minimum: return AluOp::min;
-    default: break;
-  }
-  fail("{} is not a binary elementwise op", op_name(op));
-}
-
 LoopNest out_nest(const EagerContext& c) {
   LoopNest nest;
   nest.sizes.assign(c.out.shape.begin(), c.out.shape.end());
@@ -41,7 +28,10 @@ struct RowCache {
 
 void build_binary(EagerContext& c) {
   KernelBuilder& b = c.b;
-  const AluOp alu = binary_alu(c.op);
+  BinaryAlu mapped;
+  SIGHTLINE_CHECK(binary_alu(c.op, mapped), "{} is not a binary elementwise op", op_name(c.op));
+  const AluOp alu = mapped.alu;
+  const bool sw = mapped.swapped;  // alu(b, a)
   const DType in_dtype[2] = {c.inputs[0].dtype, c.inputs[1].dtype};
   TilePool out_pool = b.pool("out", c.out.dtype, kStreamFree, 3);
   TilePool in_pool[2] = {b.pool("a", in_dtype[0], kStreamFree, 3), b.pool("b", in_dtype[1], kStreamFree, 3)};
@@ -79,11 +69,11 @@ void build_binary(EagerContext& c) {
     }
     const AccessPattern y = out_pool.next().region(0, p, 0, blk.free);
     if (load_full[0] && load_full[1]) {
-      b.tensor_tensor(alu, y, tile_of[0], tile_of[1]);
+      b.tensor_tensor(alu, y, tile_of[sw ? 1 : 0], tile_of[sw ? 0 : 1]);
     } else if (load_full[0]) {
-      b.tensor_scalar(alu, y, tile_of[0], tile_of[1]);
+      b.tensor_scalar(alu, y, tile_of[0], tile_of[1], /*reverse=*/sw);
     } else {
-      b.tensor_scalar(alu, y, tile_of[1], tile_of[0], /*reverse=*/true);
+      b.tensor_scalar(alu, y, tile_of[1], tile_of[0], /*reverse=*/!sw);
     }
     b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
   });
@@ -93,7 +83,7 @@ void build_unary(EagerContext& c) {
   KernelBuilder& b = c.b;
   const DType in_dtype = c.inputs[0].dtype;
   ActFunc func = ActFunc::identity;
-  const bool is_activation = unary_activation(c.op, func);
+  const bool is_activation = unary_activation(c.op, c.attrs, func);
   SIGHTLINE_CHECK(is_activation || c.op == OpId::pow, "{} is not a unary elementwise op", op_name(c.op));
   const float exponent = static_cast<float>(c.attrs.scalar);
   TilePool in_pool = b.pool("x", in_dtype, kStreamFree, 3);

@@ -10,19 +10,41 @@ namespace {
 
 bool is_integral(double v) { return v == static_cast<double>(static_cast<int64_t>(v)); }
 
+// Type categories, as PyTorch orders them: bool < integer < floating point.
+int category(DType t) { return t == DType::boolean ? 0 : dtype_is_floating(t) ? 2 : 1; }
+
 // PyTorch's rule: dimensioned tensors decide the result; a 0-dim tensor only raises the category
-// (int -> float), as a Python scalar does.
+// (bool -> int -> float), as a Python scalar does.
 DType promote_tensors(const Tensor& a, const Tensor& b) {
   const bool a0 = a.dim() == 0, b0 = b.dim() == 0;
   if (a0 == b0) return dtype_promote(a.dtype(), b.dtype());
   const Tensor& dimensioned = a0 ? b : a;
   const Tensor& zero_dim = a0 ? a : b;
-  if (!dtype_is_floating(dimensioned.dtype()) && dtype_is_floating(zero_dim.dtype())) return zero_dim.dtype();
+  if (category(zero_dim.dtype()) > category(dimensioned.dtype())) return zero_dim.dtype();
   return dimensioned.dtype();
 }
 
+// A Python scalar: an integral one is an int, any other a float.
 DType promote_scalar(DType t, double scalar) {
-  return (!dtype_is_floating(t) && !is_integral(scalar)) ? DType::f32 : t;
+  const DType scalar_type = is_integral(scalar) ? DType::i32 : DType::f32;
+  return category(scalar_type) > category(t) ? scalar_type : t;
+}
+
+// Bool tensors are masks: what reads them is listed here; arithmetic on them is an error that says how
+// to cast, instead of torch's mix of bool results, integer results and errors.
+bool reads_bool(OpId op) {
+  return op_is_comparison(op) || op == OpId::to_copy || op == OpId::contiguous || op == OpId::copy ||
+         op == OpId::cat || op_info(op).is_view;
+}
+
+void check_no_bool(const OpCall& call) {
+  if (reads_bool(call.op)) return;
+  for (const Tensor& t : call.inputs) {
+    SIGHTLINE_CHECK(!t.defined() || t.dtype() != DType::boolean,
+                    "{}: got a bool tensor ({}); bool tensors are masks for comparisons and where/masked_fill: "
+                    "cast with .to(DType::f32) or .to(DType::i32) to compute with it",
+                    op_name(call.op), t.describe());
+  }
 }
 
 DType float_result(DType t) { return dtype_is_floating(t) ? t : DType::f32; }
@@ -73,6 +95,15 @@ TensorMeta matmul_meta(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+DType result_type(const Tensor& a, const Tensor& b) { return promote_tensors(a, b); }
+DType result_type(const Tensor& a, double b) { return promote_scalar(a.dtype(), b); }
+
+DType binary_operand_dtype(const OpCall& call, DType out) {
+  if (!op_is_comparison(call.op)) return out;
+  if (call.attrs.has_scalar) return result_type(call.inputs[0], call.attrs.scalar);
+  return result_type(call.inputs[0], call.inputs[1]);
+}
+
 Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op) {
   const int n = std::max(a.size(), b.size());
   Dims out = Dims::filled(n, 1);
@@ -96,10 +127,12 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
   if (info.arity >= 1) {
     SIGHTLINE_CHECK(in.size() >= 1 && in[0].defined(), "{}: the first input is undefined", info.name);
   }
+  check_no_bool(call);
   if (op_is_binary_elementwise(call.op)) {
     if (at.has_scalar) {
       DType t = promote_scalar(in[0].dtype(), at.scalar);
       if (call.op == OpId::div) t = float_result(t);
+      if (op_is_comparison(call.op)) t = DType::boolean;
       return {in[0].shape(), t};
     }
     SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "{}: the second input is undefined", info.name);
@@ -108,6 +141,7 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
                     in[0].device(), in[1].device());
     DType t = promote_tensors(in[0], in[1]);
     if (call.op == OpId::div) t = float_result(t);
+    if (op_is_comparison(call.op)) t = DType::boolean;
     return {broadcast_shapes(in[0].shape(), in[1].shape(), info.name), t};
   }
   switch (call.op) {
@@ -126,6 +160,9 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
     case OpId::sigmoid:
     case OpId::silu:
     case OpId::gelu:
+    case OpId::erf:
+    case OpId::sin:
+    case OpId::cos:
       return {in[0].shape(), float_result(in[0].dtype())};
     case OpId::to_copy:
       return {in[0].shape(), at.dtype};

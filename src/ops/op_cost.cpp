@@ -1,6 +1,15 @@
+#include "sightline/error.h"
 #include "sightline/ops.h"
 
 namespace sightline {
+
+GeluApproximate gelu_approximate_parse(std::string_view name) {
+  if (name == "none") return GeluApproximate::none;
+  if (name == "tanh") return GeluApproximate::tanh;
+  fail("aten::gelu: approximate must be 'none' (the exact erf form) or 'tanh', got '{}'", name);
+}
+
+std::string_view gelu_approximate_name(GeluApproximate a) { return a == GeluApproximate::tanh ? "tanh" : "none"; }
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {

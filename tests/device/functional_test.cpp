@@ -154,6 +154,10 @@ TEST(DeviceFunctional, ActivationFunctionsWithScaleBiasAndAccumulate) {
       {ActFunc::square, [](double x) { return x * x; }},
       {ActFunc::abs, [](double x) { return std::fabs(x); }},
       {ActFunc::neg, [](double x) { return -x; }},
+      {ActFunc::erf, [](double x) { return std::erf(x); }},
+      {ActFunc::gelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+      {ActFunc::sin, [](double x) { return std::sin(x); }},
+      {ActFunc::cos, [](double x) { return std::cos(x); }},
   };
   static_assert(std::size(funcs) == kActFuncCount, "every activation function is tested");
   for (const auto& [func, ref] : funcs) {

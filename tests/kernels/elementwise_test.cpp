@@ -4,7 +4,7 @@
 namespace sightline::kernel_tests {
 namespace {
 
-const OpId kBinary[] = {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum};
+const OpId kBinary[] = {OpId::add, OpId::sub, OpId::rsub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum};
 
 TEST(EagerElementwise, BinarySameShapeNotMultipleOf128) {
   for (OpId op : kBinary) {
@@ -65,6 +65,56 @@ TEST(EagerElementwise, Unary) {
   check_op(OpId::neg, {random_ints({50, 50})}, {}, 0);
   check_op(OpId::relu, {random_ints({50, 50})}, {}, 0);
   check_op(OpId::sigmoid, {random({300, 200}).transpose(0, 1)});
+}
+
+// The Scalar-engine functions issue #18 added: erf, gelu's exact (erf) form and its tanh form, sin, cos.
+TEST(EagerElementwise, ErfGeluSinCos) {
+  for (OpId op : {OpId::erf, OpId::gelu, OpId::sin, OpId::cos}) {
+    SCOPED_TRACE(std::string(op_name(op)));
+    check_op(op, {random({131, 200})});
+    check_op(op, {random({64, 40}, DType::bf16)});
+    check_op(op, {random({300, 70}).transpose(0, 1)});
+  }
+  OpAttrs tanh_form;
+  tanh_form.approximate = GeluApproximate::tanh;
+  check_op(OpId::gelu, {random({131, 200})}, tanh_form);
+  check_op(OpId::gelu, {random({64, 40}, DType::f16)}, tanh_form);
+  check_op(OpId::sin, {random_ints({40, 30})});  // i32 -> f32, cast on the device first
+  // The two forms lower to different activation functions, so they must not share a cached kernel.
+  const Tensor x = random({4, 8});
+  const kernels::TensorDesc d = kernels::TensorDesc::of(x);
+  EXPECT_NE(kernels::eager_kernel_key(OpId::gelu, {&d, 1}, OpAttrs{}, d),
+            kernels::eager_kernel_key(OpId::gelu, {&d, 1}, tanh_form, d));
+}
+
+// rsub(a, b) = b - a with the operands in every layout build_binary distinguishes: both full tiles, a
+// per-row column on either side, a 0-dim scalar (what `1.0 - t` sends) on either side.
+TEST(EagerElementwise, RsubSwapsTheOperands) {
+  check_op(OpId::rsub, {random({130, 257}), random({130, 257})});
+  check_op(OpId::rsub, {random({130, 257}), random({130, 1})});
+  check_op(OpId::rsub, {random({130, 1}), random({130, 257})});
+  check_op(OpId::rsub, {random({130, 257}), random({})});
+  check_op(OpId::rsub, {random({}), random({3, 70})});
+  check_op(OpId::rsub, {random({130, 257}), random({257})});
+  check_op(OpId::rsub, {random_ints({40, 33}), random_ints({40, 33})}, {}, 0);
+}
+
+// The comparisons on the Vector engine write bool (1.0 / 0.0 rounded into one byte by the store) and
+// compare in the operands' dtype: bf16 operands stay bf16, an i32 one against an f32 0-dim goes f32.
+TEST(EagerElementwise, ComparisonsWriteBool) {
+  for (OpId op : {OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge}) {
+    SCOPED_TRACE(std::string(op_name(op)));
+    const Tensor a = random({130, 257});
+    check_op(op, {a, random({130, 257})}, {}, 0);
+    check_op(op, {a, a}, {}, 0);  // every element equal
+    check_op(op, {a, random({257})}, {}, 0);
+    check_op(op, {random({130, 1}), a}, {}, 0);
+    check_op(op, {a, random({})}, {}, 0);
+    check_op(op, {random({64, 40}, DType::bf16), random({64, 40}, DType::bf16)}, {}, 0);
+    check_op(op, {random_ints({40, 33}), random_ints({40, 33})}, {}, 0);
+    check_op(op, {random_ints({40, 33}), random({})}, {}, 0);
+    check_op(op, {a.transpose(0, 1), random({257, 130})}, {}, 0);
+  }
 }
 
 TEST(EagerElementwise, Pow) {

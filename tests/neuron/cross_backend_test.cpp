@@ -20,6 +20,7 @@ double tolerance(DType t) {
     case DType::bf16: return 2e-2;
     case DType::f16: return 3e-3;
     case DType::i32: return 0;
+    case DType::boolean: return 0;
   }
   return 0;
 }
@@ -81,7 +82,7 @@ class CrossBackend : public ::testing::TestWithParam<DType> {
 TEST_P(CrossBackend, Elementwise) {
   const std::vector<std::pair<Dims, Dims>> shapes = {
       {{130, 70}, {130, 70}}, {{130, 70}, {70}}, {{130, 70}, {130, 1}}, {{3, 1}, {1, 4}}, {{2, 3, 5}, {}}};
-  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum}) {
+  for (OpId op : {OpId::add, OpId::sub, OpId::rsub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum}) {
     for (const auto& [sa, sb] : shapes) {
       const Pair a = input(sa, dtype(), g_), b = input(sb, dtype(), g_, op == OpId::div);
       const Tensor ci[] = {a.cpu, b.cpu}, di[] = {a.dev, b.dev};
@@ -104,6 +105,25 @@ TEST_P(CrossBackend, Elementwise) {
     attrs.scalar = 2.0;  // pow's exponent
     const Tensor ci[] = {a.cpu}, di[] = {a.dev};
     expect_same(dispatch(info.id, di, attrs), dispatch(info.id, ci, attrs), std::string(info.name), 2);
+  }
+  for (OpId op : {OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge}) {
+    const Pair a = input({130, 70}, dtype(), g_), b = input({70}, dtype(), g_);
+    const Tensor ci[] = {a.cpu, b.cpu}, di[] = {a.dev, b.dev};
+    expect_same(dispatch(op, di, {}), dispatch(op, ci, {}), fmt::format("{} broadcast", op_name(op)));
+    const Tensor ca[] = {a.cpu, a.cpu}, da[] = {a.dev, a.dev};
+    expect_same(dispatch(op, da, {}), dispatch(op, ca, {}), fmt::format("{} equal operands", op_name(op)));
+    // A fractional host scalar: an i32 tensor compares in f32, a 16-bit one in its own dtype.
+    OpAttrs s;
+    s.scalar = 0.25;
+    s.has_scalar = true;
+    const Tensor c1[] = {a.cpu}, d1[] = {a.dev};
+    expect_same(dispatch(op, d1, s), dispatch(op, c1, s), fmt::format("{} scalar", op_name(op)));
+    expect_same(a.dev.to(DType::boolean), a.cpu.to(DType::boolean), "to bool");
+  }
+  {
+    const Pair a = input({130, 77}, dtype(), g_);
+    expect_same(gelu(a.dev, "tanh"), gelu(a.cpu, "tanh"), "gelu tanh", 2);
+    expect_same(1.0 - a.dev, 1.0 - a.cpu, "1 - x (aten::rsub, the scalar copied to the device)");
   }
   for (DType target : {DType::f32, DType::bf16, DType::i32}) {
     const Pair a = input({50, 3}, dtype(), g_);

@@ -25,6 +25,7 @@ Tolerance tolerance(DType t) {
     case DType::bf16: return {2e-2, 1.6e-2};
     case DType::f16: return {2e-3, 2e-3};
     case DType::i32: return {0, 0};
+    case DType::boolean: return {0, 0};
   }
   return {0, 0};
 }
@@ -97,6 +98,7 @@ TEST_P(OpReference, BinaryWithBroadcasting) {
   const std::vector<std::pair<OpId, std::function<double(double, double)>>> ops = {
       {OpId::add, [](double a, double b) { return a + b; }},
       {OpId::sub, [](double a, double b) { return a - b; }},
+      {OpId::rsub, [](double a, double b) { return b - a; }},
       {OpId::mul, [](double a, double b) { return a * b; }},
       {OpId::div, [](double a, double b) { return a / b; }},
       {OpId::maximum, [](double a, double b) { return std::max(a, b); }},
@@ -127,6 +129,47 @@ TEST_P(OpReference, BinaryWithBroadcasting) {
   }
 }
 
+// The comparisons write bool; they compare in result_type(a, b), so an integer tensor against 0.25
+// compares as f32 and a tensor of 16-bit floats against 0.25 compares in its own dtype.
+TEST_P(OpReference, ComparisonsWriteBool) {
+  const std::vector<std::pair<OpId, std::function<double(double, double)>>> ops = {
+      {OpId::eq, [](double a, double b) { return a == b ? 1.0 : 0.0; }},
+      {OpId::ne, [](double a, double b) { return a != b ? 1.0 : 0.0; }},
+      {OpId::lt, [](double a, double b) { return a < b ? 1.0 : 0.0; }},
+      {OpId::le, [](double a, double b) { return a <= b ? 1.0 : 0.0; }},
+      {OpId::gt, [](double a, double b) { return a > b ? 1.0 : 0.0; }},
+      {OpId::ge, [](double a, double b) { return a >= b ? 1.0 : 0.0; }}};
+  const std::vector<std::pair<Dims, Dims>> shapes = {{{3, 5}, {3, 5}}, {{3, 5}, {5}}, {{3, 1}, {1, 4}},
+                                                     {{1, 130}, {}}};
+  for (const auto& [op, f] : ops) {
+    for (const auto& [sa, sb] : shapes) {
+      const Tensor a = in(sa);
+      // Half the elements of b equal a's where the shapes agree, so eq/le/ge see equal pairs too.
+      Tensor b = in(sb);
+      if (sa == sb) b = cat({a.slice(1, 0, 2), b.slice(1, 2, sb[1])}, 1);
+      const Tensor ab[] = {a, b};
+      const Tensor out = dispatch(op, ab, OpAttrs{});
+      ASSERT_EQ(out.dtype(), DType::boolean) << op_name(op);
+      expect_close(out, ref_binary(to_ref(a), to_ref(b), f), DType::boolean,
+                   fmt::format("{} {} {}", op_name(op), sa, sb));
+    }
+    for (double scalar : {0.0, 0.25}) {
+      const Tensor a = in({3, 5});
+      OpAttrs attrs;
+      attrs.scalar = scalar;
+      attrs.has_scalar = true;
+      const Tensor only_a[] = {a};
+      const Tensor out = dispatch(op, only_a, attrs);
+      ASSERT_EQ(out.dtype(), DType::boolean);
+      // The scalar is rounded to the dtype the comparison runs in, as torch does.
+      const DType t = result_type(a, scalar);
+      const double s = round_to(Ref{{}, {scalar}}, t).v[0];
+      expect_close(out, ref_binary(to_ref(a), Ref{{}, {s}}, f), DType::boolean,
+                   fmt::format("{} {} scalar {}", op_name(op), dtype_name(dtype()), scalar));
+    }
+  }
+}
+
 TEST_P(OpReference, Unary) {
   struct U {
     OpId op;
@@ -146,9 +189,10 @@ TEST_P(OpReference, Unary) {
       {OpId::tanh, [](double x) { return std::tanh(x); }, false, true},
       {OpId::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, false, true},
       {OpId::silu, [](double x) { return x / (1 + std::exp(-x)); }, false, true},
-      {OpId::gelu,
-       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, false,
-       true}};
+      {OpId::gelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, false, true},
+      {OpId::erf, [](double x) { return std::erf(x); }, false, true},
+      {OpId::sin, [](double x) { return std::sin(x); }, false, true},
+      {OpId::cos, [](double x) { return std::cos(x); }, false, true}};
   for (const U& u : ops) {
     for (const Dims& shape : kShapes) {
       const Tensor x = in(shape, u.positive);
@@ -158,6 +202,18 @@ TEST_P(OpReference, Unary) {
       ASSERT_EQ(out.dtype(), out_t) << op_name(u.op);
       expect_close(out, round_to(ref_unary(to_ref(x), u.f), out_t), out_t, fmt::format("{} {}", op_name(u.op), shape));
     }
+  }
+  // gelu's tanh approximation.
+  for (const Dims& shape : kShapes) {
+    const Tensor x = in(shape);
+    const DType out_t = floating() ? dtype() : DType::f32;
+    expect_close(gelu(x, "tanh"),
+                 round_to(ref_unary(to_ref(x),
+                                    [](double v) {
+                                      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+                                    }),
+                          out_t),
+                 out_t, fmt::format("gelu tanh {}", shape));
   }
   for (double e : {2.0, 3.0, 0.5}) {
     const Tensor x = in({3, 5}, true);
@@ -301,10 +357,11 @@ TEST(OpReferenceLarge, ParallelPathsMatchReference) {
 // Every op of the table is covered by a case above (or, for copy, by the cross-device tests).
 TEST(OpReferenceCoverage, EveryOpHasACase) {
   const std::set<OpId> covered = {
-      OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum, OpId::neg, OpId::abs, OpId::exp,
-      OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid, OpId::relu,
-      OpId::silu, OpId::gelu, OpId::to_copy, OpId::fill, OpId::sum, OpId::mean, OpId::amax, OpId::softmax,
-      OpId::log_softmax, OpId::matmul, OpId::linear, OpId::rms_norm, OpId::layer_norm, OpId::contiguous,
+      OpId::add, OpId::sub, OpId::rsub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum, OpId::neg, OpId::abs,
+      OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge, OpId::exp, OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid,
+      OpId::relu, OpId::silu, OpId::gelu, OpId::erf, OpId::sin, OpId::cos, OpId::to_copy, OpId::fill, OpId::sum,
+      OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::matmul, OpId::linear, OpId::rms_norm,
+      OpId::layer_norm, OpId::contiguous,
       OpId::copy /* backend_test: Registry.CustomBackendRegistersLikeCpu */, OpId::cat, OpId::embedding, OpId::view,
       OpId::reshape, OpId::transpose, OpId::permute, OpId::slice, OpId::expand, OpId::unsqueeze,
       OpId::squeeze /* core_test: Tensor.ViewsShareStorage */};

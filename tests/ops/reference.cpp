@@ -183,6 +183,7 @@ Ref round_to(const Ref& r, DType dtype) {
       case DType::f16: v = f16_bits_to_float(float_to_f16_bits(static_cast<float>(v))); break;
       case DType::f32: v = static_cast<float>(v); break;
       case DType::i32: break;
+      case DType::boolean: v = v != 0 ? 1 : 0; break;
     }
   }
   return out;

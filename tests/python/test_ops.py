@@ -15,16 +15,20 @@ RNG = np.random.default_rng(5)
 A = RNG.standard_normal((4, 32)).astype(np.float32)
 B = RNG.standard_normal((4, 32)).astype(np.float32)
 POS = (np.abs(A) + 0.5).astype(np.float32)
+_erf = np.vectorize(math.erf)
 
 UNARY = {
     "neg": (np.negative, A), "abs": (np.abs, A), "exp": (np.exp, A), "log": (np.log, POS),
     "sqrt": (np.sqrt, POS), "rsqrt": (lambda v: 1 / np.sqrt(v), POS), "reciprocal": (lambda v: 1 / v, POS),
     "tanh": (np.tanh, A), "sigmoid": (lambda v: 1 / (1 + np.exp(-v)), A), "relu": (lambda v: np.maximum(v, 0), A),
     "silu": (lambda v: v / (1 + np.exp(-v)), A),
-    "gelu": (lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))), A),
+    "gelu": (lambda v: 0.5 * v * (1 + _erf(v / math.sqrt(2))), A),  # torch's default, approximate="none"
+    "erf": (_erf, A), "sin": (np.sin, A), "cos": (np.cos, A),
 }
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
-          "minimum": np.minimum}
+BINARY = {"add": np.add, "sub": np.subtract, "rsub": lambda a, b: b - a, "mul": np.multiply, "div": np.divide,
+          "maximum": np.maximum, "minimum": np.minimum}
+COMPARISONS = {"eq": ("__eq__", np.equal), "ne": ("__ne__", np.not_equal), "lt": ("__lt__", np.less),
+               "le": ("__le__", np.less_equal), "gt": ("__gt__", np.greater), "ge": ("__ge__", np.greater_equal)}
 
 
 def close(actual, expected, tol=2e-5):
@@ -34,7 +38,8 @@ def close(actual, expected, tol=2e-5):
 def test_every_elementwise_op_of_the_table_is_bound():
     table = {op["name"] for op in torch.op_table if op["kind"] == "elementwise" and op["arity"] in (1, 2)}
     assert table - {"pow", "to_copy"} == set(_sightline.generic_ops)
-    assert set(UNARY) | set(BINARY) == set(_sightline.generic_ops)  # so the numeric checks cover them all
+    # so the numeric checks cover them all
+    assert set(UNARY) | set(BINARY) | set(COMPARISONS) == set(_sightline.generic_ops)
     assert {op["profiler_name"] for op in torch.op_table} >= {"aten::mul", "aten::rms_norm", "aten::view"}
 
 
@@ -52,6 +57,19 @@ def test_unary_ops_match_numpy(device, name):
 def test_binary_ops_match_numpy_with_broadcast(device, name):
     x, y = torch.from_numpy(A).to(device), torch.from_numpy(B[:1]).to(device)
     close(getattr(torch, name)(x, y), BINARY[name](A, B[:1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_forms_and_rsub_scalar(device):
+    x = torch.from_numpy(A).to(device)
+    tanh_form = 0.5 * A * (1 + np.tanh(math.sqrt(2 / math.pi) * (A + 0.044715 * A**3)))
+    close(F.gelu(x, approximate="tanh"), tanh_form, tol=1e-4)
+    close(x.gelu(approximate="tanh"), tanh_form, tol=1e-4)
+    close(F.gelu(x), 0.5 * A * (1 + _erf(A / math.sqrt(2))), tol=1e-4)
+    with pytest.raises(ValueError, match="approximate"):
+        F.gelu(x, approximate="fast")
+    close(torch.rsub(x, 2.0), 2.0 - A)
+    close(x.rsub(2.0), 2.0 - A)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -143,3 +161,34 @@ def test_scaled_dot_product_attention(device):
     args = [torch.from_numpy(a).to(device) for a in (q, k, v, mask)]
     close(F.scaled_dot_product_attention(*args[:3], attn_mask=args[3]), expected, tol=1e-4)
     close(torch.bmm(args[0], args[1].transpose(1, 2)), q @ k.transpose(0, 2, 1), tol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_comparisons_give_bool_tensors(device):
+    x, y = torch.from_numpy(A).to(device), torch.from_numpy(B).to(device)
+    for name, (op, fn) in COMPARISONS.items():
+        expected = fn(A, B)
+        out = getattr(x, op)(y)
+        assert out.dtype == torch.bool
+        np.testing.assert_array_equal(out.cpu().numpy(), expected)
+        np.testing.assert_array_equal(getattr(torch, name)(x, y).cpu().numpy(), expected)
+    np.testing.assert_array_equal((x > 0.5).cpu().numpy(), A > 0.5)
+    np.testing.assert_array_equal((0.5 < x).cpu().numpy(), A > 0.5)  # reflected: x.__gt__(0.5)
+    np.testing.assert_array_equal(torch.lt(x, 0.25).cpu().numpy(), A < 0.25)
+    assert (x == x).cpu().numpy().all()
+
+
+def test_bool_dtype_numpy_printing_and_hashing():
+    mask = torch.from_numpy(np.array([True, False, True]))
+    assert mask.dtype == torch.bool and repr(torch.bool) == "sightline.bool"
+    assert repr(mask) == "tensor([ True, False,  True])"
+    np.testing.assert_array_equal(mask.numpy(), [True, False, True])
+    assert mask.numpy().dtype == np.bool_
+    assert torch.tensor([True, False]).dtype == torch.bool
+    assert mask[0].item() is True
+    np.testing.assert_array_equal(mask.int().numpy(), [1, 0, 1])
+    np.testing.assert_array_equal(torch.from_numpy(A).bool().numpy(), A != 0)
+    x = torch.from_numpy(A)
+    assert len({x, x}) == 1  # tensors hash by identity, as in torch
+    with pytest.raises(torch.Error, match="bool tensor"):
+        mask + mask

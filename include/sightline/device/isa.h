@@ -42,7 +42,7 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 // names are generated from them, so a count cannot drift from its enum.
 //
 // Tensor engine: matmul: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
-// Vector engine: tensor_tensor: dst = alu(src0, src1); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
+// Vector engine: tensor_tensor: dst = alu(src0, src1) (the comparison ALU ops give 1.0 or 0.0); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
 //   when src1 is set, else imm0 (flag reverse: alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu)
 //   over every free element of src0[p, :], alu add or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] =
 //   population variance of src0[p, :]; tensor_copy: dst = src0 with dtype conversion.
@@ -75,7 +75,13 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
   X(max, "max")                   \
   X(min, "min")                   \
   X(pow, "pow")                   \
-  X(bypass, "bypass")
+  X(bypass, "bypass")             \
+  X(is_equal, "is_equal")         \
+  X(not_equal, "not_equal")       \
+  X(is_lt, "is_lt")               \
+  X(is_le, "is_le")               \
+  X(is_gt, "is_gt")               \
+  X(is_ge, "is_ge")
 
 #define SIGHTLINE_ACT_FUNC_TABLE(X) \
   X(identity, "identity")           \
@@ -91,7 +97,11 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
   X(gelu_tanh, "gelu_tanh")         \
   X(square, "square")               \
   X(abs, "abs")                     \
-  X(neg, "neg")
+  X(neg, "neg")                     \
+  X(erf, "erf")                     \
+  X(gelu, "gelu")                   \
+  X(sin, "sin")                     \
+  X(cos, "cos")
 
 #define SIGHTLINE_ISA_ENUMERATOR(name, text) name,
 #define SIGHTLINE_ISA_COUNT(name, text) +1

@@ -1,7 +1,6 @@
 """sightline.nn.functional: torch.nn.functional's names for the op table's functions."""
 
 import math as _math
-import warnings as _warnings
 
 from .. import _sightline
 from .. import rms_norm, layer_norm  # noqa: F401  (torch's signatures, in the package root)
@@ -12,19 +11,14 @@ sigmoid = _sightline.sigmoid
 tanh = _sightline.tanh
 linear = _sightline.linear
 
-_warned_gelu = []
 
 
 def gelu(input, approximate="none"):  # noqa: A002
-    """aten::gelu. sightline computes the tanh approximation (approximate="tanh"); the default "none"
-    (erf) is computed the same way, with a warning once."""
+    """aten::gelu: "none" (torch's default) is the exact form 0.5 x (1 + erf(x / sqrt(2))), "tanh" the
+    tanh approximation."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if approximate == "none" and not _warned_gelu:
-        _warned_gelu.append(True)
-        _warnings.warn("gelu: sightline computes the tanh approximation; pass approximate='tanh' to say so",
-                       stacklevel=2)
-    return _sightline.gelu(input)
+    return _sightline.gelu(input, approximate=approximate)
 
 
 def softmax(input, dim, dtype=None):  # noqa: A002

@@ -222,7 +222,11 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() : Backend("cpu") {
     using namespace cpu;
-    for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum}) set(op, &binary_kernel);
+    for (OpId op : {OpId::add, OpId::sub, OpId::rsub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum})
+      set(op, &binary_kernel);
+    for (const OpInfo& info : kOpTable) {
+      if (op_is_comparison(info.id)) set(info.id, &compare_kernel);
+    }
     for (const OpInfo& info : kOpTable) {
       if (op_is_unary_elementwise(info.id)) set(info.id, &unary_kernel);
     }

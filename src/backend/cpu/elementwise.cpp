@@ -88,6 +88,7 @@ void with_binary_functor(OpId op, Fn&& fn) {
   switch (op) {
     case OpId::add: return fn([](C a, C b) { return a + b; });
     case OpId::sub: return fn([](C a, C b) { return a - b; });
+    case OpId::rsub: return fn([](C a, C b) { return b - a; });
     case OpId::mul: return fn([](C a, C b) { return a * b; });
     case OpId::div: return fn([](C a, C b) { return a / b; });
     case OpId::maximum:
@@ -109,13 +110,31 @@ void with_binary_functor(OpId op, Fn&& fn) {
   SIGHTLINE_ASSERT_MSG(false, "{} is not a binary op", op_name(op));
 }
 
+// Calls fn(predicate) with the comparison of `op` for compute type C (NaN compares unequal, as in C++).
+template <typename C, typename Fn>
+void with_compare_functor(OpId op, Fn&& fn) {
+  switch (op) {
+    case OpId::eq: return fn([](C a, C b) { return a == b; });
+    case OpId::ne: return fn([](C a, C b) { return a != b; });
+    case OpId::lt: return fn([](C a, C b) { return a < b; });
+    case OpId::le: return fn([](C a, C b) { return a <= b; });
+    case OpId::gt: return fn([](C a, C b) { return a > b; });
+    case OpId::ge: return fn([](C a, C b) { return a >= b; });
+    default: break;
+  }
+  SIGHTLINE_ASSERT_MSG(false, "{} is not a comparison", op_name(op));
+}
+
 inline float gelu_tanh(float x) {
   constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + std::tanh(kAlpha * (x + 0.044715f * x * x * x)));
 }
 
+inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+
 template <typename C, typename Fn>
-void with_unary_functor(OpId op, double scalar, Fn&& fn) {
+void with_unary_functor(OpId op, const OpAttrs& attrs, Fn&& fn) {
+  const double scalar = attrs.scalar;
   if constexpr (std::is_same_v<C, int64_t>) {
     switch (op) {
       case OpId::neg: return fn([](C a) { return -a; });
@@ -140,7 +159,12 @@ void with_unary_functor(OpId op, double scalar, Fn&& fn) {
       case OpId::sigmoid: return fn([](float a) { return 1.0f / (1.0f + std::exp(-a)); });
       case OpId::relu: return fn([](float a) { return a > 0.0f ? a : (a != a ? a : 0.0f); });
       case OpId::silu: return fn([](float a) { return a / (1.0f + std::exp(-a)); });
-      case OpId::gelu: return fn([](float a) { return gelu_tanh(a); });
+      case OpId::gelu:
+        if (attrs.approximate == GeluApproximate::tanh) return fn([](float a) { return gelu_tanh(a); });
+        return fn([](float a) { return gelu_erf(a); });
+      case OpId::erf: return fn([](float a) { return std::erf(a); });
+      case OpId::sin: return fn([](float a) { return std::sin(a); });
+      case OpId::cos: return fn([](float a) { return std::cos(a); });
       case OpId::pow: {
         const float e = static_cast<float>(scalar);
         if (e == 2.0f) return fn([](float a) { return a * a; });
@@ -173,11 +197,32 @@ void binary_kernel(const OpCall& call, Tensor& out) {
   });
 }
 
+void compare_kernel(const OpCall& call, Tensor& out) {
+  const DType t = binary_operand_dtype(call, out.dtype());
+  const Tensor a = as_dtype(call.inputs[0], t);
+  const bool scalar = call.attrs.has_scalar;
+  const Tensor b = scalar ? a : as_dtype(call.inputs[1], t);
+  ElementwiseLoop loop = scalar ? ElementwiseLoop(out, {&a}) : ElementwiseLoop(out, {&a, &b});
+  dtype_visit(t, [&]<typename T>() {
+    using C = Compute<T>;
+    const C s = static_cast<C>(call.attrs.scalar);
+    with_compare_functor<C>(call.op, [&](auto f) {
+      loop.run([&](char* const* p, int64_t n, const int64_t* st) {
+        for (int64_t i = 0; i < n; ++i) {
+          const C lhs = load<T>(p[1] + i * st[1]);
+          const C rhs = scalar ? s : load<T>(p[2] + i * st[2]);
+          *reinterpret_cast<uint8_t*>(p[0] + i * st[0]) = f(lhs, rhs) ? 1 : 0;
+        }
+      });
+    });
+  });
+}
+
 void unary_kernel(const OpCall& call, Tensor& out) {
   const Tensor a = as_dtype(call.inputs[0], out.dtype());
   ElementwiseLoop loop(out, {&a});
   dtype_visit(out.dtype(), [&]<typename T>() {
-    with_unary_functor<Compute<T>>(call.op, call.attrs.scalar, [&](auto f) { unary_rows<T>(loop, f); });
+    with_unary_functor<Compute<T>>(call.op, call.attrs, [&](auto f) { unary_rows<T>(loop, f); });
   });
 }
 

@@ -7,7 +7,8 @@
 
 namespace sightline::cpu {
 
-void binary_kernel(const OpCall& call, Tensor& out);  // add sub mul div maximum minimum
+void binary_kernel(const OpCall& call, Tensor& out);   // add sub rsub mul div maximum minimum
+void compare_kernel(const OpCall& call, Tensor& out);  // eq ne lt le gt ge: bool out
 void unary_kernel(const OpCall& call, Tensor& out);   // neg abs exp ... gelu, pow
 void fill_kernel(const OpCall& call, Tensor& out);
 void to_copy_kernel(const OpCall& call, Tensor& out);

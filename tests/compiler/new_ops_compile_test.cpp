@@ -1,0 +1,70 @@
+// compile() of the ops issue #18 added (erf, gelu in both forms, sin, cos, rsub, comparisons) on a
+// neuron core: the graph keeps each op as captured, the fused paths (matmul epilogue, row loop) and the
+// op-by-op path all lower them, and the one execution matches the CPU reference.
+#include <gtest/gtest.h>
+
+#include "device_runs.h"
+#include "programs.h"
+
+namespace sightline {
+namespace {
+
+using compiler::testing::executions_of;
+using compiler::testing::expect_close;
+
+const Device kCore0 = Device::parse("neuron:0");
+
+std::vector<Tensor> new_ops(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const Tensor& t = in[2];
+  return {
+      gelu(linear(x, w)),                             // matmul epilogue, exact gelu
+      gelu(linear(x, w), "tanh") + x.slice(1, 0, 16),  // matmul epilogue, tanh gelu
+      x * cos(t) + rsub(x, 2.0) * sin(t),             // one row loop: sin, cos, rsub with a scalar
+      1.0 - erf(x),                                   // rsub of a scalar on the left
+      rsub(x, t),                                     // rsub of two tensors: t - x
+      lt(x, t),                                       // a comparison: bool, op by op in the program
+      ge(exp(x), 0.25),                               // with a host scalar, after a row-fusable op
+  };
+}
+
+std::vector<Tensor> args_for(Generator& g) {
+  return {randn({130, 32}, {}, &g), randn({16, 32}, {}, &g), randn({130, 32}, {}, &g)};
+}
+
+TEST(CompiledNewOps, GraphKeepsTheOpsAndTheirForms) {
+  Generator g(31);
+  auto compiled = compile(&new_ops);
+  const std::string dump = compiled.graph_dump(args_for(g));
+  EXPECT_NE(dump.find("aten::gelu("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("{approximate=tanh}"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("aten::rsub("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("aten::erf("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("aten::sin("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("aten::cos("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("bool[130, 32] = aten::lt("), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("aten::neg("), std::string::npos) << "1.0 - t is one aten::rsub, not neg + add\n" << dump;
+}
+
+TEST(CompiledNewOps, OneExecutionMatchesTheCpuReference) {
+  Generator g(32);
+  const std::vector<Tensor> host = args_for(g);
+  const std::vector<Tensor> expected = new_ops(host);
+  std::vector<Tensor> dev;
+  for (const Tensor& t : host) dev.push_back(t.to(kCore0));
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "op by op");
+    auto compiled = compile(&new_ops, CompileOptions{.optimize = optimize});
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = compiled(dev); }).size(), 1u);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      SCOPED_TRACE(i);
+      expect_close(actual[i], expected[i], 1e-4, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sightline

@@ -1,0 +1,131 @@
+// The ops issue #18 added, on the CPU reference, against values computed in float64 with Python's math
+// module (math.erf, math.tanh, math.sin, math.cos): erf, gelu in both of torch's forms, sin, cos, rsub.
+#include <cmath>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sightline/sightline.h"
+
+using namespace sightline;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::vector<float> values_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).to(DType::f32).contiguous();
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+
+void expect_values(const Tensor& got, const std::vector<double>& want, double tol, const char* what) {
+  const std::vector<float> g = values_of(got);
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], tol) << what << " element " << i;
+}
+
+const std::vector<float> kX = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 2.0f};
+Tensor x() { return from_vector(kX, {static_cast<int64_t>(kX.size())}); }
+
+}  // namespace
+
+TEST(OpValues, Erf) {
+  // erf(0.5) = 0.5204998778, erf(1) = 0.8427007929, erf(2) = 0.9953222650, erf(3) = 0.9999779095.
+  expect_values(erf(x()), {-0.9999779095, -0.8427007929, -0.5204998778, 0.0, 0.5204998778, 0.8427007929,
+                           0.9953222650},
+                1e-6, "erf");
+}
+
+TEST(OpValues, GeluBothForms) {
+  // torch.nn.functional.gelu(x) (approximate="none") = x * Phi(x); Phi(1) = 0.8413447461.
+  expect_values(gelu(x()), {-0.0040496941, -0.1586552539, -0.1542687694, 0.0, 0.3457312306, 0.8413447461,
+                            1.9544997361},
+                1e-6, "gelu none");
+  EXPECT_EQ(values_of(gelu(x(), "none")), values_of(gelu(x())));
+  // approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  expect_values(gelu(x(), "tanh"), {-0.0036373921, -0.1588080094, -0.1542859902, 0.0, 0.3457140098,
+                                    0.8411919906, 1.9545976941},
+                1e-6, "gelu tanh");
+  try {
+    (void)gelu(x(), "fast");
+    ADD_FAILURE() << "gelu accepted approximate='fast'";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("approximate must be 'none' (the exact erf form) or 'tanh', got 'fast'"));
+  }
+}
+
+TEST(OpValues, SinCos) {
+  expect_values(sin(x()), {-0.1411200081, -0.8414709848, -0.4794255386, 0.0, 0.4794255386, 0.8414709848,
+                           0.9092974268},
+                1e-6, "sin");
+  expect_values(cos(x()), {-0.9899924966, 0.5403023059, 0.8775825619, 1.0, 0.8775825619, 0.5403023059,
+                           -0.4161468365},
+                1e-6, "cos");
+}
+
+TEST(OpValues, UnaryFloatOpsPromoteIntegers) {
+  const Tensor i = from_vector(std::vector<int32_t>{0, 1, 2}, {3});
+  EXPECT_EQ(erf(i).dtype(), DType::f32);
+  EXPECT_EQ(sin(i).dtype(), DType::f32);
+  expect_values(cos(i), {1.0, 0.5403023059, -0.4161468365}, 1e-6, "cos i32");
+}
+
+TEST(OpValues, Rsub) {
+  // rsub(a, b) = b - a; a scalar on the left of `-` is one aten::rsub, as in torch.
+  expect_values(1.0 - x(), {4.0, 2.0, 1.5, 1.0, 0.5, 0.0, -1.0}, 0, "1 - x");
+  expect_values(rsub(x(), 2.5), {5.5, 3.5, 3.0, 2.5, 2.0, 1.5, 0.5}, 0, "rsub scalar");
+  const Tensor b = from_vector(std::vector<float>{10.0f}, {1});
+  expect_values(rsub(x(), b), {13.0, 11.0, 10.5, 10.0, 9.5, 9.0, 8.0}, 0, "rsub broadcast tensor");
+  const Tensor i = from_vector(std::vector<int32_t>{1, 2, 3}, {3});
+  EXPECT_EQ((1.0 - i).dtype(), DType::i32);
+  EXPECT_EQ((0.5 - i).dtype(), DType::f32);  // a fractional scalar makes an integer tensor f32
+  expect_values(0.5 - i, {-0.5, -1.5, -2.5}, 0, "0.5 - i32");
+}
+
+TEST(OpValues, ComparisonsWriteBoolAndNanComparesUnequal) {
+  const float nan = std::nanf("");
+  const Tensor a = from_vector(std::vector<float>{1.0f, 2.0f, nan, -1.0f}, {4});
+  const Tensor b = from_vector(std::vector<float>{1.0f, 3.0f, nan, -2.0f}, {4});
+  EXPECT_EQ(eq(a, b).dtype(), DType::boolean);
+  expect_values(eq(a, b), {1, 0, 0, 0}, 0, "eq");
+  expect_values(ne(a, b), {0, 1, 1, 1}, 0, "ne");
+  expect_values(lt(a, b), {0, 1, 0, 0}, 0, "lt");
+  expect_values(le(a, b), {1, 1, 0, 0}, 0, "le");
+  expect_values(gt(a, b), {0, 0, 0, 1}, 0, "gt");
+  expect_values(ge(a, b), {1, 0, 0, 1}, 0, "ge");
+  expect_values(gt(a, 1.5), {0, 1, 0, 0}, 0, "gt scalar");
+  // An i32 tensor against a fractional scalar compares in f32 (torch.result_type), not truncated.
+  const Tensor i = from_vector(std::vector<int32_t>{0, 1, 2}, {3});
+  EXPECT_EQ(result_type(i, 0.5), DType::f32);
+  expect_values(lt(i, 0.5), {1, 0, 0}, 0, "i32 < 0.5");
+  expect_values(eq(i, 1.0), {0, 1, 0}, 0, "i32 == 1");
+  // A bool mask against 2 compares as integers: True == 2 is false, as in torch.
+  const Tensor mask = gt(i, 0.5);
+  EXPECT_EQ(result_type(mask, 2.0), DType::i32);
+  expect_values(eq(mask, 2.0), {0, 0, 0}, 0, "mask == 2");
+  expect_values(eq(mask, 1.0), {0, 1, 1}, 0, "mask == 1");
+}
+
+TEST(OpValues, BoolDtypeConvertsPrintsAndRefusesArithmetic) {
+  const Tensor mask = gt(from_vector(std::vector<float>{-1.0f, 0.5f, 2.0f}, {3}), 0.0);
+  EXPECT_EQ(dtype_size(DType::boolean), 1u);
+  EXPECT_EQ(dtype_name(DType::boolean), "bool");
+  EXPECT_EQ(dtype_parse("bool"), DType::boolean);
+  EXPECT_FALSE(dtype_is_floating(DType::boolean));
+  EXPECT_EQ(dtype_promote(DType::boolean, DType::i32), DType::i32);
+  EXPECT_EQ(dtype_promote(DType::bf16, DType::boolean), DType::bf16);
+  EXPECT_EQ(mask.to_string(), "tensor([False,  True,  True])");
+  expect_values(mask.to(DType::f32), {0, 1, 1}, 0, "bool -> f32");
+  EXPECT_EQ(mask.to(DType::i32).to_string(), "tensor([0, 1, 1], dtype=i32)");
+  // Nonzero (NaN too) converts to true.
+  const Tensor f = from_vector(std::vector<float>{0.0f, -0.0f, 3.0f, std::nanf("")}, {4});
+  EXPECT_EQ(f.to(DType::boolean).to_string(), "tensor([False, False,  True,  True])");
+  try {
+    (void)add(mask, mask);
+    ADD_FAILURE() << "add accepted bool tensors";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("aten::add: got a bool tensor"));
+    EXPECT_THAT(e.what(), HasSubstr("cast with .to(DType::f32)"));
+  }
+  EXPECT_THROW((void)sum(mask), Error);
+}
