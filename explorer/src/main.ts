@@ -12,7 +12,7 @@ import { DeviceView } from './device_view';
 import { formatBytes } from './device_summary';
 import { frameLog } from './frames';
 import { layerOf, type GroupingMode } from './lanes';
-import { stringifyLossless } from './lossless_json';
+import { argsHtml } from './event_args';
 import { renderRoofline } from './roofline_view';
 import { renderSummary } from './summary_view';
 import { COLUMNS, nextSort, sortRows, type SortDirection, type SortKey } from './table';
@@ -421,9 +421,7 @@ function renderArea(current: Session, range: Viewport | undefined, rows: AreaRow
 }
 
 function renderDetails(current: Session, details: EventDetails): void {
-  const args = Object.entries(details.args)
-    .map(([key, value]) => `<dt>${escapeHtml(key)}</dt><dd data-arg="${escapeHtml(key)}">${escapeHtml(stringifyLossless(value))}</dd>`)
-    .join('');
+  const args = argsHtml(details.args);
   current.detailsPanel.innerHTML = `<h3>Selection</h3><dl>
     <dt>Name</dt><dd data-testid="selected-name">${escapeHtml(details.name)}</dd>
     <dt>Lane</dt><dd>${escapeHtml(details.lane_name)}</dd>
