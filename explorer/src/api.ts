@@ -1,7 +1,7 @@
 // The JSON API of `sightline serve` (src/server/http_server.h). Every error answer is {"error": message},
 // raised here as ApiError so the UI can show the message.
 
-import type { LaneInfo } from './lanes';
+import type { Layer, LaneInfo } from './lanes';
 import { parseJsonLossless } from './lossless_json';
 
 export interface ProfileEntry {
@@ -60,6 +60,7 @@ export interface EventSummary {
   cat: string;
   lane: number;
   lane_name: string;
+  layer: Layer; // framework, runtime, hardware or other: the server's reading of the lane name
   ts: number;
   dur: number;
   depth: number;

@@ -34,7 +34,7 @@ export interface Chain {
 
 export type FetchEvent = (id: number) => Promise<EventDetails>;
 
-const link = (event: EventSummary, via: string): ChainLink => ({ event, layer: layerOf(event.lane_name), via });
+const link = (event: EventSummary, via: string): ChainLink => ({ event, layer: layerOf(event), via });
 
 export function hasChain(details: EventDetails): boolean {
   return details.flows_in.length > 0 || details.flows_out.length > 0 || details.same_launch.length > 0;
@@ -50,7 +50,7 @@ export async function buildChain(start: EventDetails, fetchEvent: FetchEvent, ma
   const climbed = new Set<number>([start.id]);
   for (let step = 0; step < maxSteps; step++) {
     let incoming = rootDetails.flows_in[0];
-    if (!incoming && layerOf(rootDetails.lane_name) === 'hardware') {
+    if (!incoming && layerOf(rootDetails) === 'hardware') {
       for (const sibling of rootDetails.same_launch) {
         const siblingDetails = await fetchEvent(sibling.id);
         if (siblingDetails.flows_in.length > 0) {
@@ -74,7 +74,7 @@ export async function buildChain(start: EventDetails, fetchEvent: FetchEvent, ma
     const [node, details] = queue.shift() as [ChainNode, EventDetails];
     const next: ChainEdge[] = details.flows_out.map((f) => ({ from: details, to: f.event, category: f.category }));
     // Same-launch events hang under the launch's flow target (the first hardware event reached).
-    if (layerOf(details.lane_name) === 'hardware' && details.flows_in.length > 0) {
+    if (layerOf(details) === 'hardware' && details.flows_in.length > 0) {
       for (const sibling of details.same_launch) next.push({ from: details, to: sibling, category: 'launch' });
     }
     for (const edge of next) {
@@ -112,8 +112,8 @@ export async function buildChain(start: EventDetails, fetchEvent: FetchEvent, ma
 }
 
 function summaryOf(details: EventSummary): EventSummary {
-  const { id, name, cat, lane, lane_name, ts, dur, depth } = details;
-  return { id, name, cat, lane, lane_name, ts, dur, depth };
+  const { id, name, cat, lane, lane_name, layer, ts, dur, depth } = details;
+  return { id, name, cat, lane, lane_name, layer, ts, dur, depth };
 }
 
 // The tree's events in display order (depth first), with their depth.

@@ -1,40 +1,25 @@
 // Lane naming and grouping. Lane names follow instance/PID/subsystem/identifier
-// (host/1234/framework/TID:0, host/1234/neuron_rt/NC:0, host/1234/neuron_hw/NC:0).
+// (host/1234/framework/TID:0, host/1234/neuron_rt/NC:0, host/1234/neuron_hw/NC:0). The server takes
+// them apart (src/profiler/lane_names.h, the one reader of lane names) and sends the parts and the
+// layer with each lane and each event summary; the UI never parses a lane name itself.
+
+export type Layer = 'framework' | 'runtime' | 'hardware' | 'other';
 
 export interface LaneInfo {
   id: number;
   name: string;
   events: number;
   max_depth: number;
-}
-
-export interface LaneName {
+  layer: Layer;
   instance: string;
-  pid: string;
+  process: string; // the PID part of the name
   subsystem: string;
   identifier: string;
 }
 
-export function parseLaneName(name: string): LaneName {
-  const parts = name.split('/');
-  if (parts.length < 4) {
-    return { instance: parts[0] ?? '', pid: parts[1] ?? '', subsystem: parts[2] ?? '', identifier: parts.at(-1) ?? '' };
-  }
-  const identifier = parts[parts.length - 1];
-  const subsystem = parts[parts.length - 2];
-  const pid = parts[parts.length - 3];
-  const instance = parts.slice(0, parts.length - 3).join('/');
-  return { instance, pid, subsystem, identifier };
-}
-
-export type Layer = 'framework' | 'runtime' | 'hardware' | 'other';
-
-export function layerOf(laneName: string): Layer {
-  const { subsystem } = parseLaneName(laneName);
-  if (subsystem === 'framework') return 'framework';
-  if (subsystem.endsWith('_rt')) return 'runtime';
-  if (subsystem.endsWith('_hw')) return 'hardware';
-  return 'other';
+// The layer of a lane or an event summary, as the server classified it.
+export function layerOf(item: { layer?: Layer }): Layer {
+  return item.layer ?? 'other';
 }
 
 export const LAYER_ORDER: Record<Layer, number> = { framework: 0, runtime: 1, hardware: 2, other: 3 };
@@ -51,23 +36,23 @@ export interface LaneGroup {
 // hardware together); thread: instance/PID/identifier; process: instance/PID.
 export function groupLanes(lanes: LaneInfo[], mode: GroupingMode): LaneGroup[] {
   const groups = new Map<string, LaneGroup>();
-  for (const lane of lanes) {
-    const n = parseLaneName(lane.name);
+  for (const n of lanes) {
     let key: string;
     switch (mode) {
       case 'default':
-        key = `${n.instance}/${n.pid}/${n.subsystem}`;
+        key = `${n.instance}/${n.process}/${n.subsystem}`;
         break;
       case 'core':
-        key = n.identifier.startsWith('NC:') ? `${n.instance}/${n.identifier}` : `${n.instance}/${n.pid}/${n.subsystem}`;
+        key = n.identifier.startsWith('NC:') ? `${n.instance}/${n.identifier}` : `${n.instance}/${n.process}/${n.subsystem}`;
         break;
       case 'thread':
-        key = `${n.instance}/${n.pid}/${n.identifier}`;
+        key = `${n.instance}/${n.process}/${n.identifier}`;
         break;
       case 'process':
-        key = `${n.instance}/${n.pid}`;
+        key = `${n.instance}/${n.process}`;
         break;
     }
+    const lane = n;
     let group = groups.get(key);
     if (!group) {
       group = { key, label: key, lanes: [] };

@@ -306,7 +306,7 @@ async function openProfile(route: Route): Promise<void> {
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
   switchTab(route.tab ?? 'timeline', false);
   if (route.selected !== undefined) await selectEvent(route.selected, route.start === undefined);
-  else if (activity.executions.length === 1 && lanes.lanes.every((l) => layerOf(l.name) === 'hardware')) {
+  else if (activity.executions.length === 1 && lanes.lanes.every((l) => layerOf(l) === 'hardware')) {
     // An uploaded executable + trace pair: one execution and nothing around it; what there is to see
     // is its device timeline.
     await selectEvent(activity.executions[0].id, false);
@@ -333,7 +333,7 @@ async function firstActivity(name: string, lanes: LanesAnswer):
   for (let step = 0; cause && cause.flows_in.length > 0 && step < 4; step++) {
     const source: EventSummary = cause.flows_in[0].event;
     activity.push({ start: source.ts, end: source.ts + source.dur });
-    if (layerOf(source.lane_name) === 'framework') break; // the op: nothing launches it (one request fewer)
+    if (layerOf(source) === 'framework') break; // the op: nothing launches it (one request fewer)
     cause = await api.event(name, source.id).catch(() => undefined);
   }
   return { view: activityView(activity, bounds), executions };
@@ -444,7 +444,7 @@ function chainRow(link: ChainLink, current: boolean): string {
 }
 
 function renderChain(current: Session, chain: Chain): void {
-  const selectedLink: ChainLink = { event: chain.selected, layer: layerOf(chain.selected.lane_name), via: 'selected' };
+  const selectedLink: ChainLink = { event: chain.selected, layer: layerOf(chain.selected), via: 'selected' };
   const tree = chainRows(chain).map(({ link, depth }) =>
     `<div class="tree-row${link.event.id === chain.selected.id ? ' current' : ''}" data-event="${link.event.id}" ` +
     `style="padding-left:${depth * 18}px">${depth > 0 ? `<span class="via">${escapeHtml(link.via)} →</span> ` : ''}` +

@@ -2,8 +2,11 @@ import { describe, expect, it } from 'vitest';
 import type { EventDetails, EventSummary } from '../src/api';
 import { buildChain, chainRows, deviceQueryOf, executionInChain, hasChain } from '../src/chain';
 
+// The server sends each summary's layer (its reading of the lane name); the fixtures name it likewise.
+const layerOfName = (lane: string) =>
+  lane.includes('/framework/') ? 'framework' : lane.includes('_rt/') ? 'runtime' : lane.includes('_hw/') ? 'hardware' : 'other';
 const summary = (id: number, name: string, lane: string, ts: number): EventSummary => ({
-  id, name, cat: 'x', lane: 0, lane_name: lane, ts, dur: 1, depth: 0,
+  id, name, cat: 'x', lane: 0, lane_name: lane, layer: layerOfName(lane), ts, dur: 1, depth: 0,
 });
 const mul = summary(1, 'aten::mul', 'h/1/framework/TID:0', 10);
 const schedule = summary(2, 'nrta_execute_schedule', 'h/1/neuron_rt/NC:0', 11);

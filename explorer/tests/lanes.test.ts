@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { groupLanes, layerOf, layoutLanes, parseLaneName, ROW_HEIGHT, GROUP_HEADER_HEIGHT } from '../src/lanes';
+import { groupLanes, layerOf, layoutLanes, ROW_HEIGHT, GROUP_HEADER_HEIGHT, type LaneInfo, type Layer } from '../src/lanes';
 
-const lane = (id: number, name: string, max_depth = 0) => ({ id, name, events: 1, max_depth });
+// A lane as the server sends it: the name's parts and layer come from src/profiler/lane_names.h.
+const lane = (id: number, name: string, max_depth = 0): LaneInfo => {
+  const [instance, process, subsystem, identifier] = name.split('/');
+  const layer: Layer =
+    subsystem === 'framework' ? 'framework' : subsystem.endsWith('_rt') ? 'runtime' : subsystem.endsWith('_hw') ? 'hardware' : 'other';
+  return { id, name, events: 1, max_depth, layer, instance, process, subsystem, identifier };
+};
 const lanes = [
   lane(0, 'host/42/framework/TID:0', 2),
   lane(1, 'host/42/framework/TID:1'),
@@ -11,11 +17,11 @@ const lanes = [
 ];
 
 describe('lanes', () => {
-  it('parses instance/PID/subsystem/identifier, even with slashes in the instance', () => {
-    expect(parseLaneName('a/b/77/neuron_rt/NC:3')).toEqual({ instance: 'a/b', pid: '77', subsystem: 'neuron_rt', identifier: 'NC:3' });
-    expect(layerOf('host/1/framework/TID:0')).toBe('framework');
-    expect(layerOf('host/1/neuron_rt/NC:0')).toBe('runtime');
-    expect(layerOf('host/1/neuron_hw/NC:0')).toBe('hardware');
+  it('takes the layer the server sent, other when it sent none', () => {
+    expect(layerOf(lanes[0])).toBe('framework');
+    expect(layerOf(lanes[2])).toBe('runtime');
+    expect(layerOf(lanes[3])).toBe('hardware');
+    expect(layerOf({})).toBe('other');
   });
 
   it('groups by subsystem by default and by core on request', () => {

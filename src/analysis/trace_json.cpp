@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiler/lane_names.h"
 #include "sightline/error.h"
 
 namespace sightline::analysis {
@@ -538,7 +539,9 @@ class TraceBuilder {
     std::int64_t next_unknown_thread = -1;  // runtime calls without a framework op: a lane of their own
     for (const RuntimeCall& call : runtime_calls_) {
       auto process = process_names_.find(call.pid);
-      if (process == process_names_.end() || !process->second.ends_with("_rt")) continue;
+      if (process == process_names_.end() || profiler::process_layer(process->second) != profiler::LaneLayer::runtime) {
+        continue;
+      }
       const Where where{origin_, call.index, ""};
       SIGHTLINE_CHECK(call.tid >= std::numeric_limits<int>::min() && call.tid <= std::numeric_limits<int>::max(),
                       "{} is {}, out of range ({} to {})", where("tid"), call.tid, std::numeric_limits<int>::min(),
@@ -662,13 +665,17 @@ profiler::CollectedTrace read_trace_file(const std::string& path, const Progress
 }  // namespace
 
 std::string trace_json_device_name(std::string_view text) {
-  // Lane names are short; a cheap scan avoids parsing twice.
-  const std::size_t at = text.find("_hw/NC:");
+  // Lane names are short; a cheap scan for the first hardware lane's name (".../neuron_hw/NC:0" or,
+  // in deviceProperties, "neuron_hw/NC:0") avoids parsing twice.
+  const std::size_t at = text.find(profiler::kHardwareLaneMark);
   if (at == std::string_view::npos) return "privateuseone";
-  // The lane name is ".../neuron_hw/NC:0" or, in deviceProperties, "neuron_hw/NC:0".
-  const std::size_t slash = text.find_last_of("/\"", at);
-  if (slash == std::string_view::npos) return "privateuseone";
-  return std::string(text.substr(slash + 1, at - slash - 1));
+  // "<device>_hw/NC:<core>": from after the '/' or '"' before the subsystem to the closing quote.
+  const std::size_t start = text.find_last_of("/\"", at);
+  if (start == std::string_view::npos) return "privateuseone";
+  const std::size_t end = std::min(text.find('"', at), text.size());
+  const profiler::LaneName lane = profiler::parse_lane_name(text.substr(start + 1, end - start - 1));
+  if (lane.layer != profiler::LaneLayer::hardware || lane.device.empty()) return "privateuseone";
+  return std::string(lane.device);
 }
 
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
@@ -710,7 +717,7 @@ std::string trace_json_file_device_name(const std::string& path) {
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     window.append(buffer.data(), static_cast<std::size_t>(got));
-    if (window.find("_hw/NC:") != std::string::npos) {
+    if (window.find(profiler::kHardwareLaneMark) != std::string::npos) {
       name = trace_json_device_name(window);
       break;
     }

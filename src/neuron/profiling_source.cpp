@@ -8,6 +8,7 @@
 #include "formats/neff.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
+#include "profiler/lane_names.h"
 #include "sightline/error.h"
 
 namespace sightline::neuron {
@@ -198,9 +199,9 @@ class NeuronSource final : public profiler::ActivitySource {
     for (size_t core = 0; core < core_seen.size(); ++core) {
       if (!core_seen[core]) continue;
       const int c = static_cast<int>(core);
-      batch.devices.push_back({c, fmt::format("neuron_hw/NC:{}", c), fmt::format("neuron:{}", c),
+      batch.devices.push_back({c, profiler::hardware_lane_name("neuron", c), fmt::format("neuron:{}", c),
                                5'000'000 + c});
-      batch.resources.push_back({c, 0, fmt::format("neuron_hw/NC:{}", c), 0});
+      batch.resources.push_back({c, 0, profiler::hardware_lane_name("neuron", c), 0});
     }
     for (uint64_t d : capture.captured.dropped_events_per_core) batch.dropped += d;
     for (uint64_t d : capture.captured.dropped_traces_per_core) batch.dropped += d;

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "profiler/json_writer.h"
+#include "profiler/lane_names.h"
 #include "sightline/error.h"
 
 namespace sightline::profiler {
@@ -253,10 +255,11 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
       last_hardware_core = event.device_index;
     }
   }
-  write_metadata(json, "process_name", window_ts, pid, 0, "name", prefix + "/framework");
+  write_metadata(json, "process_name", window_ts, pid, 0, "name", fmt::format("{}/{}", prefix, kFrameworkSubsystem));
   write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", 0);
   for (const auto& [tid, k] : thread_index) {
-    write_metadata(json, "thread_name", window_ts, pid, tid, "name", fmt::format("{}/framework/TID:{}", prefix, k));
+    write_metadata(json, "thread_name", window_ts, pid, tid, "name",
+                   lane_name(prefix, kFrameworkSubsystem, thread_identifier(k)));
     write_metadata(json, "thread_sort_index", window_ts, pid, tid, "sort_index", k);
   }
   auto subsystem = [&](std::int64_t process, std::string_view name, int sort, const std::set<int>& cores) {
@@ -264,13 +267,12 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
     write_metadata(json, "process_name", window_ts, process, 0, "name", fmt::format("{}/{}", prefix, name));
     write_metadata(json, "process_sort_index", window_ts, process, 0, "sort_index", sort);
     for (int core : cores) {
-      write_metadata(json, "thread_name", window_ts, process, core, "name", fmt::format("{}/{}/NC:{}", prefix, name,
-                                                                                        core));
+      write_metadata(json, "thread_name", window_ts, process, core, "name", lane_name(prefix, name, core_identifier(core)));
       write_metadata(json, "thread_sort_index", window_ts, process, core, "sort_index", core);
     }
   };
-  subsystem(kRuntimeProcess, device + "_rt", 1, runtime_cores);
-  subsystem(kHardwareProcess, device + "_hw", 2, hardware_cores);
+  subsystem(kRuntimeProcess, runtime_subsystem(device), 1, runtime_cores);
+  subsystem(kHardwareProcess, hardware_subsystem(device), 2, hardware_cores);
 
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const FunctionEvent& event = trace.events[i];

@@ -27,7 +27,8 @@
 //   POST   /api/profiles?name=NAME[&device=trn2]   upload (multipart/form-data, below) -> 201
 //          {"uploaded": NAME, "files": N, "bytes": B}; 400 bad name or malformed profile (naming the
 //          file and the problem), 409 name taken, 413 body over the --max-upload-mb limit
-//   GET    /api/profiles/{name}/lanes              lanes, time range, flow count
+//   GET    /api/profiles/{name}/lanes              lanes (name, its parts and layer from
+//                                                   profiler/lane_names.h), time range, flow count
 //   GET    /api/profiles/{name}/events?start=&end=&lanes=1,2&width=   visible events, sub-pixel ones merged
 //   GET    /api/profiles/{name}/events/{id}        one event: args, flows in/out, same-launch events
 //   GET    /api/profiles/{name}/search?q=&limit=&offset=   events whose name contains q, by time;

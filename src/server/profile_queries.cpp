@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "profiler/lane_names.h"
+
 // The index's answers to the timeline (the third and fourth of its jobs): the lanes, a window of
 // visible events with sub-pixel events merged into boxes, an event's details with its flows, and
 // search by name.
@@ -20,7 +22,20 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-bool is_hardware_lane(const Lane& lane) { return lane.name.find("_hw/") != std::string::npos; }
+bool is_hardware_lane(const Lane& lane) {
+  return profiler::parse_lane_name(lane.name).layer == profiler::LaneLayer::hardware;
+}
+
+// The lane name's parts, so that the Explorer groups and colours lanes without parsing names itself.
+void add_lane_parts(json& out, std::string_view name) {
+  const profiler::LaneName parts = profiler::parse_lane_name(name);
+  out["layer"] = std::string(profiler::lane_layer_name(parts.layer));
+  out["instance"] = std::string(parts.instance);
+  out["process"] = std::string(parts.pid);
+  out["subsystem"] = std::string(parts.subsystem);
+  out["identifier"] = std::string(parts.identifier);
+  if (parts.core) out["core"] = *parts.core;
+}
 
 // Consecutive sub-pixel events of one nesting depth, drawn as one box.
 struct Aggregate {
@@ -35,12 +50,14 @@ nlohmann::json ProfileIndex::lanes_json() const {
   json lanes = json::array();
   for (size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = lanes_[i];
-    lanes.push_back({{"id", i},
-                     {"name", lane.name},
-                     {"pid", lane.pid},
-                     {"tid", lane.tid},
-                     {"events", lane.events.size()},
-                     {"max_depth", lane.max_depth}});
+    json entry = {{"id", i},
+                  {"name", lane.name},
+                  {"pid", lane.pid},
+                  {"tid", lane.tid},
+                  {"events", lane.events.size()},
+                  {"max_depth", lane.max_depth}};
+    add_lane_parts(entry, lane.name);
+    lanes.push_back(std::move(entry));
   }
   return {{"start", start_us_},
           {"end", end_us_},
@@ -133,11 +150,13 @@ nlohmann::json ProfileIndex::lane_window(uint32_t lane_id, const WindowQuery& qu
 
 nlohmann::json ProfileIndex::event_summary(uint32_t id) const {
   const TraceEvent& event = events_[id];
+  const std::string& lane_name = lanes_[event.lane].name;
   return {{"id", id},
           {"name", names_[event.name]},
           {"cat", names_[event.category]},
           {"lane", event.lane},
-          {"lane_name", lanes_[event.lane].name},
+          {"lane_name", lane_name},
+          {"layer", std::string(profiler::lane_layer_name(profiler::parse_lane_name(lane_name).layer))},
           {"ts", event.ts_us},
           {"dur", event.dur_us},
           {"depth", event.depth}};

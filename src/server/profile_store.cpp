@@ -28,6 +28,7 @@
 #include "formats/ntff.h"
 #include "formats/output_dir.h"
 #include "profiler/chrome_trace.h"
+#include "profiler/lane_names.h"
 #include "sightline/error.h"
 
 namespace sightline::server {
@@ -190,9 +191,9 @@ void write_pair_trace(const fs::path& path, const device::Executable& exe, const
             [](const profiler::FunctionEvent& a, const profiler::FunctionEvent& b) {
               return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
             });
-  collected.devices.push_back({core, fmt::format("neuron_hw/NC:{}", core), fmt::format("neuron:{}", core),
+  collected.devices.push_back({core, profiler::hardware_lane_name("neuron", core), fmt::format("neuron:{}", core),
                                5'000'000 + core});
-  collected.resources.push_back({core, 0, fmt::format("neuron_hw/NC:{}", core), 0});
+  collected.resources.push_back({core, 0, profiler::hardware_lane_name("neuron", core), 0});
   // NTFF start times are host-clock ns already: the window starts at the first execution.
   collected.window_start_ns = first;
   collected.window_end_ns = last;
