@@ -73,10 +73,22 @@ std::optional<double> op_table_flops(const device::Executable& exe) {
       return k * shape_elements(inputs[0]->shape);
     case CostRule::matmul: {
       // out[..., M, N] = a[..., M, K] @ b[..., K, N]: 2*K FLOPs per output element (+1 with a bias).
-      if (inputs.size() < 2 || outputs.empty() || inputs[0]->shape.empty()) return std::nullopt;
-      const double contraction = static_cast<double>(inputs[0]->shape.back());
+      // An operand the kernel reads through strides is declared as its flat storage ([262144] for a
+      // transposed [8, 256, 128] view), whose shape says nothing of K: then K comes from the other
+      // operand, and when neither says it, from the instructions (nullopt).
+      if (inputs.size() < 2 || outputs.empty()) return std::nullopt;
+      const std::vector<int64_t>& a = inputs[0]->shape;
+      const std::vector<int64_t>& b = inputs[1]->shape;
+      const bool linear = info->id == OpId::linear;  // weight [N, K]: K is its last dim
+      const std::optional<int64_t> k_of_a = a.size() >= 2 ? std::optional(a.back()) : std::nullopt;
+      std::optional<int64_t> k_of_b;
+      if (linear && b.size() >= 2) k_of_b = b.back();
+      if (!linear && b.size() >= 2) k_of_b = b[b.size() - 2];
+      if (k_of_a && k_of_b && *k_of_a != *k_of_b) return std::nullopt;
+      const std::optional<int64_t> contraction = k_of_a ? k_of_a : k_of_b;
+      if (!contraction) return std::nullopt;
       const double bias = inputs.size() >= 3 ? 1.0 : 0.0;
-      return (2.0 * contraction + bias) * shape_elements(outputs[0]->shape);
+      return (2.0 * static_cast<double>(*contraction) + bias) * shape_elements(outputs[0]->shape);
     }
   }
   return std::nullopt;

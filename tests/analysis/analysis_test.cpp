@@ -94,6 +94,33 @@ TEST(AnalysisSummary, LargeBf16MatmulIsComputeBoundWithHighMfu) {
   for (const analysis::Insight& i : analysis::insights(mm)) EXPECT_NE(i.id, "excess_hbm") << i.id;
 }
 
+// Issue 19: the eager decoder's attention matmul reads q and k^T through strides, so its NEFF declares
+// them as flat storage ([262144]); taking that as K made MFU 413%.
+TEST(AnalysisSummary, MatmulFlopsNeverTakeAFlatOperandAsTheContraction) {
+  device::Executable exe;
+  exe.source_ops = {"aten::matmul"};
+  auto io = [&](std::vector<int64_t> shape, device::IoKind kind) {
+    exe.io.push_back({"t", DType::f32, std::move(shape), kind});
+  };
+  io({262144}, device::IoKind::input);
+  io({262144}, device::IoKind::input);
+  io({1, 8, 256, 256}, device::IoKind::output);
+  EXPECT_FALSE(analysis::op_table_flops(exe));  // neither operand says K: the instructions' count is used
+  exe.io[1].shape = {1, 8, 128, 256};  // b contiguous: K = 128 from it
+  EXPECT_EQ(analysis::op_table_flops(exe), 2.0 * 128 * 8 * 256 * 256);
+  exe.io[0].shape = {1, 8, 256, 128};
+  EXPECT_EQ(analysis::op_table_flops(exe), 2.0 * 128 * 8 * 256 * 256);
+  exe.io[0].shape = {1, 8, 256, 64};  // operands that disagree on K
+  EXPECT_FALSE(analysis::op_table_flops(exe));
+  exe.source_ops = {"aten::linear"};  // x [M, K] @ weight [N, K]^T + bias
+  exe.io = {};
+  io({256, 1024}, device::IoKind::input);
+  io({4096, 1024}, device::IoKind::input);
+  io({4096}, device::IoKind::input);
+  io({256, 4096}, device::IoKind::output);
+  EXPECT_EQ(analysis::op_table_flops(exe), (2.0 * 1024 + 1) * 256 * 4096);
+}
+
 TEST(AnalysisCompare, NaiveVsFusedRanksTheRemovedExecutionsFirst) {
   const auto& g = test_profiles::generate();
   const analysis::ProfileDir naive = analysis::profile_dir_load(g.naive.dir);
