@@ -176,8 +176,9 @@ std::vector<Tensor> esm_forward(const std::vector<Tensor>& a, const EsmConfig& c
 }
 
 // A protein-like batch: <cls> residues <eos>, the residues drawn from the 20 amino acids with a fixed seed;
-// sequence i of the batch is shorter by i * S / (2 B) tokens, padded with <pad> and masked out.
-std::pair<Tensor, Tensor> esm_batch(const EsmConfig& c, int64_t batch, int64_t seq) {
+// sequence i of the batch is shorter by i * S / (2 B) tokens, padded with <pad> and masked out; with
+// mask_every K > 0 every K-th residue is <mask>, as in masked-LM inference (token dropout then rescales).
+std::pair<Tensor, Tensor> esm_batch(const EsmConfig& c, int64_t batch, int64_t seq, int64_t mask_every) {
   std::vector<int32_t> ids, mask;
   Generator gen(7);
   for (int64_t i = 0; i < batch; ++i) {
@@ -187,6 +188,7 @@ std::pair<Tensor, Tensor> esm_batch(const EsmConfig& c, int64_t batch, int64_t s
       if (j == 0) id = c.cls;
       else if (j == length - 1) id = c.eos;
       else if (j < length - 1) id = 4 + static_cast<int32_t>(gen.next_u64() % 20);
+      if (mask_every > 0 && j > 0 && j < length - 1 && j % mask_every == 0) id = c.mask;
       ids.push_back(id);
       mask.push_back(j < length ? 1 : 0);
     }
@@ -203,6 +205,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const auto& [name, config] : esm_configs()) names.push_back(name);
   models::add_run_flags(app, o, names);
+  int64_t mask_every = 0;
+  app.add_option("--mask-every", mask_every, "make every K-th residue <mask> (token dropout rescales the rest)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (o.out_dir.empty()) o.out_dir = "profiles/esm2_" + o.config;
 
@@ -220,14 +225,14 @@ int main(int argc, char** argv) {
     const std::vector<Parameter> params = esm_parameters(c);
     std::string source;
     const std::vector<Tensor> weights = models::load_parameters(params, o, device, dtype, "esm.", source);
-    const auto [ids, attention_mask] = esm_batch(c, o.batch, o.tokens);
+    const auto [ids, attention_mask] = esm_batch(c, o.batch, o.tokens, mask_every);
     const auto [cos, sin] = rotary_tables(o.tokens, c.hidden / c.heads, dtype, device);
     std::vector<Tensor> args = {ids.to(device), attention_mask.to(device), cos, sin};
     args.insert(args.end(), weights.begin(), weights.end());
 
-    fmt::print("ESM-2 {}: {} layers, hidden {}, {} heads, intermediate {}, {:.1f}M parameters ({}); batch {} x {} "
+    fmt::print("ESM-2 {}: {} layers, hidden {}, {} heads, intermediate {}, {} parameters ({}); batch {} x {} "
                "tokens on {} ({}{}); profiles go to {}/\n",
-               o.config, c.layers, c.hidden, c.heads, c.intermediate, static_cast<double>(models::parameter_count(params)) / 1e6,
+               o.config, c.layers, c.hidden, c.heads, c.intermediate, models::parameter_text(models::parameter_count(params)),
                dtype_name(dtype), o.batch, o.tokens, device, device.is_cpu() ? "reference backend" : neuron::device_info().spec_name,
                o.timing_only ? ", timing only" : "", o.out_dir);
     fmt::print("{}\n", source);
