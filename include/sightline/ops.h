@@ -48,6 +48,8 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, none };
   X(le, "aten::le", 2, elementwise, per_output, 1, false)                         \
   X(gt, "aten::gt", 2, elementwise, per_output, 1, false)                         \
   X(ge, "aten::ge", 2, elementwise, per_output, 1, false)                         \
+  X(where, "aten::where", 3, elementwise, per_output, 1, false)                   \
+  X(masked_fill, "aten::masked_fill", 2, elementwise, per_output, 1, false)       \
   X(neg, "aten::neg", 1, elementwise, per_output, 1, false)                       \
   X(abs, "aten::abs", 1, elementwise, per_output, 1, false)                       \
   X(exp, "aten::exp", 1, elementwise, per_output, 1, false)                       \
@@ -119,9 +121,12 @@ constexpr std::string_view op_name(OpId id) { return op_info(id).name; }
 constexpr bool op_is_unary_elementwise(OpId id) {
   return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 1 && id != OpId::to_copy;
 }
+// masked_fill takes two tensors but is a select, not an arithmetic op with a scalar form.
 constexpr bool op_is_binary_elementwise(OpId id) {
-  return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 2;
+  return op_info(id).kind == OpKind::elementwise && op_info(id).arity == 2 && id != OpId::masked_fill;
 }
+// The selects: where(cond, a, b) and masked_fill(x, mask) with attrs.scalar as the value.
+constexpr bool op_is_select(OpId id) { return id == OpId::where || id == OpId::masked_fill; }
 // The comparisons: binary elementwise ops that write bool.
 constexpr bool op_is_comparison(OpId id) {
   return id == OpId::eq || id == OpId::ne || id == OpId::lt || id == OpId::le || id == OpId::gt || id == OpId::ge;
@@ -136,7 +141,8 @@ std::string_view gelu_approximate_name(GeluApproximate a);
 
 // Non-tensor arguments of an op. Which fields an op reads is documented at its function below.
 struct OpAttrs {
-  double scalar = 0.0;     // the scalar operand of tensor-scalar ops, pow's exponent, fill's value
+  double scalar = 0.0;     // the scalar operand of tensor-scalar ops, pow's exponent, fill's and
+                           // masked_fill's value
   bool has_scalar = false;  // binary ops: the second operand is `scalar`, not inputs[1]
   Dims dims;               // reduction dims, permute order, view/expand/reshape shape
   bool keepdim = false;
@@ -176,10 +182,11 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op);
 // raises the category: bool < int < float).
 DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, double b);
-// The dtype a binary elementwise op's kernels read their operands in (each backend casts a promoted
-// operand to it first, and makes a host scalar a tensor of it): the output dtype, except for the
-// comparisons, which compare in result_type and write bool.
-DType binary_operand_dtype(const OpCall& call, DType out);
+// The dtype an elementwise op's kernels read input `i` in (each backend casts a promoted operand to it
+// first; a binary op's host scalar, input 1, becomes a tensor of it): the output dtype, except for the
+// comparisons, which compare in result_type and write bool, and the masks of where (input 0) and
+// masked_fill (input 1), which are bool.
+DType elementwise_operand_dtype(const OpCall& call, size_t i, DType out);
 
 // ---- op functions ----
 // Binary elementwise ops broadcast; tensor-scalar forms do not promote the tensor's dtype except
@@ -211,6 +218,10 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, double b);
+// where(cond, a, b): a where cond is true, else b; cond is bool, the three broadcast, the result has
+// result_type(a, b). masked_fill(x, mask, value): value where the bool mask (broadcast to x) is true.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);

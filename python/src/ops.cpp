@@ -213,6 +213,13 @@ void init_ops(py::module_& m) {
   m.def(
       "embedding", [](const Tensor& weight, const Tensor& indices) { return embedding(weight, indices); },
       py::arg("weight"), py::arg("indices"), release_gil());
+  auto where_fn = [](const Tensor& cond, const Tensor& a, const Tensor& b) { return where(cond, a, b); };
+  auto masked_fill_fn = [](const Tensor& x, const Tensor& mask, double value) { return masked_fill(x, mask, value); };
+  m.def("where", where_fn, py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
+  m.def("masked_fill", masked_fill_fn, py::arg("input"), py::arg("mask"), py::arg("value"), release_gil());
+  t.def("where", [](const Tensor& x, const Tensor& cond, const Tensor& other) { return where(cond, x, other); },
+        py::arg("condition"), py::arg("other"), release_gil());
+  t.def("masked_fill", masked_fill_fn, py::arg("mask"), py::arg("value"), release_gil());
 }
 
 }  // namespace sightline::python

@@ -72,10 +72,11 @@ std::optional<Place> apply_view(OpId op, const OpAttrs& at, const Place& in) {
   return std::nullopt;
 }
 
-// Elementwise kernels take operands of one dtype (the output's; a comparison's binary_operand_dtype);
+// Elementwise kernels take each operand in elementwise_operand_dtype (the output's, a comparison's
+// result_type, bool for a mask);
 // the eager backend casts a promoted operand first, as its own op, and so does the lowering.
 bool casts_inputs(OpId op) {
-  return op_is_binary_elementwise(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
+  return op_is_binary_elementwise(op) || op_is_select(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
 }
 
 bool takes_host_scalar(const Node& n) {
@@ -169,10 +170,9 @@ class Lowerer {
 
   // The dtype of a node's host scalar as kernel() passes it: its output's, a comparison's operand dtype.
   static DType scalar_dtype(const Graph& graph, const Node& n) {
-    if (!op_is_comparison(n.op)) return n.meta.dtype;
     const TensorMeta& in = graph.nodes[static_cast<size_t>(n.inputs[0])].meta;
-    const Tensor view = view_of(Place{0, 0, TensorDesc::contiguous(in.dtype, in.shape)});
-    return result_type(view, n.attrs.scalar);
+    const Tensor views[] = {view_of(Place{0, 0, TensorDesc::contiguous(in.dtype, in.shape)})};
+    return elementwise_operand_dtype(OpCall{n.op, views, n.attrs}, 1, n.meta.dtype);
   }
 
   Place constant(double value, DType dtype) {
@@ -564,15 +564,14 @@ class Lowerer {
   // Builds the eager kernel of one op application and merges it into the program.
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
                const std::optional<Place>& dst) {
-    // A comparison's operands are cast to the dtype it compares in, every other op's to its output's.
-    DType operand_dtype = meta.dtype;
-    if (op_is_binary_elementwise(op)) {
-      std::vector<Tensor> views;
-      for (const Place& p : operands) views.push_back(view_of(p));
-      operand_dtype = binary_operand_dtype(OpCall{op, views, attrs}, meta.dtype);
-    }
+    // Each operand is cast to the dtype the kernel reads it in (elementwise_operand_dtype).
+    std::vector<Tensor> views;
+    for (const Place& p : operands) views.push_back(view_of(p));
+    const OpCall call{op, views, attrs};
     if (casts_inputs(op)) {
-      for (Place& p : operands) {
+      for (size_t i = 0; i < operands.size(); ++i) {
+        Place& p = operands[i];
+        const DType operand_dtype = elementwise_operand_dtype(call, i, meta.dtype);
         if (p.desc.dtype == operand_dtype) continue;
         OpAttrs cast;
         cast.dtype = operand_dtype;
@@ -580,7 +579,7 @@ class Lowerer {
       }
     }
     if (op_is_binary_elementwise(op) && attrs.has_scalar) {
-      operands.push_back(constant(attrs.scalar, operand_dtype));
+      operands.push_back(constant(attrs.scalar, elementwise_operand_dtype(call, 1, meta.dtype)));
       attrs.has_scalar = false;
     }
     const Place out = dst ? *dst : scratch(meta);

@@ -150,6 +150,10 @@ void with_alu(AluOp op, Body&& body) {
       return body([](float x, float y) { return x > y ? 1.0f : 0.0f; });
     case AluOp::is_ge:
       return body([](float x, float y) { return x >= y ? 1.0f : 0.0f; });
+    case AluOp::keep_if:
+      return body([](float x, float y) { return y != 0.0f ? x : 0.0f; });
+    case AluOp::keep_unless:
+      return body([](float x, float y) { return y != 0.0f ? 0.0f : x; });
   }
 }
 

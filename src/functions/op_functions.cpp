@@ -48,6 +48,19 @@ Tensor add(const Tensor& a, const Tensor& b) { return binary(OpId::add, a, b); }
 Tensor add(const Tensor& a, double b) { return binary_scalar(OpId::add, a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpId::sub, a, b); }
 Tensor sub(const Tensor& a, double b) { return binary_scalar(OpId::sub, a, b); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  static const OpAttrs kNoAttrs;
+  const Tensor inputs[] = {cond, a, b};
+  return dispatch(OpId::where, inputs, kNoAttrs);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  OpAttrs attrs;
+  attrs.scalar = value;
+  const Tensor inputs[] = {x, mask};
+  return dispatch(OpId::masked_fill, inputs, attrs);
+}
+
 Tensor rsub(const Tensor& a, const Tensor& b) { return binary(OpId::rsub, a, b); }
 Tensor rsub(const Tensor& a, double b) { return binary_scalar(OpId::rsub, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::mul, a, b); }

@@ -63,6 +63,10 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
     case OpKind::elementwise:
       if (op == OpId::fill) {
         build_fill(c);
+      } else if (op_is_select(op)) {
+        SIGHTLINE_CHECK(inputs.size() == static_cast<size_t>(info.arity), "{} needs {} tensor inputs, got {}",
+                        info.name, info.arity, inputs.size());
+        build_select(c);
       } else if (op == OpId::to_copy) {
         build_copy(c);
       } else if (op_is_binary_elementwise(op)) {

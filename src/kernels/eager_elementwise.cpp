@@ -3,6 +3,8 @@
 #include <cmath>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
 
@@ -99,6 +101,41 @@ void build_unary(EagerContext& c) {
     } else {
       b.tensor_scalar(AluOp::pow, y, x, exponent);
     }
+    b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
+  });
+}
+
+// where(cond, a, b) = keep_if(a, cond) + keep_unless(b, cond); masked_fill(x, mask, v) =
+// keep_unless(x, mask) + keep_if(v, mask). One of each pair is exactly 0, so the sum is the picked
+// value itself (NaN and inf included; a picked -0.0 comes out +0.0, which compares equal).
+void build_select(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const bool is_where = c.op == OpId::where;
+  const size_t mask_op = is_where ? 1 : 2;  // operand index in the loop nest (0 is the output)
+  TilePool out_pool = b.pool("y", c.out.dtype, kStreamFree, 3);
+  TilePool work_pool = b.pool("picked", DType::f32, kStreamFree, 2);
+  std::vector<TilePool> in_pools;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    in_pools.push_back(b.pool(fmt::format("in{}", i), c.inputs[i].dtype, kStreamFree, 3));
+  const float value = static_cast<float>(c.attrs.scalar);
+  for_each_block(out_nest(c), b.partitions(), kStreamFree, [&](const Block& blk) {
+    const uint16_t p = blk.partitions;
+    std::vector<AccessPattern> tiles;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      tiles.push_back(in_pools[i].next().region(0, p, 0, blk.free));
+      b.load(tiles.back(), block_pattern(blk, i + 1, c.input_io[i], c.inputs[i].dtype));
+    }
+    const AccessPattern& mask = tiles[mask_op - 1];
+    const AccessPattern picked = work_pool.next().region(0, p, 0, blk.free);
+    const AccessPattern y = out_pool.next().region(0, p, 0, blk.free);
+    if (is_where) {
+      b.tensor_tensor(AluOp::keep_if, picked, tiles[1], mask);
+      b.tensor_tensor(AluOp::keep_unless, y, tiles[2], mask);
+    } else {
+      b.tensor_scalar(AluOp::keep_if, picked, mask, value, /*reverse=*/true);  // keep_if(value, mask)
+      b.tensor_tensor(AluOp::keep_unless, y, tiles[0], mask);
+    }
+    b.tensor_tensor(AluOp::add, y, y, picked);
     b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
   });
 }

@@ -27,6 +27,7 @@ inline constexpr uint32_t kStreamFree = 4096;
 void build_binary(EagerContext& c);
 void build_unary(EagerContext& c);
 void build_fill(EagerContext& c);
+void build_select(EagerContext& c);  // where, masked_fill
 void build_reduction(EagerContext& c);
 void build_softmax(EagerContext& c);
 void build_matmul(EagerContext& c);

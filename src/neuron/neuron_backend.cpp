@@ -47,19 +47,15 @@ uint64_t address_of(const Tensor& t) {
 
 kernels::TensorDesc desc_of(const Tensor& t) { return {t.dtype(), t.shape(), t.strides()}; }
 
-// Elementwise kernels take operands of one dtype (the output's, or binary_operand_dtype for a
-// comparison, as the CPU reference computes); a promoted operand is cast on the device first, as its
-// own op.
+// Elementwise kernels take each operand in elementwise_operand_dtype (the output's, a comparison's
+// result_type, bool for a mask), as the CPU reference computes; a promoted operand is cast on the
+// device first, as its own op.
 bool casts_inputs(OpId op) {
-  return op_is_binary_elementwise(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
+  return op_is_binary_elementwise(op) || op_is_select(op) || (op_is_unary_elementwise(op) && op != OpId::fill);
 }
 
 void eager_kernel(const OpCall& call, Tensor& out) {
   const int core = out.device().index;
-  // Operands are cast to the output dtype, except a comparison's (bool out), which are cast to the
-  // dtype they compare in.
-  const DType operand_dtype =
-      op_is_binary_elementwise(call.op) ? binary_operand_dtype(call, out.dtype()) : out.dtype();
   std::vector<Tensor> inputs;
   inputs.reserve(call.inputs.size() + 1);
   for (size_t i = 0; i < call.inputs.size(); ++i) {
@@ -72,12 +68,14 @@ void eager_kernel(const OpCall& call, Tensor& out) {
       }
       continue;
     }
+    const DType operand_dtype = elementwise_operand_dtype(call, i, out.dtype());
     inputs.push_back(casts_inputs(call.op) && t.dtype() != operand_dtype ? t.to(operand_dtype) : t);
   }
   OpAttrs attrs = call.attrs;
   if (op_is_binary_elementwise(call.op) && attrs.has_scalar) {
     // The host scalar becomes a 0-dim device tensor: a host-to-device copy of its own.
-    inputs.push_back(full({}, attrs.scalar, TensorOptions(operand_dtype, Device::cpu())).to(out.device()));
+    const DType scalar_dtype = elementwise_operand_dtype(call, 1, out.dtype());
+    inputs.push_back(full({}, attrs.scalar, TensorOptions(scalar_dtype, Device::cpu())).to(out.device()));
     attrs.has_scalar = false;
   }
   std::vector<kernels::TensorDesc> descs;

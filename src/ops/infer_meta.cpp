@@ -33,8 +33,8 @@ DType promote_scalar(DType t, double scalar) {
 // Bool tensors are masks: what reads them is listed here; arithmetic on them is an error that says how
 // to cast, instead of torch's mix of bool results, integer results and errors.
 bool reads_bool(OpId op) {
-  return op_is_comparison(op) || op == OpId::to_copy || op == OpId::contiguous || op == OpId::copy ||
-         op == OpId::cat || op_info(op).is_view;
+  return op_is_comparison(op) || op_is_select(op) || op == OpId::to_copy || op == OpId::contiguous ||
+         op == OpId::copy || op == OpId::cat || op_info(op).is_view;
 }
 
 void check_no_bool(const OpCall& call) {
@@ -98,7 +98,8 @@ TensorMeta matmul_meta(const Tensor& a, const Tensor& b) {
 DType result_type(const Tensor& a, const Tensor& b) { return promote_tensors(a, b); }
 DType result_type(const Tensor& a, double b) { return promote_scalar(a.dtype(), b); }
 
-DType binary_operand_dtype(const OpCall& call, DType out) {
+DType elementwise_operand_dtype(const OpCall& call, size_t i, DType out) {
+  if ((call.op == OpId::where && i == 0) || (call.op == OpId::masked_fill && i == 1)) return DType::boolean;
   if (!op_is_comparison(call.op)) return out;
   if (call.attrs.has_scalar) return result_type(call.inputs[0], call.attrs.scalar);
   return result_type(call.inputs[0], call.inputs[1]);
@@ -145,6 +146,31 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
     return {broadcast_shapes(in[0].shape(), in[1].shape(), info.name), t};
   }
   switch (call.op) {
+    case OpId::where: {
+      SIGHTLINE_CHECK(in.size() == 3 && in[1].defined() && in[2].defined(), "aten::where: needs cond, a and b");
+      SIGHTLINE_CHECK(in[0].dtype() == DType::boolean,
+                      "aten::where: cond must be a bool tensor, got {}; make one with a comparison (x > 0) or "
+                      ".to(DType::boolean)",
+                      in[0].describe());
+      SIGHTLINE_CHECK(in[0].device() == in[1].device() && in[1].device() == in[2].device(),
+                      "aten::where: inputs are on different devices ({}, {}, {}); move them with .to(device)",
+                      in[0].device(), in[1].device(), in[2].device());
+      const Dims ab = broadcast_shapes(in[1].shape(), in[2].shape(), info.name);
+      return {broadcast_shapes(in[0].shape(), ab, info.name), promote_tensors(in[1], in[2])};
+    }
+    case OpId::masked_fill: {
+      SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "aten::masked_fill: needs the input and a mask");
+      SIGHTLINE_CHECK(in[1].dtype() == DType::boolean,
+                      "aten::masked_fill: the mask must be a bool tensor, got {}; make one with a comparison "
+                      "(x > 0) or .to(DType::boolean)",
+                      in[1].describe());
+      SIGHTLINE_CHECK(in[0].device() == in[1].device(), "aten::masked_fill: input on {} but mask on {}",
+                      in[0].device(), in[1].device());
+      SIGHTLINE_CHECK(broadcast_shapes(in[0].shape(), in[1].shape(), info.name) == in[0].shape(),
+                      "aten::masked_fill: mask {} does not broadcast to the input's shape {}", in[1].shape(),
+                      in[0].shape());
+      return {in[0].shape(), in[0].dtype()};
+    }
     case OpId::neg:
     case OpId::abs:
     case OpId::relu:

@@ -26,6 +26,8 @@ std::vector<Tensor> new_ops(const std::vector<Tensor>& in) {
       rsub(x, t),                                     // rsub of two tensors: t - x
       lt(x, t),                                       // a comparison: bool, op by op in the program
       ge(exp(x), 0.25),                               // with a host scalar, after a row-fusable op
+      where(gt(t, 0.0), x, 1.0 - x),                  // a select between two tensors
+      masked_fill(x * 2.0, lt(t, 0.0), -1e4),         // the attention mask's fill
   };
 }
 

@@ -1,4 +1,6 @@
 // Eager elementwise kernels against the CPU reference: broadcasting, views, dtypes, partial tiles.
+#include <limits>
+
 #include "kernel_test_util.h"
 
 namespace sightline::kernel_tests {
@@ -115,6 +117,27 @@ TEST(EagerElementwise, ComparisonsWriteBool) {
     check_op(op, {random_ints({40, 33}), random({})}, {}, 0);
     check_op(op, {a.transpose(0, 1), random({257, 130})}, {}, 0);
   }
+}
+
+// where and masked_fill: a bool mask tile beside operand tiles of the output dtype, broadcast on
+// either axis; NaN and inf pass through the select unchanged.
+TEST(EagerElementwise, SelectsWhereAndMaskedFill) {
+  const Tensor cond = gt(random({130, 257}), 0.0);
+  check_op(OpId::where, {cond, random({130, 257}), random({130, 257})}, {}, 0);
+  check_op(OpId::where, {gt(random({130, 1}), 0.0), random({257}), random({130, 257})}, {}, 0);
+  check_op(OpId::where, {gt(random({257}), 0.0), random({130, 257}), random({})}, {}, 0);
+  check_op(OpId::where, {cond, random({130, 257}, DType::bf16), random({130, 257}, DType::bf16)}, {}, 0);
+  check_op(OpId::where, {cond.transpose(0, 1), random_ints({257, 130}), random_ints({257, 130})}, {}, 0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const Tensor special = from_vector(std::vector<float>{inf, -inf, nan, 1.0f}, {4});
+  check_op(OpId::where, {gt(random({4}), 0.0), special, random({4})}, {}, 0);
+  OpAttrs value;
+  value.scalar = -inf;  // the attention mask's fill
+  check_op(OpId::masked_fill, {random({130, 257}), cond}, value, 0);
+  check_op(OpId::masked_fill, {random({4, 130, 70}), gt(random({130, 1}), 0.0)}, value, 0);
+  value.scalar = 3.0;
+  check_op(OpId::masked_fill, {random({64, 40}, DType::bf16), gt(random({64, 40}), 0.0)}, value, 0);
+  check_op(OpId::masked_fill, {random_ints({40, 33}), gt(random({33}), 0.0)}, value, 0);
 }
 
 TEST(EagerElementwise, Pow) {

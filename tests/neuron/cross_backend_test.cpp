@@ -121,6 +121,12 @@ TEST_P(CrossBackend, Elementwise) {
     expect_same(a.dev.to(DType::boolean), a.cpu.to(DType::boolean), "to bool");
   }
   {
+    const Pair a = input({130, 70}, dtype(), g_), b = input({70}, dtype(), g_), c = input({130, 1}, dtype(), g_);
+    expect_same(where(gt(c.dev, 0.0), a.dev, b.dev), where(gt(c.cpu, 0.0), a.cpu, b.cpu), "where");
+    expect_same(masked_fill(a.dev, gt(b.dev, 0.0), -1e4), masked_fill(a.cpu, gt(b.cpu, 0.0), -1e4),
+                "masked_fill");
+  }
+  {
     const Pair a = input({130, 77}, dtype(), g_);
     expect_same(gelu(a.dev, "tanh"), gelu(a.cpu, "tanh"), "gelu tanh", 2);
     expect_same(1.0 - a.dev, 1.0 - a.cpu, "1 - x (aten::rsub, the scalar copied to the device)");

@@ -1,5 +1,6 @@
 // Every op of the op table against the float64 reference, on fresh random inputs, for every dtype,
 // on contiguous, transposed, strided and broadcast inputs, with guarded (sentinel) allocations.
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -167,6 +168,28 @@ TEST_P(OpReference, ComparisonsWriteBool) {
       expect_close(out, ref_binary(to_ref(a), Ref{{}, {s}}, f), DType::boolean,
                    fmt::format("{} {} scalar {}", op_name(op), dtype_name(dtype()), scalar));
     }
+  }
+}
+
+// where(cond, a, b) and masked_fill(x, mask, value), with broadcast masks and operands.
+TEST_P(OpReference, SelectsPickByABoolMask) {
+  const std::vector<std::array<Dims, 3>> shapes = {{Dims{3, 5}, Dims{3, 5}, Dims{3, 5}},
+                                                   {Dims{3, 1}, Dims{3, 5}, Dims{5}},
+                                                   {Dims{1, 130}, Dims{1, 130}, Dims{}}};
+  for (const auto& [sc, sa, sb] : shapes) {
+    const Tensor cond = gt(in(sc), 0.0);
+    const Tensor a = in(sa), b = in(sb);
+    const Tensor out = where(cond, a, b);
+    ASSERT_EQ(out.dtype(), dtype());
+    const Ref rc = to_ref(cond), ra = to_ref(a), rb = to_ref(b);
+    const Ref picked_a = ref_binary(rc, ra, [](double c, double v) { return c != 0 ? v : 0.0; });
+    const Ref picked_b = ref_binary(rc, rb, [](double c, double v) { return c != 0 ? 0.0 : v; });
+    expect_close(out, ref_binary(picked_a, picked_b, [](double x, double y) { return x + y; }), dtype(),
+                 fmt::format("where {} {} {}", sc, sa, sb));
+    const Tensor filled = masked_fill(a, cond.slice(-1, 0, 1), -7.0);
+    expect_close(filled,
+                 ref_binary(ra, to_ref(cond.slice(-1, 0, 1)), [](double v, double m) { return m != 0 ? -7.0 : v; }),
+                 dtype(), fmt::format("masked_fill {}", sa));
   }
 }
 
@@ -358,7 +381,8 @@ TEST(OpReferenceLarge, ParallelPathsMatchReference) {
 TEST(OpReferenceCoverage, EveryOpHasACase) {
   const std::set<OpId> covered = {
       OpId::add, OpId::sub, OpId::rsub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum, OpId::neg, OpId::abs,
-      OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge, OpId::exp, OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid,
+      OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge, OpId::where, OpId::masked_fill, OpId::exp,
+      OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid,
       OpId::relu, OpId::silu, OpId::gelu, OpId::erf, OpId::sin, OpId::cos, OpId::to_copy, OpId::fill, OpId::sum,
       OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::matmul, OpId::linear, OpId::rms_norm,
       OpId::layer_norm, OpId::contiguous,

@@ -106,6 +106,29 @@ TEST(OpValues, ComparisonsWriteBoolAndNanComparesUnequal) {
   expect_values(eq(mask, 1.0), {0, 1, 1}, 0, "mask == 1");
 }
 
+TEST(OpValues, WhereAndMaskedFill) {
+  const Tensor x = from_vector(std::vector<float>{1.0f, -2.0f, 3.0f, -4.0f}, {4});
+  const Tensor mask = gt(x, 0.0);
+  expect_values(where(mask, x, from_vector(std::vector<float>{10.0f}, {1})), {1, 10, 3, 10}, 0, "where");
+  expect_values(masked_fill(x, mask, 0.5), {0.5, -2, 0.5, -4}, 0, "masked_fill");
+  // a and b promote as add would: i32 and f32 give f32.
+  const Tensor i = from_vector(std::vector<int32_t>{7, 8, 9, 10}, {4});
+  EXPECT_EQ(where(mask, i, x).dtype(), DType::f32);
+  expect_values(where(mask, i, x), {7, -2, 9, -4}, 0, "where i32/f32");
+  try {
+    (void)where(x, x, x);
+    ADD_FAILURE() << "where accepted an f32 cond";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("aten::where: cond must be a bool tensor"));
+  }
+  try {
+    (void)masked_fill(x, gt(from_vector(std::vector<float>{1.0f, 2.0f}, {2, 1}), 0.0), 1.0);
+    ADD_FAILURE() << "masked_fill accepted a mask that broadcasts beyond the input";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not broadcast to the input's shape [4]"));
+  }
+}
+
 TEST(OpValues, BoolDtypeConvertsPrintsAndRefusesArithmetic) {
   const Tensor mask = gt(from_vector(std::vector<float>{-1.0f, 0.5f, 2.0f}, {3}), 0.0);
   EXPECT_EQ(dtype_size(DType::boolean), 1u);

@@ -37,7 +37,7 @@ def close(actual, expected, tol=2e-5):
 
 def test_every_elementwise_op_of_the_table_is_bound():
     table = {op["name"] for op in torch.op_table if op["kind"] == "elementwise" and op["arity"] in (1, 2)}
-    assert table - {"pow", "to_copy"} == set(_sightline.generic_ops)
+    assert table - {"pow", "to_copy", "masked_fill"} == set(_sightline.generic_ops)  # masked_fill: below
     # so the numeric checks cover them all
     assert set(UNARY) | set(BINARY) | set(COMPARISONS) == set(_sightline.generic_ops)
     assert {op["profiler_name"] for op in torch.op_table} >= {"aten::mul", "aten::rms_norm", "aten::view"}
@@ -192,3 +192,12 @@ def test_bool_dtype_numpy_printing_and_hashing():
     assert len({x, x}) == 1  # tensors hash by identity, as in torch
     with pytest.raises(torch.Error, match="bool tensor"):
         mask + mask
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_where_and_masked_fill(device):
+    x, y = torch.from_numpy(A).to(device), torch.from_numpy(B).to(device)
+    np.testing.assert_array_equal(torch.where(x > 0, x, y).cpu().numpy(), np.where(A > 0, A, B))
+    np.testing.assert_array_equal(x.where(x > 0, y).cpu().numpy(), np.where(A > 0, A, B))
+    np.testing.assert_array_equal(x.masked_fill(y < 0, -1e4).cpu().numpy(), np.where(B < 0, np.float32(-1e4), A))
+    np.testing.assert_array_equal(torch.masked_fill(x, y < 0, 0.0).cpu().numpy(), np.where(B < 0, 0, A))

@@ -42,7 +42,8 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 // names are generated from them, so a count cannot drift from its enum.
 //
 // Tensor engine: matmul: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
-// Vector engine: tensor_tensor: dst = alu(src0, src1) (the comparison ALU ops give 1.0 or 0.0); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
+// Vector engine: tensor_tensor: dst = alu(src0, src1) (the comparison ALU ops give 1.0 or 0.0; keep_if
+//   gives src0 where src1 != 0, else 0, keep_unless the reverse: the halves of a select); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
 //   when src1 is set, else imm0 (flag reverse: alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu)
 //   over every free element of src0[p, :], alu add or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] =
 //   population variance of src0[p, :]; tensor_copy: dst = src0 with dtype conversion.
@@ -81,7 +82,9 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
   X(is_lt, "is_lt")               \
   X(is_le, "is_le")               \
   X(is_gt, "is_gt")               \
-  X(is_ge, "is_ge")
+  X(is_ge, "is_ge")               \
+  X(keep_if, "keep_if")           \
+  X(keep_unless, "keep_unless")
 
 #define SIGHTLINE_ACT_FUNC_TABLE(X) \
   X(identity, "identity")           \

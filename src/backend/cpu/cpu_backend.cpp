@@ -226,6 +226,7 @@ class CpuBackend final : public Backend {
       set(op, &binary_kernel);
     for (const OpInfo& info : kOpTable) {
       if (op_is_comparison(info.id)) set(info.id, &compare_kernel);
+      if (op_is_select(info.id)) set(info.id, &select_kernel);
     }
     for (const OpInfo& info : kOpTable) {
       if (op_is_unary_elementwise(info.id)) set(info.id, &unary_kernel);

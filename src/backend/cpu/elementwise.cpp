@@ -198,7 +198,7 @@ void binary_kernel(const OpCall& call, Tensor& out) {
 }
 
 void compare_kernel(const OpCall& call, Tensor& out) {
-  const DType t = binary_operand_dtype(call, out.dtype());
+  const DType t = elementwise_operand_dtype(call, 1, out.dtype());
   const Tensor a = as_dtype(call.inputs[0], t);
   const bool scalar = call.attrs.has_scalar;
   const Tensor b = scalar ? a : as_dtype(call.inputs[1], t);
@@ -214,6 +214,31 @@ void compare_kernel(const OpCall& call, Tensor& out) {
           *reinterpret_cast<uint8_t*>(p[0] + i * st[0]) = f(lhs, rhs) ? 1 : 0;
         }
       });
+    });
+  });
+}
+
+void select_kernel(const OpCall& call, Tensor& out) {
+  const bool is_where = call.op == OpId::where;
+  const Tensor& mask = call.inputs[is_where ? 0 : 1];
+  const Tensor a = as_dtype(call.inputs[is_where ? 1 : 0], out.dtype());
+  const Tensor b = is_where ? as_dtype(call.inputs[2], out.dtype()) : a;
+  // where: out = mask ? a : b; masked_fill: out = mask ? value : a.
+  ElementwiseLoop loop = is_where ? ElementwiseLoop(out, {&mask, &a, &b}) : ElementwiseLoop(out, {&mask, &a});
+  dtype_visit(out.dtype(), [&]<typename T>() {
+    T value{};
+    if constexpr (std::is_same_v<T, int32_t>) value = static_cast<int32_t>(call.attrs.scalar);
+    else value = from_float<T>(static_cast<float>(call.attrs.scalar));
+    loop.run([&](char* const* p, int64_t n, const int64_t* s) {
+      for (int64_t i = 0; i < n; ++i) {
+        const bool m = *reinterpret_cast<const uint8_t*>(p[1] + i * s[1]) != 0;
+        T* o = reinterpret_cast<T*>(p[0] + i * s[0]);
+        if (is_where) {
+          *o = *reinterpret_cast<const T*>(m ? p[2] + i * s[2] : p[3] + i * s[3]);
+        } else {
+          *o = m ? value : *reinterpret_cast<const T*>(p[2] + i * s[2]);
+        }
+      }
     });
   });
 }

@@ -9,6 +9,7 @@ namespace sightline::cpu {
 
 void binary_kernel(const OpCall& call, Tensor& out);   // add sub rsub mul div maximum minimum
 void compare_kernel(const OpCall& call, Tensor& out);  // eq ne lt le gt ge: bool out
+void select_kernel(const OpCall& call, Tensor& out);   // where masked_fill
 void unary_kernel(const OpCall& call, Tensor& out);   // neg abs exp ... gelu, pow
 void fill_kernel(const OpCall& call, Tensor& out);
 void to_copy_kernel(const OpCall& call, Tensor& out);
