@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sightline/compile.h"
 #include "sightline/host_clock.h"
@@ -37,7 +38,7 @@ struct RunOptions {
   std::string device = "neuron:0";
   std::string spec = "trn2";
   std::string out_dir;
-  std::string weights;  // a .safetensors checkpoint; empty: seeded random weights
+  std::vector<std::string> weights;  // .safetensors files (the shards of one checkpoint); none: seeded random
   std::string save_weights;  // write the parameters used to this .safetensors file, by their HF names
   int row_limit = 12;
   bool timing_only = false;
@@ -59,7 +60,9 @@ inline void add_run_flags(CLI::App& app, RunOptions& o, const std::vector<std::s
   app.add_option("--device", o.device, "neuron:0, or cpu (the reference backend: tables without device time)");
   app.add_option("--spec", o.spec, "device spec: trn2, trn1 or a spec JSON file");
   app.add_option("--out", o.out_dir, "directory that receives one profile directory per variant");
-  app.add_option("--weights", o.weights, "a HuggingFace .safetensors checkpoint (default: seeded random weights)");
+  app.add_option("--weights", o.weights,
+                 "a HuggingFace .safetensors checkpoint, or all the shards of a sharded one (default: seeded random "
+                 "weights)");
   app.add_option("--save-weights", o.save_weights,
                  "write the parameters the run uses to a .safetensors file under their HF checkpoint names");
   app.add_option("--row-limit", o.row_limit, "rows of each key_averages table");
@@ -78,8 +81,8 @@ struct Parameter {
 };
 
 // The parameters on `device` in `dtype`, in the order of `params`. From the checkpoint when `weights`
-// names one (each tensor found by its HF name, with `prefix` tried first: "esm." for an EsmForMaskedLM
-// checkpoint; its shape checked, converted to `dtype`); otherwise seeded random, as HF's _init_weights
+// names one (each tensor found by its HF name in whichever of the files holds it, with `prefix` tried
+// first: "esm." for an EsmForMaskedLM checkpoint; its shape checked, converted to `dtype`); otherwise seeded random, as HF's _init_weights
 // draws them (normal with std 0.02 for matrices and embeddings, ones and zeros for the norms). With
 // timing_only no value is ever read, so the tensors are allocated and left unwritten.
 inline std::vector<Tensor> load_parameters(const std::vector<Parameter>& params, const RunOptions& o, Device device,
@@ -87,12 +90,22 @@ inline std::vector<Tensor> load_parameters(const std::vector<Parameter>& params,
   std::vector<Tensor> out;
   out.reserve(params.size());
   if (!o.weights.empty()) {
-    const safetensors::File file = safetensors::File::open(o.weights);
-    const bool prefixed = !prefix.empty() && file.find(prefix + params.front().name) != nullptr;
+    std::vector<safetensors::File> files;
+    for (const std::string& path : o.weights) files.push_back(safetensors::File::open(path));
+    bool prefixed = false;
+    for (const safetensors::File& f : files) prefixed = prefixed || (!prefix.empty() && f.find(prefix + params.front().name));
     for (const Parameter& p : params) {
-      out.push_back(file.load(prefixed ? prefix + p.name : p.name, p.shape).to(dtype).to(device));
+      const std::string name = prefixed ? prefix + p.name : p.name;
+      const safetensors::File* holder = &files.front();  // none holds it: its load() names the nearest names
+      for (const safetensors::File& f : files) {
+        if (f.find(name) != nullptr) holder = &f;
+      }
+      SIGHTLINE_CHECK(files.size() == 1 || holder->find(name) != nullptr,
+                      "no tensor named \"{}\" in any of the {} checkpoint files ({})", name, files.size(),
+                      fmt::join(o.weights, ", "));
+      out.push_back(holder->load(name, p.shape).to(dtype).to(device));
     }
-    source = fmt::format("weights from {} ({} tensors{})", o.weights, params.size(),
+    source = fmt::format("weights from {} ({} tensors{})", fmt::join(o.weights, ", "), params.size(),
                          prefixed ? fmt::format(", names prefixed '{}'", prefix) : "");
     return out;
   }
