@@ -84,10 +84,6 @@ double finfo_min(DType dtype) {
   return dtype == DType::bf16 ? -3.3895313892515355e38 : static_cast<double>(std::numeric_limits<float>::lowest());
 }
 
-// masked_fill(x, mask, 0.0) composed as x * (1 - mask) until the masked_fill op lands in the op table
-// (issue 18): three eager ops (to_copy, rsub, mul) where torch dispatches one aten::masked_fill.
-Tensor masked_fill_zero(const Tensor& x, const Tensor& mask) { return x * (1.0 - mask.to(x.dtype())); }
-
 // x.chunk(2, dim=-1) as torch computes it: two views (aten::chunk -> aten::split -> aten::slice).
 std::pair<Tensor, Tensor> chunk2(const Tensor& x) {
   const int64_t half = x.size(-1) / 2;
@@ -141,7 +137,7 @@ std::vector<Tensor> esm_forward(const std::vector<Tensor>& a, const EsmConfig& c
   // EsmEmbeddings.forward with token_dropout (true for ESM-2), at inference.
   Tensor embeddings = embedding(w[0], ids);
   const Tensor is_mask = eq(ids, static_cast<double>(c.mask));
-  embeddings = masked_fill_zero(embeddings, is_mask.unsqueeze(-1));
+  embeddings = masked_fill(embeddings, is_mask.unsqueeze(-1), 0.0);
   constexpr double kMaskRatioTrain = 0.15 * 0.8;
   const Tensor src_lengths = sum(attention_mask, {-1});
   // (ids == mask).sum(-1): a bool tensor is summed as an integer one (torch does it inside aten::sum).
