@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every test (docs/testing.md): the suite in a Release build with warnings as errors, the installed
-# SDK, the Explorer, the suite under ASan+UBSan, the threaded tests under TSan, and fuzzing. Fails on
-# the first red step.
+# Every test (docs/testing.md): the suite in a Release build with warnings as errors, the performance
+# gate against the committed baselines, the installed SDK, the Explorer, the suite under ASan+UBSan,
+# the threaded tests under TSan, and fuzzing. Fails on the first red step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -14,6 +14,8 @@ step "set-up: Debian packages, Release build (-Werror), the Explorer"
 scripts/setup.sh build
 step "tests (Release, -Werror)"
 ctest --test-dir build --output-on-failure -j "$jobs"
+step "performance gate: the RMSNorm study against tests/baselines (modeled, exact; docs/ci-gate.md)"
+scripts/gate.sh build
 
 step "the installed SDK: find_package(sightline) consumer project, installed sightline serve"
 scripts/sdk_check.sh build
