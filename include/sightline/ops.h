@@ -88,7 +88,8 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, none };
   X(slice, "aten::slice", 1, movement, none, 0, true)                             \
   X(expand, "aten::expand", 1, movement, none, 0, true)                           \
   X(unsqueeze, "aten::unsqueeze", 1, movement, none, 0, true)                     \
-  X(squeeze, "aten::squeeze", 1, movement, none, 0, true)
+  X(squeeze, "aten::squeeze", 1, movement, none, 0, true)                         \
+  X(select, "aten::select", 1, movement, none, 0, true)
 
 enum class OpId : uint8_t {
 #define SIGHTLINE_OP_ENUM(id, name, arity, kind, rule, k, is_view) id,
@@ -146,9 +147,9 @@ struct OpAttrs {
   bool has_scalar = false;  // binary ops: the second operand is `scalar`, not inputs[1]
   Dims dims;               // reduction dims, permute order, view/expand/reshape shape
   bool keepdim = false;
-  int64_t dim = 0;  // softmax, cat, slice, transpose (dim0), squeeze/unsqueeze
+  int64_t dim = 0;  // softmax, cat, slice, select, transpose (dim0), squeeze/unsqueeze
   int64_t dim1 = 0;  // transpose
-  int64_t start = 0, end = 0, step = 1;  // slice
+  int64_t start = 0, end = 0, step = 1;  // slice; select's index is `start`
   double eps = 0.0;                       // rms_norm, layer_norm
   DType dtype = DType::f32;               // to_copy
   Device device;                          // copy: the destination device
@@ -256,6 +257,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // layer_norm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// chunk: `chunks` views along dim of size ceil(n / chunks) (the last may be smaller, fewer when n is
+// small), as torch.chunk; split: views of `split_size` along dim (the last the remainder), or of the
+// given sizes (summing to n), as torch.split. Each view is one aten::slice.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim);
 Tensor cat(std::initializer_list<Tensor> tensors, int64_t dim);

@@ -155,6 +155,7 @@ class Tensor {
   Tensor expand(const Dims& shape) const;  // broadcast size-1 dims (stride 0); -1 keeps a size
   Tensor unsqueeze(int dim) const;
   Tensor squeeze(int dim) const;
+  Tensor select(int dim, int64_t index) const;  // x[..., index, ...]: the dim is dropped (aten::select)
 
   // ---- copies ----
   Tensor contiguous() const;  // this tensor if already contiguous

@@ -220,6 +220,19 @@ void init_ops(py::module_& m) {
   t.def("where", [](const Tensor& x, const Tensor& cond, const Tensor& other) { return where(cond, x, other); },
         py::arg("condition"), py::arg("other"), release_gil());
   t.def("masked_fill", masked_fill_fn, py::arg("mask"), py::arg("value"), release_gil());
+  auto select_fn = [](const Tensor& x, int dim, int64_t index) { return x.select(dim, index); };
+  auto chunk_fn = [](const Tensor& x, int64_t chunks, int64_t dim) { return chunk(x, chunks, dim); };
+  // torch.split(tensor, split_size_or_sections, dim)
+  auto split_fn = [](const Tensor& x, const py::object& size_or_sections, int64_t dim) {
+    if (py::isinstance<py::int_>(size_or_sections)) return split(x, size_or_sections.cast<int64_t>(), dim);
+    return split(x, size_or_sections.cast<std::vector<int64_t>>(), dim);
+  };
+  m.def("select", select_fn, py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
+  m.def("chunk", chunk_fn, py::arg("input"), py::arg("chunks"), py::arg("dim") = 0, release_gil());
+  m.def("split", split_fn, py::arg("tensor"), py::arg("split_size_or_sections"), py::arg("dim") = 0);
+  t.def("select", select_fn, py::arg("dim"), py::arg("index"), release_gil());
+  t.def("chunk", chunk_fn, py::arg("chunks"), py::arg("dim") = 0, release_gil());
+  t.def("split", split_fn, py::arg("split_size"), py::arg("dim") = 0);
 }
 
 }  // namespace sightline::python

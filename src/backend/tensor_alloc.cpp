@@ -53,6 +53,8 @@ Tensor apply_view_op(const OpCall& call) {
       return view_meta::unsqueeze(x, static_cast<int>(at.dim));
     case OpId::squeeze:
       return view_meta::squeeze(x, static_cast<int>(at.dim));
+    case OpId::select:
+      return view_meta::select(x, static_cast<int>(at.dim), at.start);
     default:
       break;
   }

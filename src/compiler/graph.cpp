@@ -77,6 +77,8 @@ TensorMeta view_op_meta(OpId op, const TensorMeta& in, const OpAttrs& at) {
       return {view_meta::unsqueeze(x, static_cast<int>(at.dim)).shape(), in.dtype};
     case OpId::squeeze:
       return {view_meta::squeeze(x, static_cast<int>(at.dim)).shape(), in.dtype};
+    case OpId::select:
+      return {view_meta::select(x, static_cast<int>(at.dim), at.start).shape(), in.dtype};
     default:
       break;
   }
@@ -266,6 +268,8 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
       return fmt::format(" {{dim0={}, dim1={}}}", a.dim, a.dim1);
     case OpId::slice:
       return fmt::format(" {{dim={}, start={}, end={}, step={}}}", a.dim, a.start, a.end, a.step);
+    case OpId::select:
+      return fmt::format(" {{dim={}, index={}}}", a.dim, a.start);
     case OpId::gelu:  // the default (exact) form prints nothing
       return a.approximate == GeluApproximate::none
                  ? std::string()

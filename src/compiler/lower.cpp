@@ -65,6 +65,8 @@ std::optional<Place> apply_view(OpId op, const OpAttrs& at, const Place& in) {
       return place_of(in.io, view_meta::unsqueeze(x, static_cast<int>(at.dim)));
     case OpId::squeeze:
       return place_of(in.io, view_meta::squeeze(x, static_cast<int>(at.dim)));
+    case OpId::select:
+      return place_of(in.io, view_meta::select(x, static_cast<int>(at.dim), at.start));
     default:
       break;
   }

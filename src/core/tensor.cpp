@@ -238,5 +238,19 @@ Tensor squeeze(const Tensor& t, int dim) {
   return Tensor(t.storage(), t.dtype(), shape, strides, t.offset());
 }
 
+Tensor select(const Tensor& t, int dim, int64_t index) {
+  SIGHTLINE_CHECK(t.dim() > 0, "aten::select: cannot select from a 0-dim tensor");
+  const int d = normalize_dim(dim, t.dim(), "aten::select");
+  const int64_t n = t.shape()[d];
+  SIGHTLINE_CHECK(index >= -n && index < n, "aten::select: index {} is out of range for dim {} of size {}", index,
+                  d, n);
+  if (index < 0) index += n;
+  const Tensor row = slice(t, d, index, index + 1, 1);
+  Dims shape = row.shape(), strides = row.strides();
+  shape.erase(d);
+  strides.erase(d);
+  return Tensor(t.storage(), t.dtype(), shape, strides, row.offset());
+}
+
 }  // namespace view_meta
 }  // namespace sightline

@@ -19,5 +19,7 @@ Tensor slice(const Tensor& t, int dim, int64_t start, int64_t end, int64_t step)
 Tensor expand(const Tensor& t, const Dims& shape);
 Tensor unsqueeze(const Tensor& t, int dim);
 Tensor squeeze(const Tensor& t, int dim);
+// torch.select: the slice at `index` of `dim` (negative counts from the end), without that dim.
+Tensor select(const Tensor& t, int dim, int64_t index);
 
 }  // namespace sightline::view_meta

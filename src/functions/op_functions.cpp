@@ -1,6 +1,9 @@
 // The op functions of ops.h and the Tensor methods that are ops: each builds its attributes and goes
 // through dispatch(), so every op is seen by the observer hooks (and so by the profiler).
+#include <algorithm>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "sightline/backend.h"
 
@@ -194,6 +197,53 @@ Tensor Tensor::expand(const Dims& shape) const {
 
 Tensor Tensor::unsqueeze(int d) const { return along_dim(OpId::unsqueeze, *this, d); }
 Tensor Tensor::squeeze(int d) const { return along_dim(OpId::squeeze, *this, d); }
+
+Tensor Tensor::select(int d, int64_t index) const {
+  OpAttrs attrs;
+  attrs.dim = d;
+  attrs.start = index;
+  const Tensor inputs[] = {*this};
+  return dispatch(OpId::select, inputs, attrs);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  SIGHTLINE_CHECK(x.dim() > 0, "aten::split: cannot split a 0-dim tensor");
+  const int d = normalize_dim(static_cast<int>(dim), x.dim(), "aten::split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    SIGHTLINE_CHECK(s >= 0, "aten::split: split sizes must be non-negative, got {}", s);
+    total += s;
+  }
+  SIGHTLINE_CHECK(total == x.shape()[d], "aten::split: split sizes [{}] sum to {}, but dim {} has size {}",
+                  fmt::join(sizes, ", "), total, d, x.shape()[d]);
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(x.slice(d, start, start + s));
+    start += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  SIGHTLINE_CHECK(x.dim() > 0, "aten::split: cannot split a 0-dim tensor");
+  const int d = normalize_dim(static_cast<int>(dim), x.dim(), "aten::split");
+  const int64_t n = x.shape()[d];
+  SIGHTLINE_CHECK(split_size > 0 || (split_size == 0 && n == 0), "aten::split: split_size must be positive, got {}",
+                  split_size);
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(x, sizes, d);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  SIGHTLINE_CHECK(chunks > 0, "aten::chunk: chunks must be positive, got {}", chunks);
+  SIGHTLINE_CHECK(x.dim() > 0, "aten::chunk: cannot chunk a 0-dim tensor");
+  const int d = normalize_dim(static_cast<int>(dim), x.dim(), "aten::chunk");
+  const int64_t n = x.shape()[d];
+  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1), d);
+}
 
 Tensor Tensor::to(Device target) const {
   if (device() == target) return *this;

@@ -28,6 +28,7 @@ std::vector<Tensor> new_ops(const std::vector<Tensor>& in) {
       ge(exp(x), 0.25),                               // with a host scalar, after a row-fusable op
       where(gt(t, 0.0), x, 1.0 - x),                  // a select between two tensors
       masked_fill(x * 2.0, lt(t, 0.0), -1e4),         // the attention mask's fill
+      chunk(x, 2, -1)[1] * t.select(1, 3).unsqueeze(1),  // views: a chunk and a selected column
   };
 }
 

@@ -388,6 +388,6 @@ TEST(OpReferenceCoverage, EveryOpHasACase) {
       OpId::layer_norm, OpId::contiguous,
       OpId::copy /* backend_test: Registry.CustomBackendRegistersLikeCpu */, OpId::cat, OpId::embedding, OpId::view,
       OpId::reshape, OpId::transpose, OpId::permute, OpId::slice, OpId::expand, OpId::unsqueeze,
-      OpId::squeeze /* core_test: Tensor.ViewsShareStorage */};
+      OpId::squeeze /* core_test: Tensor.ViewsShareStorage */, OpId::select /* op_values_test: SelectChunkSplit */};
   for (const OpInfo& info : kOpTable) EXPECT_TRUE(covered.count(info.id)) << info.name << " has no reference case";
 }

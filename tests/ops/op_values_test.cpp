@@ -152,3 +152,34 @@ TEST(OpValues, BoolDtypeConvertsPrintsAndRefusesArithmetic) {
   }
   EXPECT_THROW((void)sum(mask), Error);
 }
+
+TEST(OpValues, SelectChunkSplitAreViews) {
+  const Tensor x = arange(0.0, 24.0).reshape({2, 3, 4});
+  const Tensor row = x.select(1, -1);  // x[:, 2, :]
+  EXPECT_EQ(row.shape(), (Dims{2, 4}));
+  EXPECT_TRUE(row.shares_storage(x));
+  expect_values(row, {8, 9, 10, 11, 20, 21, 22, 23}, 0, "select");
+  expect_values(x.select(0, 1).select(0, 0), {12, 13, 14, 15}, 0, "select twice");
+  EXPECT_THROW((void)x.select(1, 3), Error);
+  const std::vector<Tensor> halves = chunk(x, 2, -1);  // the rotary halves
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[1].shape(), (Dims{2, 3, 2}));
+  EXPECT_TRUE(halves[1].shares_storage(x));
+  expect_values(halves[1].select(0, 0).select(0, 0), {2, 3}, 0, "chunk");
+  // torch.chunk(arange(5), 3) gives sizes 2, 2, 1; split by 2 the same; split by sizes as given.
+  const Tensor five = arange(0.0, 5.0);
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : chunk(five, 3)) sizes.push_back(t.numel());
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 1}));
+  sizes.clear();
+  for (const Tensor& t : split(five, 2)) sizes.push_back(t.numel());
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 1}));
+  const std::vector<Tensor> parts = split(five, std::vector<int64_t>{1, 4});
+  expect_values(parts[1], {1, 2, 3, 4}, 0, "split sizes");
+  try {
+    (void)split(five, std::vector<int64_t>{1, 2});
+    ADD_FAILURE() << "split accepted sizes that do not sum to the dim";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("split sizes [1, 2] sum to 3, but dim 0 has size 5"));
+  }
+}

@@ -201,3 +201,16 @@ def test_where_and_masked_fill(device):
     np.testing.assert_array_equal(x.where(x > 0, y).cpu().numpy(), np.where(A > 0, A, B))
     np.testing.assert_array_equal(x.masked_fill(y < 0, -1e4).cpu().numpy(), np.where(B < 0, np.float32(-1e4), A))
     np.testing.assert_array_equal(torch.masked_fill(x, y < 0, 0.0).cpu().numpy(), np.where(B < 0, 0, A))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_select_chunk_split(device):
+    x = torch.from_numpy(A).to(device)
+    np.testing.assert_array_equal(x.select(1, -1).cpu().numpy(), A[:, -1])
+    np.testing.assert_array_equal(torch.select(x, 0, 2).cpu().numpy(), A[2])
+    halves = x.chunk(2, dim=-1)
+    assert len(halves) == 2
+    np.testing.assert_array_equal(halves[1].cpu().numpy(), A[:, 16:])
+    np.testing.assert_array_equal(torch.chunk(x, 3, 1)[2].cpu().numpy(), A[:, 22:])
+    assert [t.shape[1] for t in torch.split(x, 10, dim=1)] == [10, 10, 10, 2]
+    assert [t.shape[1] for t in x.split([30, 2], dim=1)] == [30, 2]
