@@ -12,7 +12,7 @@ build_dir=${1:-build}
 # scripts/fuzz.sh).
 packages=(
   g++ cmake ninja-build pkg-config
-  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsimdjson-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsimdjson-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
   clang libclang-rt-14-dev

@@ -5,6 +5,8 @@
 //   sightline table profiles/fused --format csv          # or json: the same rows as data (docs/formats.md)
 //   sightline compare profiles/naive profiles/fused
 //   sightline roofline profiles/fused -o roofline.svg
+//   sightline export profiles/naive --format sqlite naive.db             # schema: docs/formats.md
+//   sightline query profiles/naive "select name, count(*) from ops group by name"
 //   sightline check profiles/naive --baseline tests/baselines/rmsnorm_naive.json --max-regress device_busy=2%
 //   sightline check profiles/naive --write-baseline tests/baselines/rmsnorm_naive.json
 //   sightline neff dump profiles/fused/neff_0123456789abcdef.neff
@@ -14,8 +16,8 @@
 //
 // Exit codes (docs/analysis.md), diff's convention: 0 success (check: no regression), 1 check found a
 // regression, 2 bad input or usage (unknown command or option, missing argument, missing or incomplete
-// profile directory, corrupt NEFF/NTFF, malformed JSON, unwritable output, an upload the server refused
-// or no server to upload to, a port in use), 3 internal error. So a CI script can tell "slower" (1)
+// profile directory, corrupt NEFF/NTFF, malformed JSON, SQL that SQLite refuses, unwritable output, an
+// upload the server refused or no server to upload to, a port in use), 3 internal error. So a CI script can tell "slower" (1)
 // from "could not check" (2).
 #include <pthread.h>
 
@@ -38,6 +40,7 @@
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
 #include "analysis/roofline.h"
+#include "analysis/sqlite.h"
 #include "analysis/trace_json.h"
 #include "formats/neff.h"
 #include "formats/ntff.h"
@@ -146,6 +149,26 @@ int check(const CheckOptions& o) {
   if (!o.junit.empty()) write_text_file(o.junit, analysis::check_junit(result));
   if (!o.markdown.empty()) write_text_file(o.markdown, analysis::check_markdown(result));
   return result.regressed() ? kExitRegression : 0;
+}
+
+int export_profile(const std::string& dir, const std::string& output) {
+  analysis::sqlite_export(load(dir), output);
+  fmt::print("wrote {}\n", output);
+  return 0;
+}
+
+int query(const std::string& dir, const std::string& sql, const std::string& format) {
+  // A database file is queried as it is; a profile directory through its cached database.
+  const std::string db = fs::is_directory(dir) ? analysis::sqlite_cached(dir) : dir;
+  const analysis::QueryResult result = analysis::sqlite_query(db, sql);
+  if (format == "csv") {
+    std::cout << analysis::query_csv(result);
+  } else if (format == "json") {
+    std::cout << analysis::query_json(result);
+  } else {
+    std::cout << analysis::query_text(result);
+  }
+  return 0;
 }
 
 int roofline(const std::string& dir, const std::string& output) {
@@ -309,6 +332,23 @@ int main(int argc, char** argv) {
     }
     status = check(check_options);
   });
+
+  std::string export_format, export_output;
+  auto* export_cmd = app.add_subcommand("export", "Write a profile directory as an SQLite database (docs/formats.md)");
+  export_cmd->add_option("dir", dir, "profile output directory")->required();
+  export_cmd->add_option("output", export_output, "database file to write, e.g. profile.db")->required();
+  export_cmd->add_option("--format", export_format, "sqlite")->required()->check(CLI::IsMember({"sqlite"}));
+  export_cmd->callback([&] { status = export_profile(dir, export_output); });
+
+  std::string sql, query_format = "text";
+  auto* query_cmd = app.add_subcommand(
+      "query", "Run SQL on a profile (its database is built on first use, cached as DIR/profile.sqlite)");
+  query_cmd->add_option("dir", dir, "profile output directory, or a database `export` wrote")->required();
+  query_cmd->add_option("sql", sql, "the query, e.g. \"select name, count(*) from ops group by name\"")->required();
+  query_cmd->add_option("--format", query_format, "text (aligned columns), csv or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "csv", "json"}));
+  query_cmd->callback([&] { status = query(dir, sql, query_format); });
 
   std::string output = "roofline.svg";
   auto* roofline_cmd = app.add_subcommand("roofline", "Draw the roofline of a profile as SVG");

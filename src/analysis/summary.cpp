@@ -99,21 +99,14 @@ SummaryBuilder::SummaryBuilder(const device::Spec& spec) : spec_(spec) {
   sum_.hbm_bytes_per_s = spec.hbm.bytes_per_ns * 1e9;
 }
 
-void SummaryBuilder::add(const device::Executable& exe, const formats::NtffExecution& execution) {
+void for_each_record(const device::Executable& exe, const formats::NtffExecution& execution,
+                     const std::function<void(const device::InstructionRecord&, const device::Instruction&)>& fn) {
   SIGHTLINE_CHECK(execution.records.size() == exe.instruction_count(),
                   "execution {} of '{}' has {} instruction records but the executable has {} instructions; the "
                   "NTFF does not belong to this NEFF, profile again", execution.seq, exe.name,
                   execution.records.size(), exe.instruction_count());
-  Summary& s = sum_;
-  ++s.executions;
-  s.total_time_ns += execution.duration_ns;
-  // Records come in issue order; every stream is in order, so the k-th record of an engine (or of a DMA
-  // queue) is the k-th instruction of that stream.
   std::array<size_t, device::kComputeEngineCount> next_in_engine{};
   std::vector<size_t> next_in_queue(exe.dma_queues.size(), 0);
-  std::array<std::vector<std::pair<double, double>>, device::kEngineCount> intervals;
-  const std::optional<double> table_flops = op_table_flops(exe);
-  double execution_flops = 0;
   for (const device::InstructionRecord& r : execution.records) {
     const device::Instruction* in = nullptr;
     if (r.engine == Engine::dma) {
@@ -128,6 +121,17 @@ void SummaryBuilder::add(const device::Executable& exe, const formats::NtffExecu
                       "not belong to this NEFF", exe.name, device::engine_name(r.engine));
       in = &stream[next_in_engine[e]++];
     }
+    fn(r, *in);
+  }
+}
+
+void SummaryBuilder::add(const device::Executable& exe, const formats::NtffExecution& execution) {
+  Summary& s = sum_;
+  std::array<std::vector<std::pair<double, double>>, device::kEngineCount> intervals;
+  const std::optional<double> table_flops = op_table_flops(exe);
+  double execution_flops = 0;
+  for_each_record(exe, execution, [&](const device::InstructionRecord& r, const device::Instruction& instruction) {
+    const device::Instruction* in = &instruction;
     EngineSummary& engine = s.engines[static_cast<size_t>(r.engine)];
     engine.instruction_ns += r.end_ns - r.start_ns;
     engine.semaphore_wait_ns += r.semaphore_wait_ns;
@@ -150,7 +154,9 @@ void SummaryBuilder::add(const device::Executable& exe, const formats::NtffExecu
       const bool fp32 = in->src0.dtype == DType::f32 || in->src1.dtype == DType::f32;
       s.adjusted_hardware_flops += fp32 ? double(r.flops) * spec_.tensor.fp32_cost_factor : double(r.flops);
     }
-  }
+  });
+  ++s.executions;
+  s.total_time_ns += execution.duration_ns;
   for (int e = 0; e < device::kEngineCount; ++e) s.engines[e].active_ns += union_ns(intervals[e]);
   s.instruction_flops += execution_flops;
   s.model_flops += table_flops.value_or(execution_flops);

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +132,13 @@ class SummaryBuilder {
   device::Spec spec_;
   Summary sum_;
 };
+
+// Calls fn(record, instruction) for every record of one execution, in issue order, with the executable's
+// instruction it records: every stream is in order, so the k-th record of an engine (or of a DMA queue)
+// is the k-th instruction of that stream. Throws sightline::Error when the records do not match the
+// executable's streams (an NTFF of another NEFF).
+void for_each_record(const device::Executable& exe, const formats::NtffExecution& execution,
+                     const std::function<void(const device::InstructionRecord&, const device::Instruction&)>& fn);
 
 // Model FLOPs of one execution by the op table (see the header comment); nullopt when the executable
 // does not run exactly one op the table knows.

@@ -273,6 +273,31 @@ TEST(SightlineCli, CheckBadInputIsExit2WithAClearMessage) {
   }
 }
 
+TEST(SightlineCli, ExportAndQueryASavedProfileWithSql) {
+  const auto& g = test_profiles::generate();
+  const fs::path dir = g.root / "sql";
+  fs::remove_all(dir);
+  fs::copy(g.naive.dir, dir, fs::copy_options::recursive);
+  const std::string calls = "select name, count(*) from ops where kind = 'cpu_op' group by name order by name";
+  const CliRun r = run_cli(fmt::format("query {} \"{}\"", shell_quoted(dir), calls));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("name         count(*)\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("aten::mul           3\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "profile.sqlite")) << "the database is cached beside the profile";
+  const CliRun csv = run_cli(fmt::format("query {} \"{}\" --format csv", shell_quoted(dir), calls));
+  EXPECT_NE(csv.out.find("aten::mul,3\r\n"), std::string::npos) << csv.out;
+  const fs::path db = g.root / "sql_export.db";
+  const CliRun exported = run_cli(fmt::format("export {} --format sqlite {}", shell_quoted(g.naive.dir), shell_quoted(db)));
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const CliRun from_file = run_cli(fmt::format("query {} \"select count(*) from executions\" --format json",
+                                               shell_quoted(db)));
+  EXPECT_EQ(from_file.out, "{\"columns\":[\"count(*)\"],\"rows\":[[6]]}\n") << from_file.err;
+  const CliRun bad = run_cli(fmt::format("query {} \"select nope from ops\"", shell_quoted(dir)));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("no such column: nope"), std::string::npos) << bad.err;
+  EXPECT_EQ(run_cli(fmt::format("export {} --format parquet x.db", shell_quoted(dir))).exit_code, kExitUsage);
+}
+
 namespace {
 
 // `sightline serve ROOT --port 0` as a child process; the URL (with its ?token=) comes from its first
