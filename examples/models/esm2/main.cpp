@@ -84,16 +84,10 @@ double finfo_min(DType dtype) {
   return dtype == DType::bf16 ? -3.3895313892515355e38 : static_cast<double>(std::numeric_limits<float>::lowest());
 }
 
-// x.chunk(2, dim=-1) as torch computes it: two views (aten::chunk -> aten::split -> aten::slice).
-std::pair<Tensor, Tensor> chunk2(const Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return {x.slice(-1, 0, half), x.slice(-1, half, x.size(-1))};
-}
-
-// modeling_esm.py: rotate_half and apply_rotary_pos_emb.
+// modeling_esm.py: rotate_half (x.chunk(2, dim=-1): two views) and apply_rotary_pos_emb.
 Tensor rotate_half(const Tensor& x) {
-  const auto [x1, x2] = chunk2(x);
-  return cat({-x2, x1}, -1);
+  const std::vector<Tensor> halves = chunk(x, 2, -1);
+  return cat({-halves[1], halves[0]}, -1);
 }
 Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) { return x * cos + rotate_half(x) * sin; }
 
