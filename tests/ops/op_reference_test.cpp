@@ -230,13 +230,11 @@ TEST_P(OpReference, Unary) {
   for (const Dims& shape : kShapes) {
     const Tensor x = in(shape);
     const DType out_t = floating() ? dtype() : DType::f32;
-    expect_close(gelu(x, "tanh"),
-                 round_to(ref_unary(to_ref(x),
-                                    [](double v) {
-                                      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-                                    }),
-                          out_t),
-                 out_t, fmt::format("gelu tanh {}", shape));
+    const auto tanh_form = [](double v) {
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    };
+    expect_close(gelu(x, "tanh"), round_to(ref_unary(to_ref(x), tanh_form), out_t), out_t,
+                 fmt::format("gelu tanh {}", shape));
   }
   for (double e : {2.0, 3.0, 0.5}) {
     const Tensor x = in({3, 5}, true);

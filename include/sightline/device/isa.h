@@ -43,10 +43,11 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 //
 // Tensor engine: matmul: dst(PSUM)[M, N] (+)= stationary(SBUF)[K, M]^T @ moving(SBUF)[K, N].
 // Vector engine: tensor_tensor: dst = alu(src0, src1) (the comparison ALU ops give 1.0 or 0.0; keep_if
-//   gives src0 where src1 != 0, else 0, keep_unless the reverse: the halves of a select); tensor_scalar: dst = alu(src0, s), s = src1[p, 0]
-//   when src1 is set, else imm0 (flag reverse: alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu)
-//   over every free element of src0[p, :], alu add or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] =
-//   population variance of src0[p, :]; tensor_copy: dst = src0 with dtype conversion.
+//   gives src0 where src1 != 0, else 0, keep_unless the reverse: the halves of a select);
+//   tensor_scalar: dst = alu(src0, s), s = src1[p, 0] when src1 is set, else imm0 (flag reverse:
+//   alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu) over every free element of src0[p, :], alu add
+//   or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]; tensor_copy:
+//   dst = src0 with dtype conversion.
 // Scalar engine: activate: dst = func(src0 * scale + bias), scale = src1[p, 0] when set, else imm0;
 //   bias = imm1. With an `aux` operand, aux[p, 0] = sum over the free axis of the results.
 // GpSimd engine: iota: dst[p, i] = imm0 + imm1 * p + i (i = flat free index); partition_all_reduce:
