@@ -234,10 +234,10 @@ int main(int argc, char** argv) {
                                 from_vector(inv_freq, {static_cast<int64_t>(inv_freq.size())}).to(device)};
     args.insert(args.end(), weights.begin(), weights.end());
 
-    fmt::print("Llama {}: {} layers, hidden {}, {} heads ({} kv heads), intermediate {}, vocab {}, {:.2f}B parameters "
-               "({}); batch {} x {} tokens on {} ({}{}); profiles go to {}/\n",
+    fmt::print("Llama {}: {} layers, hidden {}, {} heads ({} kv heads), intermediate {}, vocab {}, {} parameters ({}); "
+               "batch {} x {} tokens on {} ({}{}); profiles go to {}/\n",
                o.config, c.layers, c.hidden, c.heads, c.kv_heads, c.intermediate, c.vocab,
-               static_cast<double>(models::parameter_count(all)) / 1e9, dtype_name(dtype), o.batch, o.tokens, device,
+               models::parameter_text(models::parameter_count(all)), dtype_name(dtype), o.batch, o.tokens, device,
                device.is_cpu() ? "reference backend" : neuron::device_info().spec_name, o.timing_only ? ", timing only" : "",
                o.out_dir);
     fmt::print("{}\n", source);
