@@ -3,6 +3,7 @@
 //   sightline view profiles/fused --output-format summary-text
 //   sightline table profiles/fused --sort-by self_neuron_time_total --row-limit 10
 //   sightline table profiles/fused --format csv          # or json: the same rows as data (docs/formats.md)
+//   sightline view profiles/naive --output-format perfetto -o naive.perfetto.json   # for ui.perfetto.dev
 //   sightline compare profiles/naive profiles/fused
 //   sightline roofline profiles/fused -o roofline.svg
 //   sightline export profiles/naive --format sqlite naive.db             # schema: docs/formats.md
@@ -37,6 +38,7 @@
 
 #include "analysis/check.h"
 #include "analysis/compare.h"
+#include "analysis/perfetto.h"
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
 #include "analysis/roofline.h"
@@ -65,8 +67,17 @@ analysis::ProfileDir load(const std::string& dir, bool with_trace = true) {
   return analysis::profile_dir_load(dir, {.load_trace_json = with_trace, .progress = bar.callback()});
 }
 
-int view(const std::string& dir, const std::string& format) {
+int view(const std::string& dir, const std::string& format, const std::string& output) {
   const analysis::ProfileDir profile = load(dir);
+  if (format == "perfetto") {
+    if (output.empty()) {
+      analysis::perfetto_json_write(profile, std::cout);
+    } else {
+      analysis::perfetto_json_save(profile, output);
+      fmt::print("wrote {} (open it in https://ui.perfetto.dev)\n", output);
+    }
+    return 0;
+  }
   if (format == "summary-text") std::cout << analysis::report_summary_text(profile);
   if (format == "summary-json") std::cout << analysis::report_summary_json(profile);
   if (format == "json") std::cout << analysis::report_json(profile);
@@ -282,9 +293,12 @@ int main(int argc, char** argv) {
   std::string dir, format = "summary-text";
   auto* view_cmd = app.add_subcommand("view", "Summary metrics, roofline and insights of a profile directory");
   view_cmd->add_option("dir", dir, "profile output directory (holds manifest.json)")->required();
-  view_cmd->add_option("--output-format", format, "summary-text, summary-json or json")
-      ->check(CLI::IsMember({"summary-text", "summary-json", "json"}));
-  view_cmd->callback([&] { status = view(dir, format); });
+  std::string view_output;
+  view_cmd->add_option("--output-format", format, "summary-text, summary-json, json, or perfetto (a Chrome JSON "
+                       "trace laid out for the Perfetto UI: lanes, flows, one track per engine and DMA queue)")
+      ->check(CLI::IsMember({"summary-text", "summary-json", "json", "perfetto"}));
+  view_cmd->add_option("-o,--output", view_output, "file to write (perfetto; default: stdout)");
+  view_cmd->callback([&] { status = view(dir, format, view_output); });
 
   std::string sort_by;
   int64_t row_limit = 100;

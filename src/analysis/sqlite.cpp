@@ -182,10 +182,10 @@ std::string_view device_kind_name(profiler::EventKind kind) {
   }
 }
 
-// A core's nc_exec_running events in time order: (device_events.id, the op's correlation id).
-using ExecEvents = std::map<int, std::vector<std::pair<int64_t, uint64_t>>>;
+// device_events.id of each device event written.
+using DeviceRows = std::map<const profiler::FunctionEvent*, int64_t>;
 
-void export_trace(Database& db, const profiler::CollectedTrace& trace, ExecEvents& exec_events) {
+void export_trace(Database& db, const profiler::CollectedTrace& trace, DeviceRows& device_rows) {
   Insert op(db, "INSERT INTO ops VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
   Insert call(db, "INSERT INTO runtime_calls VALUES (NULL,?,?,?,?,?,?,?)");
   Insert device(db, "INSERT INTO device_events VALUES (NULL,?,?,?,?,?,?,?,?,?)");
@@ -223,9 +223,7 @@ void export_trace(Database& db, const profiler::CollectedTrace& trace, ExecEvent
                              .i(e.end_ns).i(e.duration_ns()).id_or_null(op_id(e.external_id)).u(e.id).u(e.bytes)
                              .run();
       first_device_event_of_launch.try_emplace(e.id, id);  // events are in start order
-      if (e.kind == profiler::EventKind::device_exec && e.name == "nc_exec_running") {
-        exec_events[e.device_index].emplace_back(id, e.external_id);
-      }
+      device_rows.emplace(&e, id);
     }
   }
   for (const auto& [launch, call_id] : calls) {
@@ -249,37 +247,16 @@ void export_trace(Database& db, const profiler::CollectedTrace& trace, ExecEvent
   }
 }
 
-// The NTFF's executions and trace.json's nc_exec_running are the same executions, but their host times
-// are on different bases (the trace's is placed after its wall-clock start); on one core both are in
-// time order, so the k-th of each are one execution when the launching ops agree.
-std::map<const formats::NtffExecution*, int64_t> match_exec_events(const ProfileDir& profile,
-                                                                  const ExecEvents& exec_events) {
-  std::map<int, std::vector<const formats::NtffExecution*>> by_core;
-  for (const TracedExecutable& traced : profile.traced) {
-    for (const formats::NtffExecution& run : traced.trace.executions) by_core[int(traced.trace.core)].push_back(&run);
-  }
-  std::map<const formats::NtffExecution*, int64_t> matched;
-  for (auto& [core, runs] : by_core) {
-    std::stable_sort(runs.begin(), runs.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
-    const auto events = exec_events.find(core);
-    if (events == exec_events.end() || events->second.size() != runs.size()) continue;
-    for (size_t k = 0; k < runs.size(); ++k) {
-      if (events->second[k].second == runs[k]->correlation) matched[runs[k]] = events->second[k].first;
-    }
-  }
-  return matched;
-}
-
-void export_executions(Database& db, const ProfileDir& profile, const ExecEvents& exec_events) {
+void export_executions(Database& db, const ProfileDir& profile, const DeviceRows& device_rows) {
   Insert execution(db, "INSERT INTO executions VALUES (NULL,?,?,?,?,?,?,?,?)");
   Insert instruction(db, "INSERT INTO instructions VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?)");
   Insert dma(db, "INSERT INTO dma_transfers VALUES (?,?,?,?,?,?)");
-  const std::map<const formats::NtffExecution*, int64_t> exec_event = match_exec_events(profile, exec_events);
+  const auto exec_event = executions_in_trace(profile);
   for (const TracedExecutable& traced : profile.traced) {
     const device::Executable& exe = *traced.executable;
     for (const formats::NtffExecution& run : traced.trace.executions) {
       std::optional<int64_t> event;
-      if (const auto found = exec_event.find(&run); found != exec_event.end()) event = found->second;
+      if (const auto found = exec_event.find(&run); found != exec_event.end()) event = device_rows.at(found->second);
       const int64_t execution_id = execution.s(exe.name).s(fmt::format("{:016x}", traced.trace.neff_hash))
                                        .u(traced.trace.core).u(run.seq)
                                        .id_or_null(run.correlation ? std::optional<int64_t>(run.correlation)
@@ -354,9 +331,9 @@ void sqlite_export(const ProfileDir& profile, const std::string& db_path) {
       meta.s("sightline_version").s(formats::sightline_version_string()).run();
       meta.s("device").s(profile.manifest.device.name).run();
       meta.s("profile").s(profile.path).run();
-      ExecEvents exec_events;
-      if (profile.trace) export_trace(db, *profile.trace, exec_events);
-      export_executions(db, profile, exec_events);
+      DeviceRows device_rows;
+      if (profile.trace) export_trace(db, *profile.trace, device_rows);
+      export_executions(db, profile, device_rows);
       db.exec("COMMIT;");
     }
     fs::rename(staging, db_path);

@@ -235,6 +235,28 @@ DeviceActivity device_activity(const profiler::CollectedTrace& trace) {
   return out;
 }
 
+std::map<const formats::NtffExecution*, const profiler::FunctionEvent*> executions_in_trace(const ProfileDir& profile) {
+  std::map<const formats::NtffExecution*, const profiler::FunctionEvent*> matched;
+  if (!profile.trace) return matched;
+  std::map<int, std::vector<const profiler::FunctionEvent*>> events;  // by core, in start order
+  for (const profiler::FunctionEvent& e : profile.trace->events) {
+    if (e.kind == profiler::EventKind::device_exec && e.name == "nc_exec_running") events[e.device_index].push_back(&e);
+  }
+  std::map<int, std::vector<const formats::NtffExecution*>> runs;
+  for (const TracedExecutable& traced : profile.traced) {
+    for (const formats::NtffExecution& run : traced.trace.executions) runs[int(traced.trace.core)].push_back(&run);
+  }
+  for (auto& [core, list] : runs) {
+    std::stable_sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+    const auto on_core = events.find(core);
+    if (on_core == events.end() || on_core->second.size() != list.size()) continue;
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (on_core->second[k]->external_id == list[k]->correlation) matched[list[k]] = on_core->second[k];
+    }
+  }
+  return matched;
+}
+
 Summary summarize_profile(const ProfileDir& profile) {
   SummaryBuilder builder(profile.manifest.device);
   for (const TracedExecutable& traced : profile.traced) {

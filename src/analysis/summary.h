@@ -31,6 +31,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -119,6 +120,12 @@ struct DeviceActivity {
 
 // The device lanes of a framework trace (trace.json). Empty when it has no executions.
 DeviceActivity device_activity(const profiler::CollectedTrace& trace);
+
+// The NTFF executions of a profile paired with their nc_exec_running events in its trace.json: the same
+// executions, but their host times are on different bases (the trace's is placed after its wall-clock
+// start). On one core both are in time order, so the k-th of each pair up when their ops agree; a core
+// whose counts differ (a dropped trace) is left out.
+std::map<const formats::NtffExecution*, const profiler::FunctionEvent*> executions_in_trace(const ProfileDir& profile);
 
 // Accumulates executions (of any executables run with `spec`) into one summary.
 class SummaryBuilder {

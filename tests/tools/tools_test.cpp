@@ -79,6 +79,16 @@ TEST(SightlineCli, ViewJsonFormatsParse) {
   }
 }
 
+TEST(SightlineCli, ViewPerfettoWritesATraceThatParses) {
+  const fs::path out = test_profiles::generate().root / "naive.perfetto.json";
+  const CliRun r = run_cli("view " + shell_quoted(test_profiles::generate().naive.dir) +
+                           " --output-format perfetto -o " + shell_quoted(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ui.perfetto.dev"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(out));  // strict
+  EXPECT_GT(doc["traceEvents"].size(), 100u);
+}
+
 TEST(SightlineCli, TableOfASavedProfileIsTheLiveTable) {
   const auto& g = test_profiles::generate();
   for (const test_profiles::Profiled* p : {&g.naive, &g.fused}) {
