@@ -153,12 +153,21 @@ export interface RooflinePoint {
   bound: string;
   efficiency: number; // achieved / attainable
   time_us: number;
+  roof?: string; // the engine and width whose share of the FLOPs binds ("Vector fp32"); "" without FLOPs
+  compute_roof_flops_per_s?: number; // its compute ceiling
+}
+
+// A compute roof: one engine at one operand width (src/analysis/roofline.h).
+export interface Roof {
+  name: string;
+  flops_per_s: number;
 }
 
 export interface RooflineData {
   peak_flops_per_s: number;
   hbm_bytes_per_s: number;
   ridge_point: number; // FLOP per byte where the bandwidth slope meets the compute roof
+  roofs?: Roof[]; // every engine and width, highest first (the first is peak_flops_per_s)
   points: RooflinePoint[];
 }
 

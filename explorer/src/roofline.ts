@@ -3,7 +3,7 @@
 // data and axis rules as `sightline roofline` (src/analysis/roofline_svg.cpp). Pure: the chart is an
 // SVG string, so the layout is unit-tested; hover is wired by roofline_view.ts.
 
-import type { RooflineData, RooflinePoint } from './api';
+import type { Roof, RooflineData, RooflinePoint } from './api';
 import { escapeHtml } from './html';
 import { formatSi } from './summary_data';
 
@@ -100,6 +100,26 @@ export function ceilingPoints(roof: RooflineData, axes: RooflineAxes): [number, 
   ];
 }
 
+// The roofs below the peak that bind some point (f32 Vector or Scalar work cannot reach the Tensor
+// engine's bf16 peak), highest first: the chart draws only those, so labels stay few.
+export function lowerRoofs(roof: RooflineData, points: readonly RooflinePoint[]): Roof[] {
+  const bound = new Set(points.map((p) => p.roof).filter((name): name is string => !!name));
+  return (roof.roofs ?? []).filter((r) => r.flops_per_s < roof.peak_flops_per_s && bound.has(r.name));
+}
+
+// Baselines of the labels of roofs drawn at pixel rows `lines` (top to bottom): just above each line,
+// or, when that would touch the label before, just below it (never on the dashed line itself), and
+// always at least `gap` px below the label before.
+export function spacedLabels(lines: readonly number[], gap = 13): number[] {
+  const out: number[] = [];
+  for (const line of lines) {
+    const above = line - 4;
+    const previous = out.length > 0 ? out[out.length - 1] : -Infinity;
+    out.push(above >= previous + gap ? above : Math.max(line + 12, previous + gap));
+  }
+  return out;
+}
+
 // Circle area proportional to the point's share of the time of its kind.
 export function pointRadius(timeUs: number, totalUs: number): number {
   const share = totalUs > 0 ? Math.max(0, timeUs) / totalUs : 0;
@@ -156,12 +176,24 @@ export function rooflineSvg(roof: RooflineData, points: readonly RooflinePoint[]
   `<line x1="${ridgePx[0].toFixed(1)}" y1="${ridgePx[1].toFixed(1)}" x2="${ridgePx[0].toFixed(1)}" y2="${y.from}" ` +
     'stroke="#d62728" stroke-dasharray="4 3"/>',
   `<circle cx="${ridgePx[0].toFixed(1)}" cy="${ridgePx[1].toFixed(1)}" r="4" fill="#d62728"/>`,
-  `<text x="${(ridgePx[0] + 6).toFixed(1)}" y="${(ridgePx[1] - 8).toFixed(1)}" fill="#d62728">compute roof ${
-    formatSi(roof.peak_flops_per_s, 'FLOP/s')}</text>`,
+  `<text x="${(ridgePx[0] + 6).toFixed(1)}" y="${(ridgePx[1] - 8).toFixed(1)}" fill="#d62728">${
+    escapeHtml(roof.roofs?.[0]?.name ?? 'compute roof')} ${formatSi(roof.peak_flops_per_s, 'FLOP/s')}</text>`,
   `<text x="${(ridgePx[0] + 4).toFixed(1)}" y="${y.from - 8}" fill="#d62728">ridge ${
     Number(roof.ridge_point.toPrecision(3))} FLOP/B</text>`,
   `<text x="${(ceiling[0][0] + 8).toFixed(1)}" y="${(ceiling[0][1] - 10).toFixed(1)}" fill="#d62728">HBM ${
     formatSi(roof.hbm_bytes_per_s, 'B/s')}</text>`);
+
+  const lower = lowerRoofs(roof, points);
+  const xEnd = Math.pow(10, x.highDecade);
+  const labelRows = spacedLabels(lower.map((r) => axisAt(y, r.flops_per_s)));
+  lower.forEach((r, i) => {
+    const py = axisAt(y, r.flops_per_s).toFixed(1);
+    const meets = axisAt(x, r.flops_per_s / roof.hbm_bytes_per_s).toFixed(1);
+    parts.push(`<line data-testid="roofline-roof" x1="${meets}" y1="${py}" x2="${axisAt(x, xEnd).toFixed(1)}" y2="${py}" ` +
+      'stroke="#7f7f7f" stroke-width="1.5" stroke-dasharray="6 3"/>',
+    `<text x="${(axisAt(x, xEnd) - 4).toFixed(1)}" y="${labelRows[i].toFixed(1)}" fill="#7f7f7f" text-anchor="end">${
+      escapeHtml(r.name)} ${formatSi(r.flops_per_s, 'FLOP/s')}</text>`);
+  });
 
   const placed = placePoints(points, axes).sort((a, b) => b.r - a.r);
   for (const p of placed) {
@@ -176,5 +208,6 @@ export function rooflineSvg(roof: RooflineData, points: readonly RooflinePoint[]
 
 export function pointTitle(p: RooflinePoint): string {
   return `${p.name} (${p.kind}): ${Number(p.intensity.toPrecision(3))} FLOP/B, ${formatSi(p.achieved_flops_per_s, 'FLOP/s')} ` +
-    `of ${formatSi(p.attainable_flops_per_s, 'FLOP/s')} attainable (${(100 * p.efficiency).toFixed(1)}%), ${p.bound}`;
+    `of ${formatSi(p.attainable_flops_per_s, 'FLOP/s')} attainable (${(100 * p.efficiency).toFixed(1)}%), ${p.bound}` +
+    (p.roof && p.compute_roof_flops_per_s ? `; compute ceiling ${formatSi(p.compute_roof_flops_per_s, 'FLOP/s')} (${p.roof} binds)` : '');
 }

@@ -95,3 +95,34 @@ describe('roofline geometry', () => {
     expect(() => rooflineSvg({ ...roof(points), hbm_bytes_per_s: 0 }, points)).toThrow(/HBM bandwidth/);
   });
 });
+
+describe('one roof per engine and width', () => {
+  const roofs = [
+    { name: 'Tensor bf16/fp16', flops_per_s: 78.6432e12 },
+    { name: 'Tensor fp32', flops_per_s: 19.6608e12 },
+    { name: 'Vector fp32', flops_per_s: 245.76e9 },
+    { name: 'Scalar fp32', flops_per_s: 153.6e9 },
+  ];
+  const linear = { ...point('aten::linear', 92, 16.7e12, 10), roof: 'Tensor fp32', compute_roof_flops_per_s: 19.6608e12 };
+  const rmsNorm = { ...point('aten::rms_norm', 0.49, 145e9, 20), roof: 'Scalar fp32', compute_roof_flops_per_s: 307e9 };
+  const copy = { ...point('aten::contiguous', 0, 0, 1), roof: '' };
+  const data = { ...roof([linear, rmsNorm, copy]), roofs };
+
+  it('draws the lower roofs that bind some point, not the others', async () => {
+    const { lowerRoofs } = await import('../src/roofline');
+    expect(lowerRoofs(data, data.points).map((r) => r.name)).toEqual(['Tensor fp32', 'Scalar fp32']);
+    const svg = rooflineSvg(data, data.points);
+    expect(svg.match(/data-testid="roofline-roof"/g)).toHaveLength(2);
+    expect(svg).toContain('Scalar fp32 154 GFLOP/s');
+    expect(svg).not.toContain('Vector fp32');
+    expect(svg).toContain('Tensor bf16/fp16 78.6 TFLOP/s');
+  });
+
+  it('keeps roof labels apart and names the binding engine in the tooltip', async () => {
+    const { spacedLabels, pointTitle } = await import('../src/roofline');
+    // Above its line when there is room, else below it, never on it.
+    expect(spacedLabels([100, 110, 140])).toEqual([96, 122, 136]);
+    expect(pointTitle(rmsNorm)).toContain('compute ceiling 307 GFLOP/s (Scalar fp32 binds)');
+    expect(pointTitle(copy)).not.toContain('compute ceiling');
+  });
+});

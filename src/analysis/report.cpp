@@ -98,7 +98,14 @@ nlohmann::json point_json(const RooflinePoint& p) {
           {"flops", p.flops},         {"hbm_bytes", p.hbm_bytes},
           {"time_us", p.time_ns / 1000}, {"intensity", p.intensity},
           {"achieved_flops_per_s", p.achieved_flops_per_s}, {"attainable_flops_per_s", p.attainable_flops_per_s},
-          {"efficiency", p.efficiency}, {"bound", bound_name(p.bound)}};
+          {"efficiency", p.efficiency}, {"bound", bound_name(p.bound)}, {"roof", p.roof},
+          {"compute_roof_flops_per_s", p.compute_roof_flops_per_s}};
+}
+
+nlohmann::json roofs_json(const Roofline& roof) {
+  nlohmann::json roofs = nlohmann::json::array();
+  for (const Roof& r : roof.roofs) roofs.push_back({{"name", r.name}, {"flops_per_s", r.flops_per_s}});
+  return roofs;
 }
 
 }  // namespace
@@ -112,9 +119,12 @@ std::string report_summary_text(const ProfileDir& profile) {
   out += "\n== roofline (HBM level) ==\n";
   const Roofline roof = roofline(profile);
   for (const RooflinePoint& p : roof.ops) {
+    const std::string ceiling = p.roof.empty() ? std::string("no compute")
+                                               : fmt::format("compute ceiling {:.3f} GFLOP/s ({} binds)",
+                                                             p.compute_roof_flops_per_s / 1e9, p.roof);
     out += fmt::format("op {}: {:.3f} FLOP/B, achieved {:.3f} GFLOP/s, attainable {:.3f} GFLOP/s, {:.1f}% "
-                       "efficiency, {}\n", p.name, p.intensity, p.achieved_flops_per_s / 1e9,
-                       p.attainable_flops_per_s / 1e9, 100 * p.efficiency, bound_name(p.bound));
+                       "efficiency, {}; {}\n", p.name, p.intensity, p.achieved_flops_per_s / 1e9,
+                       p.attainable_flops_per_s / 1e9, 100 * p.efficiency, bound_name(p.bound), ceiling);
   }
   out += "\n== insights (ranked by potential saving) ==\n";
   const std::vector<Insight> list = insights(profile);
@@ -159,7 +169,8 @@ std::string report_json(const ProfileDir& profile) {
   }
   const Roofline roof = roofline(profile);
   out["roofline"] = {{"device", roof.device}, {"peak_flops_per_s", roof.peak_flops_per_s},
-                     {"hbm_bytes_per_s", roof.hbm_bytes_per_s}, {"ridge_point", roof.ridge_point}};
+                     {"hbm_bytes_per_s", roof.hbm_bytes_per_s}, {"ridge_point", roof.ridge_point},
+                     {"roofs", roofs_json(roof)}};
   out["roofline"]["executables"] = nlohmann::json::array();
   for (const RooflinePoint& p : roof.executables) out["roofline"]["executables"].push_back(point_json(p));
   out["roofline"]["ops"] = nlohmann::json::array();

@@ -1,4 +1,5 @@
 // The roofline chart as a standalone SVG (no script, no external resources), see roofline.h.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -102,7 +103,9 @@ std::string roofline_svg(const Roofline& roof) {
                      "{:.1f},{:.1f} {:.1f},{:.1f}\"/>\n", x.at(slope_start_x), y.at(slope_start_y),
                      x.at(roof.ridge_point), y.at(roof.peak_flops_per_s), x.at(x_end), y.at(roof.peak_flops_per_s));
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#d62728\">compute roof {}</text>\n",
-                     x.at(roof.ridge_point) + 6, y.at(roof.peak_flops_per_s) - 6, si(roof.peak_flops_per_s, "FLOP/s"));
+                     x.at(roof.ridge_point) + 6, y.at(roof.peak_flops_per_s) - 6,
+                     roof.roofs.empty() ? std::string("compute roof") : xml_escape(roof.roofs.front().name),
+                     si(roof.peak_flops_per_s, "FLOP/s"));
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#d62728\" text-anchor=\"end\">HBM {}</text>\n",
                      x.at(roof.ridge_point / 10) - 4, y.at(roof.peak_flops_per_s / 10) - 8, si(roof.hbm_bytes_per_s, "B/s"));
   svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#d62728\"/>\n", x.at(roof.ridge_point),
@@ -111,6 +114,19 @@ std::string roofline_svg(const Roofline& roof) {
                      "stroke-dasharray=\"4 3\"/>\n", x.at(roof.ridge_point), y.at(roof.peak_flops_per_s), y.from);
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#d62728\">ridge {:.0f} FLOP/B</text>\n",
                      x.at(roof.ridge_point) + 4, y.from - 8, roof.ridge_point);
+
+  // The lower roofs some op sits under (f32 Vector or Scalar work cannot reach the Tensor engine's
+  // peak), dashed from where the bandwidth slope meets them, named at the right end.
+  for (const Roof& lower : roof.roofs) {
+    if (lower.flops_per_s >= roof.peak_flops_per_s) continue;
+    const bool used = std::any_of(roof.ops.begin(), roof.ops.end(), [&](const RooflinePoint& p) { return p.roof == lower.name; });
+    if (!used) continue;
+    const double meets = lower.flops_per_s / roof.hbm_bytes_per_s;
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#7f7f7f\" stroke-width=\"1.5\" "
+                       "stroke-dasharray=\"6 3\"/>\n", x.at(meets), y.at(lower.flops_per_s), x.at(x_end), y.at(lower.flops_per_s));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#7f7f7f\" text-anchor=\"end\">{} {}</text>\n", x.at(x_end) - 4,
+                       y.at(lower.flops_per_s) - 4, xml_escape(lower.name), si(lower.flops_per_s, "FLOP/s"));
+  }
 
   // One circle per op, area proportional to its share of the time; the legend names them.
   double legend_y = kTop + 10;
@@ -124,9 +140,9 @@ std::string roofline_svg(const Roofline& roof) {
     const double px = x.at(p.intensity > 0 ? p.intensity : std::pow(10.0, x.low_decade));
     const double py = y.at(p.achieved_flops_per_s > 0 ? p.achieved_flops_per_s : std::pow(10.0, y.low_decade));
     svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\" fill-opacity=\"0.6\" "
-                       "stroke=\"{}\"><title>{}: {:.3g} FLOP/B, {}, {}, {:.0f}% of attainable</title></circle>\n",
+                       "stroke=\"{}\"><title>{}: {:.3g} FLOP/B, {}, {} under the {} roof, {:.0f}% of attainable</title></circle>\n",
                        px, py, radius, color, color, xml_escape(p.name), p.intensity,
-                       si(p.achieved_flops_per_s, "FLOP/s"), bound_name(p.bound), 100 * p.efficiency);
+                       si(p.achieved_flops_per_s, "FLOP/s"), bound_name(p.bound), xml_escape(p.roof), 100 * p.efficiency);
     legend_y += 20;
     svg += fmt::format("<circle cx=\"{}\" cy=\"{:.1f}\" r=\"6\" fill=\"{}\" fill-opacity=\"0.6\" stroke=\"{}\"/>\n",
                        kWidth - kRight + 22, legend_y - 4, color, color);

@@ -84,6 +84,8 @@ json roofline_json(const analysis::Roofline& roof) {
                       {"achieved_flops_per_s", p.achieved_flops_per_s},
                       {"attainable_flops_per_s", p.attainable_flops_per_s},
                       {"bound", analysis::bound_name(p.bound)},
+                      {"roof", p.roof},
+                      {"compute_roof_flops_per_s", p.compute_roof_flops_per_s},
                       {"efficiency", p.efficiency},
                       {"time_us", p.time_ns / 1000},
                       {"executions", p.executions},
@@ -92,7 +94,10 @@ json roofline_json(const analysis::Roofline& roof) {
   };
   for (const analysis::RooflinePoint& p : roof.executables) add("executable", p);
   for (const analysis::RooflinePoint& p : roof.ops) add("op", p);
+  json roofs = json::array();
+  for (const analysis::Roof& r : roof.roofs) roofs.push_back({{"name", r.name}, {"flops_per_s", r.flops_per_s}});
   return {{"device", roof.device},
+          {"roofs", std::move(roofs)},
           {"peak_flops_per_s", roof.peak_flops_per_s},
           {"hbm_bytes_per_s", roof.hbm_bytes_per_s},
           {"ridge_point", roof.ridge_point},

@@ -145,6 +145,12 @@ try {
   const circles = await page.$$eval('circle.roofline-point', (c) => c.length);
   const tableRows = await page.$$eval('[data-testid="roofline-table"] tr', (r) => r.length - 1);
   check(circles > 0 && circles === tableRows, `roofline has ${circles} points, one per table row`);
+  // The naive RMSNorm's ops are f32 Vector and Scalar work: their engines' roofs are drawn below the
+  // Tensor engine's, labelled.
+  const lowerRoofs = await page.$$eval('[data-testid="roofline-chart"] text', (texts) =>
+    texts.map((t) => t.textContent ?? '').filter((t) => /^(Vector|Scalar) fp32 /.test(t)));
+  check(lowerRoofs.length >= 2 && (await page.$$('[data-testid="roofline-roof"]')).length === lowerRoofs.length,
+    `the roofline draws the engines' own roofs (${lowerRoofs.join(', ')})`);
   await page.waitForFunction(() => location.hash.includes('tab=roofline'));
   check(true, 'the roofline tab is in the deep link');
   await page.hover('circle.roofline-point >> nth=-1');
