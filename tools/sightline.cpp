@@ -3,6 +3,7 @@
 //   sightline view profiles/fused --output-format summary-text
 //   sightline table profiles/fused --sort-by self_neuron_time_total --row-limit 10
 //   sightline table profiles/fused --format csv          # or json: the same rows as data (docs/formats.md)
+//   sightline table profiles/naive --group-by-stack-n 1  # rows by call site (profiled with with_stack)
 //   sightline view profiles/naive --output-format perfetto -o naive.perfetto.json   # for ui.perfetto.dev
 //   sightline compare profiles/naive profiles/fused
 //   sightline roofline profiles/fused -o roofline.svg
@@ -85,7 +86,7 @@ int view(const std::string& dir, const std::string& format, const std::string& o
 }
 
 int table(const std::string& dir, const std::string& sort_by, int64_t row_limit, bool by_shape,
-          const std::string& format) {
+          int64_t by_stack_n, const std::string& format) {
   SIGHTLINE_CHECK(fs::is_directory(dir), "profile directory '{}' does not exist; pass a profile output directory",
                   dir);
   const std::string trace_path = (fs::path(dir) / "trace.json").string();
@@ -100,7 +101,7 @@ int table(const std::string& dir, const std::string& sort_by, int64_t row_limit,
   for (const profiler::FunctionEvent& e : trace.events) with_flops = with_flops || e.flops != 0;
   const auto averages = profiler::key_averages(
       trace, {.group_by_input_shape = by_shape, .device_name = analysis::trace_json_file_device_name(trace_path),
-              .with_flops = with_flops});
+              .with_flops = with_flops, .group_by_stack_n = by_stack_n});
   profiler::TableOptions options;
   options.sort_by = sort_by;
   options.row_limit = row_limit;
@@ -303,17 +304,21 @@ int main(int argc, char** argv) {
   std::string sort_by;
   int64_t row_limit = 100;
   bool by_shape = false;
+  int64_t by_stack_n = 0;
   auto* table_cmd = app.add_subcommand("table", "The key_averages table of a saved profile, as the live one");
   table_cmd->add_option("dir", dir, "profile output directory")->required();
   table_cmd->add_option("--sort-by", sort_by, "sort key, e.g. self_neuron_time_total, cpu_time_total, count");
   table_cmd->add_option("--row-limit", row_limit, "rows to print; negative for all")->capture_default_str();
   table_cmd->add_flag("--group-by-input-shape", by_shape, "one row per (op, input shapes)");
+  table_cmd->add_option("--group-by-stack-n", by_stack_n,
+                        "one row per (op, first N frames of its call stack): profiles recorded with with_stack")
+      ->check(CLI::NonNegativeNumber);
   std::string table_format = "text";
   table_cmd->add_option("--format", table_format, "text (torch's table), csv (RFC 4180) or json; csv and json "
                         "have torch's column names and times in integer ns (docs/formats.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "csv", "json"}));
-  table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape, table_format); });
+  table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape, by_stack_n, table_format); });
 
   std::string dir_a, dir_b, compare_format = "text";
   auto* compare_cmd = app.add_subcommand("compare", "Ranked per-executable, per-op and per-engine deltas, A -> B");

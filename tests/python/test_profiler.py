@@ -4,6 +4,7 @@ exports and the errors."""
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -269,3 +270,16 @@ def test_export_stacks_and_the_trace_carry_the_frames(tmp_path):
         events = json.load(f)["traceEvents"]
     muls = [e for e in events if e.get("name") == "aten::mul"]
     assert muls and all(e["args"]["Call stack"][0].endswith("): _rms_norm_naive") for e in muls)
+
+
+@pytest.mark.skipif(not os.environ.get("SIGHTLINE_CLI"), reason="the sightline CLI is not built")
+def test_sightline_table_groups_a_saved_profile_by_call_site_as_the_live_table(tmp_path):
+    x, w = torch.ones(4, 8), torch.ones(8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _rms_norm_naive(x, w)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    r = subprocess.run([os.environ["SIGHTLINE_CLI"], "table", str(tmp_path), "--sort-by", "self_cpu_time_total",
+                        "--row-limit", "-1", "--group-by-stack-n", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == prof.key_averages(group_by_stack_n=2).table(sort_by="self_cpu_time_total", row_limit=-1)
+    assert "Source Location" in r.stdout
