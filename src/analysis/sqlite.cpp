@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -354,11 +355,30 @@ std::string sqlite_cached(const std::string& dir) {
   return db_path;
 }
 
-QueryResult sqlite_query(const std::string& db_path, const std::string& sql) {
+QueryResult sqlite_query(const std::string& db_path, const std::string& sql, const QueryOptions& options) {
   std::error_code ec;
   SIGHTLINE_CHECK(fs::exists(db_path, ec), "'{}' does not exist; pass a profile output directory or a database "
                   "written by `sightline export DIR --format sqlite FILE`", db_path);
   Database db(db_path, SQLITE_OPEN_READONLY);
+  // Checked every few thousand virtual-machine steps; a non-zero answer interrupts the statement.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                               std::chrono::duration<double>(options.max_seconds));
+  if (options.max_seconds > 0) {
+    sqlite3_progress_handler(
+        db.handle(), 10000,
+        [](void* at) {
+          return std::chrono::steady_clock::now() > *static_cast<const std::chrono::steady_clock::time_point*>(at) ? 1 : 0;
+        },
+        const_cast<std::chrono::steady_clock::time_point*>(&deadline));
+  }
+  if (!options.allow_attach) {
+    sqlite3_set_authorizer(
+        db.handle(),
+        [](void*, int action, const char*, const char*, const char*, const char*) {
+          return action == SQLITE_ATTACH || action == SQLITE_DETACH ? SQLITE_DENY : SQLITE_OK;
+        },
+        nullptr);
+  }
   QueryResult result;
   const char* next = sql.c_str();
   bool any = false;
@@ -397,9 +417,15 @@ QueryResult sqlite_query(const std::string& db_path, const std::string& sql) {
         }
       }
       current.rows.push_back(std::move(row));
+      if (options.max_rows > 0 && current.rows.size() > options.max_rows) {
+        sqlite3_finalize(stmt);
+        fail("the query returns more than {} rows; add a LIMIT or aggregate", options.max_rows);
+      }
     }
     const std::string message = sqlite3_errmsg(db.handle());
     sqlite3_finalize(stmt);
+    SIGHTLINE_CHECK(rc != SQLITE_INTERRUPT, "the query ran longer than {} s and was stopped; add a LIMIT or a WHERE",
+                    options.max_seconds);
     SIGHTLINE_CHECK(rc == SQLITE_DONE, "SQL error: {}", message);
     if (columns > 0) result = std::move(current);
   }

@@ -38,8 +38,18 @@ struct QueryResult {
   std::vector<std::vector<nlohmann::json>> rows;  // integers, reals, strings, null (blobs as hex strings)
 };
 
+// What a query may do beyond reading the profile's database. The CLI allows everything a read-only
+// connection allows; the Explorer's server, whose queries come over HTTP, refuses ATTACH (which would
+// read other SQLite files on the machine), answers at most max_rows rows and stops a query that runs
+// longer than max_seconds.
+struct QueryOptions {
+  bool allow_attach = true;
+  std::size_t max_rows = 0;   // 0: no limit; past it the query is an error asking for a LIMIT
+  double max_seconds = 0;     // 0: no limit; past it (wall time) the query is interrupted, an error
+};
+
 // Runs one or more statements on the database opened read-only; the result is the last statement's rows.
-QueryResult sqlite_query(const std::string& db_path, const std::string& sql);
+QueryResult sqlite_query(const std::string& db_path, const std::string& sql, const QueryOptions& options = {});
 
 std::string query_text(const QueryResult& result);  // aligned columns, numbers right-aligned, a row count
 std::string query_csv(const QueryResult& result);   // RFC 4180, CRLF line ends, header first

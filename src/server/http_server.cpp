@@ -568,6 +568,10 @@ struct ExplorerServer::State {
                send_json(response, profile->device_execution(request.get_param_value("neff"),
                                                              static_cast<uint32_t>(core), sequence));
              }));
+    http.Get(R"(/api/profiles/([^/]+)/query)",
+             guarded([this](const httplib::Request& request, auto& response) {
+               send_json(response, store.query(request.matches[1].str(), request.get_param_value("sql")));
+             }));
     http.Get(R"(/api/profiles/([^/]+)/summary)",
              guarded([this](const httplib::Request& request, auto& response) {
                send_json(response, store.summary(request.matches[1].str()));

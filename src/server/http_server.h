@@ -31,6 +31,8 @@
 //                                                   profiler/lane_names.h), time range, flow count
 //   GET    /api/profiles/{name}/events?start=&end=&lanes=1,2&width=   visible events, sub-pixel ones merged
 //   GET    /api/profiles/{name}/events/{id}        one event: args, flows in/out, same-launch events
+//   GET    /api/profiles/{name}/query?sql=         `sightline query`: {"columns", "rows"} from the
+//                                                   profile's SQLite database (read-only, no ATTACH)
 //   GET    /api/profiles/{name}/search?q=&limit=&offset=   events whose name contains q, by time;
 //          {"total", "offset", "matches"}: matches offset.. of all total, at most limit of them
 //   GET    /api/profiles/{name}/key_averages       operator table rebuilt from trace.json

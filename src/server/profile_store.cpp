@@ -22,6 +22,7 @@
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
 #include "analysis/roofline.h"
+#include "analysis/sqlite.h"
 #include "analysis/trace_json.h"
 #include "formats/manifest.h"
 #include "formats/neff.h"
@@ -340,6 +341,29 @@ json ProfileStore::summary(std::string_view name) {
     summaries_.emplace(std::string(name), std::make_shared<const json>(out));
   }
   return out;
+}
+
+json ProfileStore::query(std::string_view name, const std::string& sql) {
+  const fs::path path = profile_path(name);
+  if (!fs::is_directory(path)) throw RequestError(404, fmt::format("no profile named '{}'", name));
+  if (sql.empty()) throw RequestError(400, "query needs a non-empty sql parameter");
+  std::string db;
+  {
+    // One build of the cache at a time: two first queries must not both write it.
+    std::lock_guard lock(query_mutex_);
+    try {
+      db = analysis::sqlite_cached(path.string());
+    } catch (const Error& error) {
+      throw RequestError(422, fmt::format("profile '{}' has no SQL database: {}", name, error.what()));
+    }
+  }
+  try {
+    const analysis::QueryResult result =
+        analysis::sqlite_query(db, sql, {.allow_attach = false, .max_rows = kMaxQueryRows, .max_seconds = kMaxQuerySeconds});
+    return json::parse(analysis::query_json(result));
+  } catch (const Error& error) {
+    throw RequestError(400, without_path(error.what(), db, fmt::format("{}/{}", name, analysis::kSqliteCacheFileName)));
+  }
 }
 
 json ProfileStore::compare(std::string_view a, std::string_view b) {

@@ -91,6 +91,11 @@ struct UploadOptions {
 // is removed when a store opens the root an hour or more after it was last written.
 inline constexpr std::string_view kUploadStagingPrefix = ".upload-";
 
+// The most rows one query answer holds: a larger answer is refused with a message asking for a LIMIT.
+inline constexpr std::size_t kMaxQueryRows = 100'000;
+// The longest one query may run before it is stopped (wall time).
+inline constexpr double kMaxQuerySeconds = 10;
+
 class ProfileStore {
  public:
   explicit ProfileStore(std::filesystem::path root);
@@ -105,6 +110,13 @@ class ProfileStore {
   // "achieved_flops_per_s", "attainable_flops_per_s", "bound", "efficiency", "time_us",
   // "executions", "flops", "hbm_bytes"}]}. Throws RequestError(422) for a profile analysis refuses.
   nlohmann::json summary(std::string_view name);
+  // `sightline query NAME "SQL"`: {"columns": [...], "rows": [[...], ...]} from the profile's SQLite
+  // database (docs/formats.md, "SQLite export"; built into NAME/profile.sqlite on first use and
+  // rebuilt when the profile is newer), read-only, without ATTACH, at most kMaxQueryRows rows and
+  // kMaxQuerySeconds.
+  // Throws RequestError: 400 for SQL that fails (SQLite's message), 422 when the database cannot be
+  // built.
+  nlohmann::json query(std::string_view name, const std::string& sql);
   // analysis::compare_json of the two profiles with "a"/"b" set to the names, plus "total_a_us" and
   // "total_b_us".
   nlohmann::json compare(std::string_view a, std::string_view b);
@@ -131,6 +143,7 @@ class ProfileStore {
 
   std::filesystem::path root_;
   std::mutex mutex_;
+  std::mutex query_mutex_;  // serializes building profile.sqlite caches
   std::map<std::string, std::shared_ptr<const ProfileIndex>, std::less<>> cache_;
   std::map<std::string, std::shared_ptr<const analysis::ProfileDir>, std::less<>> analyses_;
   std::map<std::string, std::shared_ptr<const nlohmann::json>, std::less<>> summaries_;

@@ -20,6 +20,7 @@
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
 #include "analysis/roofline.h"
+#include "analysis/sqlite.h"
 #include "server/http_server.h"
 #include "server/profile_store.h"
 
@@ -366,6 +367,53 @@ TEST_F(UploadTest, CompareIsAnalysisCompareWithNamesAndTotals) {
     EXPECT_GE(refused->status, 400) << query;
     EXPECT_LT(refused->status, 500) << query;
   }
+}
+
+// The query endpoint answers what `sightline query` answers, on the same database, and refuses what an
+// HTTP caller must not do.
+TEST_F(UploadTest, QueryAnswersTheCliSqlOnTheProfilesDatabase) {
+  const test_profiles::Generated& g = test_profiles::generate();
+  fs::copy(g.naive.dir, root_ / "naive", fs::copy_options::recursive);
+  httplib::Client& client = start();
+  const std::string sql = "select name, count(*) as calls, sum(self_device_ns) as device from ops "
+                          "where kind = 'cpu_op' group by name order by name";
+  auto answer = client.Get("/api/profiles/naive/query?sql=" + httplib::detail::encode_query_param(sql));
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  const json rows = json::parse(answer->body);
+  const json expected = json::parse(analysis::query_json(
+      analysis::sqlite_query(analysis::sqlite_cached((root_ / "naive").string()), sql)));
+  EXPECT_EQ(rows, expected);
+  EXPECT_EQ(rows["columns"], json::array({"name", "calls", "device"}));
+  bool saw_mul = false;
+  for (const json& row : rows["rows"]) saw_mul = saw_mul || (row[0] == "aten::mul" && row[1] == 3);
+  EXPECT_TRUE(saw_mul) << rows.dump();
+
+  auto refused = [&](const std::string& query_sql, int status, const std::string& says) {
+    auto result = client.Get("/api/profiles/naive/query?sql=" + httplib::detail::encode_query_param(query_sql));
+    ASSERT_TRUE(result) << query_sql;
+    EXPECT_EQ(result->status, status) << query_sql << ": " << result->body;
+    EXPECT_NE(result->body.find(says), std::string::npos) << result->body;
+    EXPECT_EQ(result->body.find(root_.string()), std::string::npos) << "the answer names a server path";
+  };
+  refused("select * from no_such_table", 400, "no_such_table");
+  refused("attach database '" + (root_ / "naive" / "profile.sqlite").string() + "' as other", 400, "not authorized");
+  refused("insert into ops (name) values ('x')", 400, "readonly");
+  refused("with recursive n(i) as (select 1 union all select i + 1 from n where i < 200000) select i from n", 400,
+          "LIMIT");
+  refused("", 400, "sql");
+  // A query that runs too long is stopped (the server allows kMaxQuerySeconds; here a fifth of a second).
+  try {
+    (void)analysis::sqlite_query(analysis::sqlite_cached((root_ / "naive").string()),
+                                 "with recursive n(i) as (select 1 union all select i + 1 from n) select count(*) from n",
+                                 {.max_seconds = 0.2});
+    ADD_FAILURE() << "an endless query returned";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("ran longer than 0.2 s"), std::string::npos) << error.what();
+  }
+  auto missing = client.Get("/api/profiles/absent/query?sql=select%201");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
 }
 
 }  // namespace
