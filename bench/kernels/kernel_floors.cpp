@@ -1,0 +1,251 @@
+// Every built-in kernel against its roofline floor, and compile() against the fused built-ins.
+//
+//   kernel_floors [--spec trn2]
+//
+// Part 1 runs each built-in's eager executable alone on a simulated core (timing only: modeled times
+// are the same as a functional run) at a large shape and prints its modeled device time beside its
+// floor. The floor is the op table's own cost rule (ops::op_cost: the bytes each operand is read and
+// the output written once, and the op's FLOPs) against the spec's peaks (analysis::compute_roofs, the
+// roofline's one definition): max(bytes / HBM bandwidth, FLOPs / Tensor roof of the operands' width)
+// for matmul, bytes / HBM bandwidth for the memory-bound built-ins (their FLOPs are far below what the
+// Vector, Scalar and GpSimd engines reach together). MFU is FLOPs over the Tensor roof for that time.
+//
+// Part 2 runs whole functions through the public API under the profiler, as a user does, and divides
+// compile()'s device busy time by the fused built-in's (or, for the decoder block, by the eager
+// block's): neuron::last_trace_summary, the one definition the examples print. The decoder block's floor is
+// max(weights + input + output bytes / HBM bandwidth, the block's FLOPs / Tensor fp32 roof) with the
+// FLOPs summed from the profiler's with_flops rows (the op table's rule again).
+//
+// Every figure printed is modeled and deterministic; only the last line (the simulator's wall time) is
+// measured.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/roofline.h"
+#include "decoder_block.h"
+#include "device/core.h"
+#include "kernels/eager.h"
+#include "sightline/compile.h"
+#include "sightline/host_clock.h"
+#include "sightline/neuron.h"
+#include "sightline/profiler.h"
+#include "sightline/sightline.h"
+
+namespace sightline {
+namespace {
+
+double roof_flops_per_ns(const device::Spec& spec, std::string_view name) {
+  for (const analysis::Roof& r : analysis::compute_roofs(spec)) {
+    if (r.name == name) return r.flops_per_s / 1e9;
+  }
+  fail("kernel_floors: the spec has no '{}' roof", name);
+}
+
+struct Case {
+  std::string label;
+  OpId op;
+  std::vector<kernels::TensorDesc> inputs;
+  OpAttrs attrs{};
+};
+
+kernels::TensorDesc dense(DType dtype, const Dims& shape) { return kernels::TensorDesc::contiguous(dtype, shape); }
+
+// Meta-only tensors for the op table's cost rule: shapes and dtypes, never read.
+Tensor meta_tensor(const kernels::TensorDesc& d) {
+  static const auto storage = std::make_shared<Storage>(Device::cpu(), 0, nullptr, nullptr, nullptr);
+  return Tensor(storage, d.dtype, d.shape, d.strides, 0);
+}
+
+void print_builtins(const device::Spec& spec) {
+  const int64_t n = 4096;
+  const DType f32 = DType::f32, bf16 = DType::bf16;
+  std::vector<Case> cases;
+  OpAttrs eps6;
+  eps6.eps = 1e-6;
+  OpAttrs eps5;
+  eps5.eps = 1e-5;
+  OpAttrs last;
+  last.dim = -1;
+  OpAttrs sum_last;
+  sum_last.dims = {-1};
+  for (DType dt : {f32, bf16}) {
+    const std::string w = fmt::format("{}[{},{}]", dtype_name(dt), n, n);
+    cases.push_back({"rms_norm " + w, OpId::rms_norm, {dense(dt, {n, n}), dense(dt, {n})}, eps6});
+    cases.push_back({"layer_norm " + w, OpId::layer_norm, {dense(dt, {n, n}), dense(dt, {n}), dense(dt, {n})}, eps5});
+    cases.push_back({"softmax " + w, OpId::softmax, {dense(dt, {n, n})}, last});
+    cases.push_back({"add " + w, OpId::add, {dense(dt, {n, n}), dense(dt, {n, n})}});
+    cases.push_back({"mul " + w, OpId::mul, {dense(dt, {n, n}), dense(dt, {n, n})}});
+    cases.push_back({"exp " + w, OpId::exp, {dense(dt, {n, n})}});
+    cases.push_back({"gelu " + w, OpId::gelu, {dense(dt, {n, n})}});
+    cases.push_back({"sum(-1) " + w, OpId::sum, {dense(dt, {n, n})}, sum_last});
+  }
+  for (int64_t m : {512, 1024, 2048, 4096}) {
+    cases.push_back({fmt::format("matmul bf16 {}^3", m), OpId::matmul, {dense(bf16, {m, m}), dense(bf16, {m, m})}});
+  }
+  cases.push_back({"matmul bf16 4096x8192 @ 8192x8192", OpId::matmul,
+                   {dense(bf16, {4096, 8192}), dense(bf16, {8192, 8192})}});
+  cases.push_back({"matmul f32 1024^3", OpId::matmul, {dense(f32, {1024, 1024}), dense(f32, {1024, 1024})}});
+
+  const double hbm = spec.hbm.bytes_per_ns;
+  fmt::print("== built-in kernels on {} ({}), one execution each, modeled ==\n", spec.name, spec.core_version);
+  fmt::print("  {:<36} {:>12} {:>12} {:>15} {:>11} {:>7}  {}\n", "kernel", "device us", "HBM floor us",
+             "Tensor floor us", "time/floor", "MFU %", "bound");
+  device::Core core(spec);
+  for (const Case& c : cases) {
+    std::vector<Tensor> metas;
+    for (const kernels::TensorDesc& d : c.inputs) metas.push_back(meta_tensor(d));
+    const OpCall call{c.op, metas, c.attrs};
+    const TensorMeta out_meta = infer_meta(call);
+    const kernels::TensorDesc out = dense(out_meta.dtype, out_meta.shape);
+    const OpCost cost = op_cost(call, meta_tensor(out));
+    const device::Executable exe = kernels::build_eager_kernel(c.op, c.inputs, c.attrs, out, spec);
+    std::vector<uint64_t> io;
+    for (const kernels::TensorDesc& d : c.inputs) {
+      io.push_back(core.hbm_allocate(static_cast<uint64_t>(kernels::tensor_extent(d)) * dtype_size(d.dtype)));
+    }
+    io.push_back(core.hbm_allocate(static_cast<uint64_t>(kernels::tensor_extent(out)) * dtype_size(out.dtype)));
+    const device::RunResult r = core.run(exe, io, {.functional = false, .record = false});
+    for (uint64_t a : io) core.hbm_free(a);
+
+    const bool is_matmul = c.op == OpId::matmul;
+    const double hbm_floor = cost.bytes / hbm;
+    const double tensor_peak =
+        roof_flops_per_ns(spec, c.inputs[0].dtype == DType::f32 ? "Tensor fp32" : "Tensor bf16/fp16");
+    const double tensor_floor = is_matmul ? cost.flops / tensor_peak : 0;
+    const double floor = std::max(hbm_floor, tensor_floor);
+    const std::string mfu = is_matmul ? fmt::format("{:.1f}", 100.0 * tensor_floor / r.duration_ns) : "";
+    fmt::print("  {:<36} {:>12.2f} {:>12.2f} {:>15} {:>10.2f}x {:>7}  {}\n", c.label, r.duration_ns / 1e3,
+               hbm_floor / 1e3, is_matmul ? fmt::format("{:.2f}", tensor_floor / 1e3) : "-", r.duration_ns / floor,
+               mfu, tensor_floor > hbm_floor ? "Tensor" : "HBM");
+  }
+}
+
+// The device busy time of the fourth of four profiled calls (the first ones build and load).
+struct Measured {
+  double busy_us = 0;
+  int executions = 0;
+  double flops = 0;
+};
+
+Measured profile_busy(const std::function<void()>& call, bool with_flops = false) {
+  auto cfg = std::make_shared<neuron::NeuronConfig>();
+  cfg->modes = {neuron::ProfileMode::RUNTIME};
+  profiler::ProfileOptions options;
+  options.activities = {profiler::ProfilerActivity::CPU, profiler::ProfilerActivity::PrivateUse1};
+  options.schedule = profiler::schedule({.wait = 2, .warmup = 1, .active = 1});
+  options.with_flops = with_flops;
+  options.experimental_config = cfg;
+  profiler::profile prof(options);
+  prof.start();
+  for (int step = 0; step < 4; ++step) {
+    call();
+    neuron::synchronize();
+    prof.step();
+  }
+  prof.stop();
+  const neuron::TraceSummary s = neuron::last_trace_summary();
+  Measured m{s.busy_us, s.executions, 0};
+  if (with_flops) {
+    const profiler::KeyAverages averages = prof.key_averages();
+    for (const profiler::FunctionEventAvg& row : averages.rows()) {
+      if (row.key.rfind("aten::", 0) == 0) m.flops += static_cast<double>(row.flops);
+    }
+  }
+  return m;
+}
+
+Tensor rms_norm_naive(const Tensor& x, const Tensor& w) { return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w; }
+
+Tensor layer_norm_naive(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const Tensor mu = mean(x, {-1}, true);
+  const Tensor centered = x - mu;
+  return centered * rsqrt(mean(centered * centered, {-1}, true) + 1e-5) * w + b;
+}
+
+Tensor softmax_naive(const Tensor& x) {
+  const Tensor e = exp(x - amax(x, {-1}, true));
+  return e / sum(e, {-1}, true);
+}
+
+void print_compiled(const device::Spec& spec) {
+  const Device dev = Device::parse("neuron:0");
+  Generator g(0);
+  const int64_t rows = 4096, cols = 4096;
+  const Tensor x = randn({rows, cols}, {}, &g).to(dev);
+  const Tensor w = (rand({cols}, {}, &g) + 0.5).to(dev);
+  const Tensor b = rand({cols}, {}, &g).to(dev);
+  auto rms_compiled = compile(rms_norm_naive);
+  auto ln_compiled = compile(layer_norm_naive);
+  auto sm_compiled = compile(softmax_naive);
+  struct Pair {
+    std::string label;
+    std::function<void()> fused, compiled;
+  };
+  const std::string shape = fmt::format("f32[{},{}]", rows, cols);
+  const std::vector<Pair> pairs = {
+      {"RMSNorm " + shape, [&] { (void)rms_norm(x, w, 1e-6); }, [&] { (void)rms_compiled(x, w); }},
+      {"layer_norm " + shape, [&] { (void)layer_norm(x, w, b, 1e-5); }, [&] { (void)ln_compiled(x, w, b); }},
+      {"softmax " + shape, [&] { (void)softmax(x, -1); }, [&] { (void)sm_compiled(x); }},
+  };
+  fmt::print("\n== compile(naive function) vs the fused built-in, device busy of one call, modeled ==\n");
+  fmt::print("  {:<28} {:>10} {:>14} {:>10} {:>14} {:>16}\n", "function", "fused us", "fused execs", "compiled us",
+             "compiled execs", "compiled/fused");
+  for (const Pair& p : pairs) {
+    const Measured fused = profile_busy(p.fused), compiled = profile_busy(p.compiled);
+    fmt::print("  {:<28} {:>10.2f} {:>14} {:>10.2f} {:>14} {:>15.3f}x\n", p.label, fused.busy_us, fused.executions,
+               compiled.busy_us, compiled.executions, compiled.busy_us / fused.busy_us);
+  }
+
+  const examples::Dimensions dims;
+  const std::vector<Tensor> args = examples::decoder_args(dims, dev);
+  auto block = [&](const std::vector<Tensor>& a) { return examples::decoder_block(a, dims.heads); };
+  auto block_compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(block));
+  const Measured eager = profile_busy([&] { (void)block(args); }, /*with_flops=*/true);
+  const Measured compiled = profile_busy([&] { (void)block_compiled(args); });
+  double bytes = 0;
+  for (const Tensor& t : args) bytes += static_cast<double>(t.nbytes());
+  bytes += static_cast<double>(args[0].nbytes());  // the output, the input's shape
+  const double hbm_floor_us = bytes / spec.hbm.bytes_per_ns / 1e3;
+  const double tensor_floor_us = eager.flops / roof_flops_per_ns(spec, "Tensor fp32") / 1e3;
+  const double floor_us = std::max(hbm_floor_us, tensor_floor_us);
+  fmt::print("\n== decoder block (batch {}, seq {}, d_model {}, {} heads, MLP {}, f32), modeled ==\n", dims.batch,
+             dims.seq, dims.model, dims.heads, dims.hidden);
+  fmt::print("  eager: {} executions, {:.1f} us busy; compiled: {} executions, {:.1f} us busy; compiled/eager "
+             "{:.3f}x\n",
+             eager.executions, eager.busy_us, compiled.executions, compiled.busy_us, compiled.busy_us / eager.busy_us);
+  fmt::print("  floor: max(HBM {:.1f} us for {:.1f} MB of weights, input and output; Tensor fp32 {:.1f} us for "
+             "{:.2f} GFLOP) = {:.1f} us; compiled = {:.2f}x the floor\n",
+             hbm_floor_us, bytes / 1e6, tensor_floor_us, eager.flops / 1e9, floor_us, compiled.busy_us / floor_us);
+}
+
+}  // namespace
+}  // namespace sightline
+
+int main(int argc, char** argv) {
+  using namespace sightline;
+  CLI::App app{"Every built-in kernel's modeled time against its roofline floor; compile() against the fused "
+               "built-ins"};
+  std::string spec_name = "trn2";
+  app.add_option("--spec", spec_name, "device spec: trn2, trn1 or a spec JSON file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    neuron::configure({.spec = spec_name, .functional = false});
+    host_clock::set_mode(host_clock::Mode::modeled);
+    const int64_t wall_start = host_clock::wall_now_ns();
+    const device::Spec spec = spec_name == "trn2" || spec_name == "trn1" ? device::Spec::builtin(spec_name)
+                                                                         : device::Spec::load(spec_name);
+    print_builtins(spec);
+    print_compiled(spec);
+    fmt::print("\nMeasured, not modeled: the whole run took {:.2f} s of wall time.\n",
+               static_cast<double>(host_clock::wall_now_ns() - wall_start) / 1e9);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kernel_floors: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}
