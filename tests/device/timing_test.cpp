@@ -61,6 +61,81 @@ TEST(DeviceTiming, HbmBandwidthIsSharedWhenQueuesExceedIt) {
   EXPECT_NEAR(r.duration_ns, expect, 0.1 * expect);
 }
 
+// The DMA model's rules, one test each, with exact expected times (docs/hardware-model.md §1.4, "The
+// DMA model, reviewed"). A transfer of [8, kCols] f32 rows: 128 KiB, the size the eager kernels move.
+constexpr double kRowBytes = 8.0 * kCols * 4;
+
+Instruction load_rows(uint16_t first_partition, uint64_t hbm_row) {
+  return dma_copy(sbuf(first_partition, 8, 0, DType::f32, {kCols}),
+                  hbm(0, hbm_row * kCols * 4, 8, kCols, DType::f32, {kCols}));
+}
+
+Executable queues_program(const std::vector<std::vector<Instruction>>& queues) {
+  Executable exe;
+  exe.name = "dma_rules";
+  exe.io = {{"x", DType::f32, {128, kCols}, IoKind::input}};
+  exe.dma_queues = queues;
+  return exe;
+}
+
+// Rule 1: a transfer pays the fixed cost, then moves its bytes at the queue's peak; transfers on one
+// queue run one after the other, each paying the fixed cost again (the cost is queue occupancy).
+TEST(DeviceDmaRules, OneQueueRunsItsTransfersInOrderEachPayingTheFixedCost) {
+  const Spec spec = Spec::builtin("trn2");
+  Core core(spec);
+  const RunResult r = run_timing(core, queues_program({{load_rows(0, 0), load_rows(8, 8)}}));
+  const double one = spec.dma.fixed_cost_ns + kRowBytes / spec.dma.queue_bytes_per_ns;
+  ASSERT_EQ(r.records.size(), 2u);
+  EXPECT_NEAR(r.records[0].start_ns, 0, 1e-9);
+  EXPECT_NEAR(r.records[0].end_ns, one, 1e-6);
+  // A record spans the fixed cost: the second starts when the first ends.
+  EXPECT_NEAR(r.records[1].start_ns, one, 1e-6);
+  EXPECT_NEAR(r.duration_ns, 2 * one, 1e-6);
+  EXPECT_NEAR(r.busy_ns[static_cast<int>(Engine::dma)], 2 * one, 1e-6);
+}
+
+// Rule 2: queues run in parallel, so their fixed costs overlap; the core's HBM bandwidth is split
+// equally between the transfers moving HBM bytes.
+TEST(DeviceDmaRules, QueuesOverlapTheirFixedCostsAndShareHbmEqually) {
+  Spec spec = Spec::builtin("trn2");
+  spec.hbm.bytes_per_ns = spec.dma.queue_bytes_per_ns;  // one queue alone saturates HBM
+  Core core(spec);
+  const RunResult r = run_timing(core, queues_program({{load_rows(0, 0)}, {load_rows(8, 8)}}));
+  EXPECT_NEAR(r.duration_ns, spec.dma.fixed_cost_ns + 2 * kRowBytes / spec.hbm.bytes_per_ns, 1e-6);
+}
+
+// Rule 3: when a transfer finishes, the others get its share at once.
+TEST(DeviceDmaRules, BandwidthIsReSharedWhenATransferFinishes) {
+  Spec spec = Spec::builtin("trn2");
+  spec.hbm.bytes_per_ns = spec.dma.queue_bytes_per_ns;
+  Core core(spec);
+  const double bw = spec.hbm.bytes_per_ns, fixed = spec.dma.fixed_cost_ns;
+  // Queue 0 moves 128 KiB, queue 1 moves 256 KiB (two row blocks in one descriptor).
+  const Instruction big = dma_copy(sbuf(8, 16, 0, DType::f32, {kCols}), hbm(0, 8ull * kCols * 4, 16, kCols, DType::f32, {kCols}));
+  const RunResult r = run_timing(core, queues_program({{load_rows(0, 0)}, {big}}));
+  ASSERT_EQ(r.records.size(), 2u);
+  // Both move at bw/2 until the small one is done (it moved kRowBytes); the big one then has kRowBytes
+  // left and moves it at the full bandwidth.
+  EXPECT_NEAR(r.records[0].end_ns, fixed + 2 * kRowBytes / bw, 1e-6);
+  EXPECT_NEAR(r.records[1].end_ns, fixed + 3 * kRowBytes / bw, 1e-6);
+}
+
+// Rule 4: a queue in its fixed-cost phase moves nothing and takes no share of HBM; an on-chip transfer
+// (SBUF to SBUF) never takes one.
+TEST(DeviceDmaRules, OnlyTransfersMovingHbmBytesShareHbm) {
+  Spec spec = Spec::builtin("trn2");
+  spec.hbm.bytes_per_ns = spec.dma.queue_bytes_per_ns;
+  Core core(spec);
+  const Instruction onchip =
+      dma_copy(sbuf(16, 8, 0, DType::f32, {kCols}), sbuf(24, 8, 0, DType::f32, {kCols}));
+  const RunResult r = run_timing(core, queues_program({{load_rows(0, 0)}, {onchip}}));
+  ASSERT_EQ(r.records.size(), 2u);
+  const double alone = spec.dma.fixed_cost_ns + kRowBytes / spec.dma.queue_bytes_per_ns;
+  EXPECT_NEAR(r.records[0].end_ns, alone, 1e-6);
+  EXPECT_NEAR(r.records[1].end_ns, alone, 1e-6);
+  EXPECT_EQ(r.hbm_bytes, static_cast<uint64_t>(kRowBytes));
+}
+
 TEST(DeviceTiming, TwoInputVectorCostsAboutTwiceOneInput) {
   const Spec spec = Spec::builtin("trn2");
   AccessPattern a = sbuf(0, 128, 0, DType::f32, {kCols});
