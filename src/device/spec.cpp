@@ -164,6 +164,7 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
 
   s.dma.queues = static_cast<uint32_t>(r.count("dma.queues", 1, 255));
   s.dma.fixed_cost_ns = r.non_negative("dma.fixed_cost_ns");
+  s.dma.transfer_slots = static_cast<uint32_t>(r.count("dma.transfer_slots", 1, 16));
   s.dma.queue_bytes_per_ns = r.positive("dma.queue_bytes_per_ns");
   s.hbm.capacity_bytes = r.count("hbm.capacity_bytes", 1, uint64_t{1} << 50);
   s.hbm.bytes_per_ns = r.positive("hbm.bytes_per_ns");

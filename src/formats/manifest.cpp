@@ -172,6 +172,7 @@ Json device_json(const device::Spec& s) {
   j["gpsimd"] = engine_json(s.gpsimd);
   j["dma"] = Json{{"queues", s.dma.queues},
                   {"fixed_cost_ns", s.dma.fixed_cost_ns},
+                  {"transfer_slots", s.dma.transfer_slots},
                   {"queue_bytes_per_ns", s.dma.queue_bytes_per_ns}};
   j["hbm"] = Json{{"capacity_bytes", s.hbm.capacity_bytes}, {"bytes_per_ns", s.hbm.bytes_per_ns}};
   j["runtime"] = Json{{"submission_ns", s.runtime.submission_ns},
@@ -212,6 +213,8 @@ device::Spec device_of(const Object& o) {
   const Object dma = o.object("dma");
   s.dma.queues = dma.u32_in("queues", 1, 255);
   s.dma.fixed_cost_ns = dma.non_negative("fixed_cost_ns");
+  // Manifests written before the field existed were modeled with one slot per queue.
+  s.dma.transfer_slots = dma.has("transfer_slots") ? dma.u32_in("transfer_slots", 1, 16) : 1;
   s.dma.queue_bytes_per_ns = dma.positive("queue_bytes_per_ns");
   const Object hbm = o.object("hbm");
   s.hbm.capacity_bytes = hbm.u64_in("capacity_bytes", 1, uint64_t{1} << 50);

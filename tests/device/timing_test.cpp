@@ -78,20 +78,59 @@ Executable queues_program(const std::vector<std::vector<Instruction>>& queues) {
   return exe;
 }
 
-// Rule 1: a transfer pays the fixed cost, then moves its bytes at the queue's peak; transfers on one
-// queue run one after the other, each paying the fixed cost again (the cost is queue occupancy).
-TEST(DeviceDmaRules, OneQueueRunsItsTransfersInOrderEachPayingTheFixedCost) {
+// Rule 1: a transfer pays the fixed cost from its issue, then moves its bytes at the queue's peak. A
+// queue holds two transfers: the second pays its fixed cost while the first moves, and starts moving
+// when the first is done. A DMA record runs from when its transfer is the oldest of its queue to its end.
+TEST(DeviceDmaRules, TheNextTransfersFixedCostOverlapsTheCurrentOnesData) {
+  const Spec spec = Spec::builtin("trn2");
+  ASSERT_EQ(spec.dma.transfer_slots, 2u);
+  Core core(spec);
+  const double fixed = spec.dma.fixed_cost_ns, data = kRowBytes / spec.dma.queue_bytes_per_ns;
+  ASSERT_GT(data, fixed);
+  const RunResult r = run_timing(core, queues_program({{load_rows(0, 0), load_rows(8, 8), load_rows(16, 16)}}));
+  ASSERT_EQ(r.records.size(), 3u);
+  EXPECT_NEAR(r.records[0].start_ns, 0, 1e-9);  // the queue was idle: its record shows the fixed cost
+  EXPECT_NEAR(r.records[0].end_ns, fixed + data, 1e-6);
+  // Issued at 0 beside the first; its fixed cost is paid by the time the first is done.
+  EXPECT_NEAR(r.records[1].start_ns, fixed + data, 1e-6);
+  EXPECT_NEAR(r.records[1].end_ns, fixed + 2 * data, 1e-6);
+  // Issued when the first freed its slot; its fixed cost ends before the second is done.
+  EXPECT_NEAR(r.records[2].end_ns, fixed + 3 * data, 1e-6);
+  EXPECT_NEAR(r.duration_ns, fixed + 3 * data, 1e-6);
+  EXPECT_NEAR(r.busy_ns[static_cast<int>(Engine::dma)], fixed + 3 * data, 1e-6);
+}
+
+// Transfers shorter than the fixed cost cannot hide it: with two slots, each pair of transfers takes
+// one fixed cost plus one data time in the steady state.
+TEST(DeviceDmaRules, SmallTransfersAreBoundByTheFixedCost) {
   const Spec spec = Spec::builtin("trn2");
   Core core(spec);
+  auto small = [](uint16_t first) {  // 8 partitions x 2 KiB
+    return dma_copy(sbuf(first, 8, 0, DType::f32, {512}), hbm(0, uint64_t{first} * 512 * 4, 8, 512, DType::f32, {512}));
+  };
+  const double fixed = spec.dma.fixed_cost_ns, data = 8.0 * 512 * 4 / spec.dma.queue_bytes_per_ns;
+  ASSERT_LT(data, fixed);
+  const RunResult r = run_timing(core, queues_program({{small(0), small(8), small(16), small(24)}}));
+  ASSERT_EQ(r.records.size(), 4u);
+  EXPECT_NEAR(r.records[0].end_ns, fixed + data, 1e-6);
+  EXPECT_NEAR(r.records[1].end_ns, fixed + 2 * data, 1e-6);
+  // Issued at fixed + data; it holds the queue from the second's end, the rest of its fixed cost showing.
+  EXPECT_NEAR(r.records[2].start_ns, fixed + 2 * data, 1e-6);
+  EXPECT_NEAR(r.records[2].end_ns, 2 * fixed + 2 * data, 1e-6);
+  EXPECT_NEAR(r.records[3].end_ns, 2 * fixed + 3 * data, 1e-6);  // issued at fixed + 2 * data
+}
+
+// With one slot (a spec may say so) the fixed cost is paid serially, as queue occupancy.
+TEST(DeviceDmaRules, OneSlotPaysEachFixedCostSerially) {
+  Spec spec = Spec::builtin("trn2");
+  spec.dma.transfer_slots = 1;
+  Core core(spec);
+  const double fixed = spec.dma.fixed_cost_ns, data = kRowBytes / spec.dma.queue_bytes_per_ns;
   const RunResult r = run_timing(core, queues_program({{load_rows(0, 0), load_rows(8, 8)}}));
-  const double one = spec.dma.fixed_cost_ns + kRowBytes / spec.dma.queue_bytes_per_ns;
   ASSERT_EQ(r.records.size(), 2u);
   EXPECT_NEAR(r.records[0].start_ns, 0, 1e-9);
-  EXPECT_NEAR(r.records[0].end_ns, one, 1e-6);
-  // A record spans the fixed cost: the second starts when the first ends.
-  EXPECT_NEAR(r.records[1].start_ns, one, 1e-6);
-  EXPECT_NEAR(r.duration_ns, 2 * one, 1e-6);
-  EXPECT_NEAR(r.busy_ns[static_cast<int>(Engine::dma)], 2 * one, 1e-6);
+  EXPECT_NEAR(r.records[1].start_ns, fixed + data, 1e-6);
+  EXPECT_NEAR(r.duration_ns, 2 * (fixed + data), 1e-6);
 }
 
 // Rule 2: queues run in parallel, so their fixed costs overlap; the core's HBM bandwidth is split

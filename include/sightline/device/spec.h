@@ -46,6 +46,8 @@ struct TensorEngineSpec {
 struct DmaSpec {
   uint32_t queues = 0;            // simulated DMA queues (one per DMA engine)
   double fixed_cost_ns = 0;       // per transfer: descriptor setup + trigger-to-start latency
+  uint32_t transfer_slots = 1;    // transfers a queue holds at once: one moves its bytes while the
+                                  // others pay their fixed cost (docs/hardware-model.md §1.4)
   double queue_bytes_per_ns = 0;  // peak bandwidth of one queue
 };
 
