@@ -353,9 +353,19 @@ __attribute__((target("avx2"))) void transpose_f32_avx2(uint8_t* dst, int64_t ds
   const int64_t i_end = n / 8 * 8;
   for (int64_t band = 0; band < i_end; band += 256) {
     const int64_t band_end = std::min(i_end, band + 256);
+    // Source rows are far apart (a row of the tensor each), so the hardware prefetcher does not see
+    // them coming: the first pass over a band asks for the next band's rows, every line of their
+    // segment, while it works.
+    const int64_t segment = int64_t{partitions} * 4;
     for (uint32_t p0 = 0; p0 < p_end; p0 += 8) {
       for (int64_t i0 = band; i0 < band_end; i0 += 8) {
         const uint8_t* s = src + i0 * src_stride + int64_t{p0} * 4;
+        if (p0 == 0) {
+          for (int64_t i = i0 + 256; i < std::min(n, i0 + 264); ++i) {
+            const uint8_t* row = src + i * src_stride;
+            for (int64_t b = 0; b < segment; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
+          }
+        }
         __m256 r[8];
         for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + k * src_stride));
         __m256 t[8], u[8];
