@@ -9,8 +9,8 @@
 //   * BM_RmsNormTimingOnly: timing-only simulation, instructions_per_s (aim: >= 10M).
 //   * BM_MatmulFunctional: the tiled f32 matmul program; sim_GFLOPs of simulated matmul work per second
 //     of wall time (the matmul uses the CPU backend's thread pool, so CPU time of one thread would flatter it).
-//   * BM_DmaTransposedLoad: one DMA that reads an HBM tensor column by column (4-byte elements, strided),
-//     beside a memcpy of the same bytes.
+//   * BM_DmaTransposedLoad/ROWS/COLS: DMAs that read an HBM [ROWS, COLS] tensor column by column, 128
+//     columns each (4-byte elements, strided), beside a memcpy of the same bytes.
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -111,18 +111,22 @@ void BM_MatmulFunctional(benchmark::State& state) {
 }
 
 // A transposing load: partition p of the SBUF tile takes column p of an HBM [rows, 128] f32 tensor
-// (one 4-byte element every 512 bytes), the access pattern a matmul uses to bring a^T on chip.
+// (one 4-byte element every 512 bytes), the access pattern a matmul uses to bring a^T on chip. With a
+// wider tensor ([rows, cols], cols a multiple of 128) one DMA per 128-column block reads it all, as a
+// weight W[out, in] is brought on chip as W^T tiles (ESM-2 650M: in = 1280 or 5120).
 void BM_DmaTransposedLoad(benchmark::State& state) {
   const Spec spec = Spec::builtin("trn2");
-  const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = 128;
+  const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = static_cast<uint32_t>(state.range(1));
   Core core(spec);
   Executable exe;
   exe.name = "transposed_load";
   exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input}};
   exe.dma_queues.resize(1);
-  AccessPattern column = hbm(0, 0, static_cast<uint16_t>(cols), 1, DType::f32, {rows});
-  column.dims[0].stride = static_cast<int32_t>(cols);
-  exe.dma_queues[0].push_back(dma_copy(sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {rows}), column));
+  for (uint32_t block = 0; block < cols / 128; ++block) {
+    AccessPattern column = hbm(0, uint64_t{block} * 128 * 4, 128, 1, DType::f32, {rows});
+    column.dims[0].stride = static_cast<int32_t>(cols);
+    exe.dma_queues[0].push_back(dma_copy(sbuf(0, 128, 0, DType::f32, {rows}), column));
+  }
   const std::vector<float> x = random_values(size_t{rows} * cols);
   const uint64_t bytes = x.size() * 4;
   const std::vector<uint64_t> bindings{core.hbm_allocate(bytes)};
@@ -152,7 +156,7 @@ void BM_DmaTransposedLoad(benchmark::State& state) {
 BENCHMARK(BM_RmsNormFunctional)->Args({4096, 4096})->Args({512, 512})->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RmsNormTimingOnly)->Args({4096, 4096})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatmulFunctional)->Args({1024, 1024, 512})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DmaTransposedLoad)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DmaTransposedLoad)->Args({16384, 128})->Args({4096, 5120})->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace sightline::device

@@ -50,6 +50,11 @@ void WrittenMap::mark(uint64_t begin, uint64_t end) {
   for (uint64_t block = w0 / kBlockWords; block <= w1 / kBlockWords; ++block) {
     uint64_t* words = words_.get() + block * kBlockWords;
     const uint64_t first = block * kBlockWords;
+    if (first > w0 && first + kBlockWords - 1 < w1) {  // inside the range: every granule written
+      for (uint64_t l = 0; l < kBlockWords; ++l) words[l] = ~uint64_t{0};
+      stamps_[block] = generation_;
+      continue;
+    }
     if (stamps_[block] != generation_) {
       for (uint64_t l = 0; l < kBlockWords; ++l) words[l] = mask(first + l);
       stamps_[block] = generation_;
@@ -86,6 +91,11 @@ uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
       ++x;
     }
     const uint64_t full_end = last == w1 ? w1 : last + 1;
+    if (x == block * kBlockWords && full_end == x + kBlockWords) {  // a whole block: one test for all 8 words
+      uint64_t all = ~uint64_t{0};
+      for (uint64_t l = 0; l < kBlockWords; ++l) all &= words_[x + l];
+      if (all == ~uint64_t{0}) x = full_end;
+    }
     for (; x < full_end; ++x) {
       if (words_[x] != ~uint64_t{0}) return at(x, ~words_[x]);
     }

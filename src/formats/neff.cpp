@@ -23,17 +23,45 @@ constexpr char kMagic[8] = {'S', 'L', 'N', 'E', 'F', 'F', '\r', '\n'};
 // Limits that keep a hostile file from asking for absurd allocations before the bytes run out.
 constexpr uint32_t kMaxString = 1u << 20;
 constexpr uint32_t kMaxRank = 8;
+constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ull;  // FNV-1a 64
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 
 static_assert(std::endian::native == std::endian::little,
               "the NEFF codec writes host order; add swaps for BE");
 
-class Writer : public ByteWriter {
+// The payload's fields in order, to a sink: appended to a vector (the file) or folded straight into the
+// FNV-1a hash (the name), so naming an executable never materializes its bytes.
+struct VectorSink {
+  std::vector<uint8_t> out;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+};
+
+struct HashSink {
+  uint64_t h = kFnvOffsetBasis;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    uint64_t x = h;
+    for (size_t i = 0; i < n; ++i) x = (x ^ b[i]) * kFnvPrime;
+    h = x;
+  }
+};
+
+template <typename Sink>
+class Writer {
  public:
+  template <typename T>
+  void put(T v) {
+    sink.bytes(&v, sizeof(T));
+  }
   void put_string(const std::string& s) {
     put(static_cast<uint32_t>(s.size()));
-    out.insert(out.end(), s.begin(), s.end());
+    sink.bytes(s.data(), s.size());
   }
   void put_ap(const AccessPattern& ap) {
+    // Field by field (the struct has padding), in the file's order.
     put(static_cast<uint8_t>(ap.memory));
     put(static_cast<uint8_t>(ap.dtype));
     put(ap.dim_count);
@@ -73,6 +101,7 @@ class Writer : public ByteWriter {
     put(static_cast<uint32_t>(s.size()));
     for (const auto& in : s) put_instruction(in);
   }
+  Sink sink;
 };
 
 class Reader : public ByteReader {
@@ -166,8 +195,8 @@ class Reader : public ByteReader {
 constexpr size_t kOperandBytes = 3 + 2 + 2 + 4 + 8 + 8 + 4 * 8;
 constexpr size_t kMinInstructionBytes = 3 + 4 * kOperandBytes + 8 + 4 + 4 + 4;
 
-std::vector<uint8_t> payload_of(const Executable& exe) {
-  Writer w;
+template <typename Sink>
+void write_payload(const Executable& exe, Writer<Sink>& w) {
   w.put_string(exe.name);
   w.put(static_cast<uint32_t>(exe.io.size()));
   for (const auto& t : exe.io) {
@@ -188,7 +217,12 @@ std::vector<uint8_t> payload_of(const Executable& exe) {
     w.put_string(k);
     w.put_string(v);
   }
-  return std::move(w.out);
+}
+
+std::vector<uint8_t> payload_of(const Executable& exe) {
+  Writer<VectorSink> w;
+  write_payload(exe, w);
+  return std::move(w.sink.out);
 }
 
 // Cross-references the decoder can check without a device spec.
@@ -231,24 +265,22 @@ std::vector<Instruction> get_stream(Reader& r, const Executable& exe, device::En
 }  // namespace
 
 uint64_t fnv1a64(std::span<const uint8_t> bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ull;  // FNV-1a 64 prime
-  }
-  return h;
+  HashSink h;
+  h.bytes(bytes.data(), bytes.size());
+  return h.h;
 }
 
 std::vector<uint8_t> neff_serialize(const Executable& exe) {
   const std::vector<uint8_t> payload = payload_of(exe);
-  Writer w;
+  Writer<VectorSink> w;
+  w.sink.out.reserve(kNeffHeaderSize + payload.size());
   for (char c : kMagic) w.put(c);
   w.put(kNeffVersion);
   w.put(static_cast<uint32_t>(kNeffHeaderSize));
   w.put(static_cast<uint64_t>(payload.size()));
   w.put(fnv1a64(payload));
-  w.out.insert(w.out.end(), payload.begin(), payload.end());
-  return std::move(w.out);
+  w.sink.bytes(payload.data(), payload.size());
+  return std::move(w.sink.out);
 }
 
 Executable neff_parse_payload(std::span<const uint8_t> payload, const std::string& origin) {
@@ -330,13 +362,18 @@ Executable neff_parse(std::span<const uint8_t> file, const std::string& origin) 
   return neff_parse_payload(payload, origin);
 }
 
-uint64_t neff_hash(const Executable& exe) { return fnv1a64(payload_of(exe)); }
+uint64_t neff_hash(const Executable& exe) {
+  Writer<HashSink> w;
+  write_payload(exe, w);
+  return w.sink.h;
+}
 
 std::string neff_file_name(const Executable& exe) { return fmt::format("neff_{:016x}.neff", neff_hash(exe)); }
 
 std::string neff_save(const Executable& exe, const std::string& dir) {
   const std::vector<uint8_t> bytes = neff_serialize(exe);
-  const uint64_t hash = fnv1a64(std::span(bytes).subspan(kNeffHeaderSize));
+  uint64_t hash = 0;  // the header's checksum (offset 24) is the payload's hash
+  std::memcpy(&hash, bytes.data() + 24, sizeof(hash));
   const std::string path = (std::filesystem::path(dir) / fmt::format("neff_{:016x}.neff", hash)).string();
   // Every write, the flush and the close checked: a full disk is an error, never a short file.
   write_file_durably(path, bytes);

@@ -1,6 +1,8 @@
 #include "sightline/kernels/hazards.h"
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 
 #include "device/validate.h"
 #include "sightline/error.h"
@@ -14,7 +16,8 @@ HazardTracker::HazardTracker(uint32_t stream_count)
     : stream_count_(stream_count),
       issued_(stream_count, 0),
       known_(stream_count, std::vector<uint32_t>(stream_count, 0)),
-      history_(stream_count) {}
+      history_(stream_count),
+      needed_(stream_count, 0) {}
 
 HazardTracker::Region HazardTracker::region_of(const AccessPattern& ap) {
   Region r;
@@ -36,33 +39,65 @@ HazardTracker::Region HazardTracker::region_of(const AccessPattern& ap) {
   return r;
 }
 
+int HazardTracker::length_class(const Region& r) {
+  const int64_t length = r.byte_end - r.byte_begin;
+  return length <= 0 ? 0 : static_cast<int>(std::bit_width(static_cast<uint64_t>(length)));
+}
+
 void HazardTracker::need(const Region& r, bool write, std::vector<uint32_t>& needed) const {
   const auto it = accesses_.find(bucket_key(r));
   if (it == accesses_.end()) return;
-  for (const Access& a : it->second) {
-    // Reads after reads never conflict; everything else (RAW, WAR, WAW) orders the two.
-    if (!write && !a.write) continue;
-    if (!a.region.overlaps(r)) continue;
-    needed[a.stream] = std::max(needed[a.stream], a.count);
-  }
+  // Reads after reads never conflict; everything else (RAW, WAR, WAW) orders the two.
+  const auto visit = [&](const Side& side) {
+    for (uint64_t classes = side.occupied; classes != 0; classes &= classes - 1) {
+      const int k = std::countr_zero(classes);
+      const ByStart& by_start = side.by_class[k];
+      // Class k is shorter than 2^k bytes, so an overlapping access starts after byte_begin - 2^k.
+      const int64_t reach = k >= 63 ? std::numeric_limits<int64_t>::max() : int64_t{1} << k;
+      const int64_t from = r.byte_begin < std::numeric_limits<int64_t>::min() + reach
+                               ? std::numeric_limits<int64_t>::min()
+                               : r.byte_begin - reach;
+      for (auto a = by_start.upper_bound(from); a != by_start.end() && a->first < r.byte_end; ++a) {
+        if (!a->second.region.overlaps(r)) continue;
+        needed[a->second.stream] = std::max(needed[a->second.stream], a->second.count);
+      }
+    }
+  };
+  visit(it->second.writes);
+  if (write) visit(it->second.reads);
 }
 
 void HazardTracker::record(const Region& r, uint32_t stream, uint32_t count, bool write) {
-  std::vector<Access>& list = accesses_[bucket_key(r)];
+  Bucket& bucket = accesses_[bucket_key(r)];
+  const int k = length_class(r);
   if (write) {
     // Accesses inside a region this instruction overwrites are ordered before it (it waited for them
     // or follows them in its stream), so any later conflict with them is also a conflict with this
-    // write, whose wait implies theirs. Dropping them keeps the lists short.
-    std::erase_if(list, [&](const Access& a) { return r.contains(a.region); });
+    // write, whose wait implies theirs. Dropping them keeps the lists short. A contained access is no
+    // longer than r (class <= k) and starts in [byte_begin, byte_end].
+    for (Side* side : {&bucket.reads, &bucket.writes}) {
+      const uint64_t upto = k >= 63 ? ~uint64_t{0} : (uint64_t{2} << k) - 1;
+      for (uint64_t classes = side->occupied & upto; classes != 0; classes &= classes - 1) {
+        const int c = std::countr_zero(classes);
+        ByStart& by_start = side->by_class[c];
+        for (auto a = by_start.lower_bound(r.byte_begin); a != by_start.end() && a->first <= r.byte_end;) {
+          a = r.contains(a->second.region) ? by_start.erase(a) : std::next(a);
+        }
+        if (by_start.empty()) side->occupied &= ~(uint64_t{1} << c);
+      }
+    }
   } else {
-    for (Access& a : list) {
-      if (!a.write && a.stream == stream && a.region == r) {
-        a.count = count;  // a later read of the same bytes by the same stream supersedes
+    auto [a, last] = bucket.reads.by_class[k].equal_range(r.byte_begin);
+    for (; a != last; ++a) {
+      if (a->second.stream == stream && a->second.region == r) {
+        a->second.count = count;  // a later read of the same bytes by the same stream supersedes
         return;
       }
     }
   }
-  list.push_back({r, stream, count, write});
+  Side& side = write ? bucket.writes : bucket.reads;
+  side.by_class[k].emplace(r.byte_begin, Access{r, stream, count, write});
+  side.occupied |= uint64_t{1} << k;
 }
 
 void HazardTracker::track(device::Instruction& in, uint32_t stream) {
@@ -73,8 +108,8 @@ void HazardTracker::track(device::Instruction& in, uint32_t stream) {
     bool write;
   };
   const Operand operands[] = {{&in.src0, false}, {&in.src1, false}, {&in.dst, true}, {&in.aux, true}};
-  std::vector<uint32_t> needed(stream_count_, 0);
-  std::vector<Region> regions;
+  std::vector<uint32_t>& needed = needed_;
+  std::fill(needed.begin(), needed.end(), 0);
   for (const Operand& op : operands) {
     if (!op.ap->present()) continue;
     const Region r = region_of(*op.ap);
@@ -89,7 +124,7 @@ void HazardTracker::track(device::Instruction& in, uint32_t stream) {
   for (uint32_t t = 0; t < stream_count_; ++t) {
     if (needed[t] == 0) continue;
     for (uint32_t u = 0; u < stream_count_; ++u) {
-      if (u != t && needed[u] != 0 && history_[u][needed[u] - 1][t] >= needed[t]) {
+      if (u != t && needed[u] != 0 && history(u, needed[u])[t] >= needed[t]) {
         needed[t] = 0;
         break;
       }
@@ -99,12 +134,12 @@ void HazardTracker::track(device::Instruction& in, uint32_t stream) {
     if (needed[t] == 0) continue;
     in.waits.push_back({static_cast<uint16_t>(t), needed[t]});
     known[t] = std::max(known[t], needed[t]);
-    const std::vector<uint32_t>& learned = history_[t][needed[t] - 1];
+    const uint32_t* learned = history(t, needed[t]);
     for (uint32_t u = 0; u < stream_count_; ++u) known[u] = std::max(known[u], learned[u]);
   }
   const uint32_t count = ++issued_[stream];
   known[stream] = count - 1;  // earlier instructions of the stream are done when this one issues
-  history_[stream].push_back(known);
+  history_[stream].insert(history_[stream].end(), known.begin(), known.end());
   in.updates.push_back({static_cast<uint16_t>(stream), 1});
   for (const Operand& op : operands) {
     if (!op.ap->present()) continue;

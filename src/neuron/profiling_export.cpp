@@ -30,6 +30,7 @@ void write_system_trace(const fs::path& path, const NeuronCapture& capture, cons
     uint64_t id = 0;
     const int64_t offset = trace.wall_clock_at_window_start_ns - trace.window_start_ns;
     runtime::Runtime& rt = runtime();
+    std::map<runtime::ExecutableId, std::string> neff_names;  // hashing an executable once, not per event
     for (const runtime::Event& e : capture.captured.events) {
       json.begin_object();
       json.key("id").value(++id);
@@ -45,7 +46,9 @@ void write_system_trace(const fs::path& path, const NeuronCapture& capture, cons
       if (e.seq != 0) json.key("sequence").value(e.seq);
       if (e.bytes != 0) json.key("bytes").value(e.bytes);
       if (e.executable != runtime::kNoExecutable) {
-        json.key("neff").value(formats::neff_file_name(*rt.executable(e.executable)));
+        auto [name, fresh] = neff_names.try_emplace(e.executable);
+        if (fresh) name->second = formats::neff_file_name(*rt.executable(e.executable));
+        json.key("neff").value(name->second);
       }
       json.end_object();
     }
@@ -135,15 +138,17 @@ std::string NeuronProfiler::export_trace(profiler::profile& prof) {
       ntff.executions.push_back({t.seq, t.correlation, t.start_ns, t.result.duration_ns, t.result.records, 0});
     }
     std::set<uint64_t> written_neffs;
+    std::map<runtime::ExecutableId, uint64_t> hashes;
     for (runtime::ExecutableId id : ran) {
       const auto exe = rt.executable(id);
       const uint64_t hash = formats::neff_hash(*exe);
+      hashes[id] = hash;
       if (!written_neffs.insert(hash).second) continue;
       const fs::path path = formats::neff_save(*exe, staging.string());
       manifest.files.push_back({formats::ManifestFileKind::neff, path.filename().string(), hash, {}, file_bytes(path)});
     }
     for (auto& [key, ntff] : traces) {
-      const uint64_t hash = formats::neff_hash(*rt.executable(key.first));
+      const uint64_t hash = hashes.at(key.first);
       ntff.neff_hash = hash;
       manifest.events.instruction_records += ntff.record_count();
       const fs::path path = formats::ntff_save(ntff, staging.string());

@@ -2,6 +2,7 @@
 // recorded into profiler events (see profiling.h).
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "sightline/host_clock.h"
@@ -152,6 +153,8 @@ class NeuronSource final : public profiler::ActivitySource {
     const bool runtime_mode = config_->has(ProfileMode::RUNTIME);
     uint64_t host_index = 0;
     std::vector<bool> core_seen(static_cast<size_t>(rt.core_count()), false);
+    // An executable's file name hashes all its instructions: once per executable, not per event.
+    std::unordered_map<runtime::ExecutableId, std::string> neff_names;
     for (const runtime::Event& e : capture.captured.events) {
       const bool device = runtime::runtime_event_is_device(e.kind);
       if (!runtime_mode && !device) continue;
@@ -192,7 +195,9 @@ class NeuronSource final : public profiler::ActivitySource {
       if (e.executable != runtime::kNoExecutable) {
         const auto exe = rt.executable(e.executable);
         f.args.push_back({"executable", exe->name});
-        f.args.push_back({"neff", formats::neff_file_name(*exe)});
+        auto [name, fresh] = neff_names.try_emplace(e.executable);
+        if (fresh) name->second = formats::neff_file_name(*exe);
+        f.args.push_back({"neff", name->second});
       }
       batch.events.push_back(std::move(f));
     }

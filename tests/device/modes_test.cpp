@@ -2,6 +2,9 @@
 // results a copy through scratch rows would.
 #include <cstring>
 #include <random>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
@@ -99,40 +102,58 @@ TEST(DeviceModes, InPlaceAndOverlappingOperands) {
 }
 
 // A DMA that reads an HBM tensor column by column (blocked over partitions) lands each column in its
-// partition, and a column with unwritten rows names the first of them.
+// partition, and a column with unwritten rows names the first of them. Column counts that are and are
+// not multiples of the 8 x 8 register blocks, and row counts with a tail.
 TEST(DeviceModes, TransposingLoad) {
-  const uint32_t rows = 300, cols = 40;
-  const std::vector<float> x = random_values(size_t{rows} * cols, 7);
-  Executable exe;
-  exe.name = "transpose";
-  exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input}, {"y", DType::f32, {cols, rows}, IoKind::output}};
-  exe.semaphore_count = 1;
-  exe.dma_queues.resize(1);
-  AccessPattern column = hbm(0, 0, static_cast<uint16_t>(cols), 1, DType::f32, {rows});
-  column.dims[0].stride = static_cast<int32_t>(cols);
-  Instruction load = dma_copy(sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {rows}), column);
-  load.updates.push_back({0, 1});
-  Instruction store = dma_copy(hbm(1, 0, static_cast<uint16_t>(cols), rows, DType::f32, {rows}),
-                               sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {rows}));
-  store.waits.push_back({0, 1});
-  exe.dma_queues[0] = {load, store};
-  Core core(Spec::builtin());
-  const std::vector<uint64_t> io{core.hbm_allocate(x.size() * 4), core.hbm_allocate(x.size() * 4)};
-  core.hbm_write(io[0], x.data(), x.size() * 4);
-  core.run(exe, io);
-  std::vector<float> y(x.size());
-  core.hbm_read(io[1], y.data(), y.size() * 4);
-  for (uint32_t r = 0; r < rows; ++r) {
-    for (uint32_t c = 0; c < cols; ++c) ASSERT_EQ(y[size_t{c} * rows + r], x[size_t{r} * cols + c]) << r << "," << c;
-  }
-  Core partial(Spec::builtin());
-  const std::vector<uint64_t> pio{partial.hbm_allocate(x.size() * 4), partial.hbm_allocate(x.size() * 4)};
-  partial.hbm_write(pio[0], x.data(), size_t{200} * cols * 4);  // rows 200.. never written
-  try {
-    partial.run(exe, pio);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("byte 32000 (partition row 0)"), std::string::npos) << e.what();
+  for (const auto& [rows, cols] : {std::pair<uint32_t, uint32_t>{300, 40}, {300, 37}, {13, 128}, {1024, 128}}) {
+    SCOPED_TRACE(fmt::format("{} rows, {} columns", rows, cols));
+    const std::vector<float> x = random_values(size_t{rows} * cols, 7);
+    Executable exe;
+    exe.name = "transpose";
+    exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input}, {"y", DType::f32, {cols, rows}, IoKind::output}};
+    exe.semaphore_count = 1;
+    exe.dma_queues.resize(1);
+    AccessPattern column = hbm(0, 0, static_cast<uint16_t>(cols), 1, DType::f32, {rows});
+    column.dims[0].stride = static_cast<int32_t>(cols);
+    Instruction load = dma_copy(sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {rows}), column);
+    load.updates.push_back({0, 1});
+    Instruction store = dma_copy(hbm(1, 0, static_cast<uint16_t>(cols), rows, DType::f32, {rows}),
+                                 sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {rows}));
+    store.waits.push_back({0, 1});
+    exe.dma_queues[0] = {load, store};
+    Core core(Spec::builtin());
+    const std::vector<uint64_t> io{core.hbm_allocate(x.size() * 4), core.hbm_allocate(x.size() * 4)};
+    core.hbm_write(io[0], x.data(), x.size() * 4);
+    core.run(exe, io);
+    std::vector<float> y(x.size());
+    core.hbm_read(io[1], y.data(), y.size() * 4);
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(y[size_t{c} * rows + r], x[size_t{r} * cols + c]) << r << "," << c;
+      }
+    }
+    // Rows from `written_rows` never written; then only the last column's element of the last row.
+    const uint32_t written_rows = rows * 2 / 3;
+    Core partial(Spec::builtin());
+    const std::vector<uint64_t> pio{partial.hbm_allocate(x.size() * 4), partial.hbm_allocate(x.size() * 4)};
+    partial.hbm_write(pio[0], x.data(), size_t{written_rows} * cols * 4);
+    try {
+      partial.run(exe, pio);
+      FAIL();
+    } catch (const Error& e) {
+      const std::string at = fmt::format("byte {} (partition row 0)", uint64_t{written_rows} * cols * 4);
+      EXPECT_NE(std::string(e.what()).find(at), std::string::npos) << e.what();
+    }
+    Core last(Spec::builtin());
+    const std::vector<uint64_t> lio{last.hbm_allocate(x.size() * 4), last.hbm_allocate(x.size() * 4)};
+    last.hbm_write(lio[0], x.data(), (x.size() - 1) * 4);
+    try {
+      last.run(exe, lio);
+      FAIL();
+    } catch (const Error& e) {
+      const std::string at = fmt::format("partition row {}", cols - 1);
+      EXPECT_NE(std::string(e.what()).find(at), std::string::npos) << e.what();
+    }
   }
 }
 

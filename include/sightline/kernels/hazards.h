@@ -8,8 +8,10 @@
 // implied transitively are left out.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "sightline/device/isa.h"
@@ -51,18 +53,36 @@ class HazardTracker {
     bool write = false;
   };
 
+  // One memory (or HBM tensor)'s accesses, reads and writes apart, each by the length class of its byte
+  // range (class k: lengths below 2^k) and then by its first byte. An access overlapping [b, e) of class k
+  // starts in (b - 2^k, e), so a lookup visits only the accesses near the range it asks about.
+  static constexpr int kLengthClasses = 64;
+  using ByStart = std::multimap<int64_t, Access>;
+  struct Side {
+    std::array<ByStart, kLengthClasses> by_class;
+    uint64_t occupied = 0;  // bit k: by_class[k] is not empty
+  };
+  struct Bucket {
+    Side reads, writes;
+  };
+
   static Region region_of(const device::AccessPattern& ap);
   static uint64_t bucket_key(const Region& r) {
     return (uint64_t{static_cast<uint8_t>(r.memory)} << 32) | r.tensor;
   }
+  static int length_class(const Region& r);
   void need(const Region& r, bool write, std::vector<uint32_t>& needed) const;
   void record(const Region& r, uint32_t stream, uint32_t count, bool write);
+  const uint32_t* history(uint32_t stream, uint32_t count) const {  // knowledge of instruction `count` of `stream`
+    return history_[stream].data() + size_t{count - 1} * stream_count_;
+  }
 
   uint32_t stream_count_;
-  std::vector<uint32_t> issued_;                             // instructions emitted per stream
-  std::vector<std::vector<uint32_t>> known_;                 // known_[s][t]: count of t that s knows done
-  std::vector<std::vector<std::vector<uint32_t>>> history_;  // knowledge of each emitted instruction
-  std::map<uint64_t, std::vector<Access>> accesses_;         // by memory (and HBM tensor)
+  std::vector<uint32_t> issued_;                 // instructions emitted per stream
+  std::vector<std::vector<uint32_t>> known_;     // known_[s][t]: count of t that s knows done
+  std::vector<std::vector<uint32_t>> history_;   // per stream, stream_count_ counts per emitted instruction
+  std::unordered_map<uint64_t, Bucket> accesses_;  // by memory (and HBM tensor)
+  std::vector<uint32_t> needed_;                 // scratch of track()
 };
 
 }  // namespace sightline::kernels
