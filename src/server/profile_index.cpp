@@ -67,7 +67,8 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
 
 void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
   const std::string origin = (dir_.filename() / trace_path.filename()).string();
-  std::vector<detail::TraceChunk> chunks = detail::read_trace(trace_path, origin, options);
+  trace_file_ = std::make_shared<const detail::MappedFile>(trace_path);
+  std::vector<detail::TraceChunk> chunks = detail::read_trace(*trace_file_, origin, options);
   MergedTrace merged;
   merge_runs(chunks, merged);
   make_times_relative(merged);
