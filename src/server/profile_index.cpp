@@ -152,11 +152,16 @@ void ProfileIndex::build_lanes(MergedTrace& merged) {
     const auto lane_id = static_cast<uint32_t>(lanes_.size());
     merged.lane_of[key] = lane_id;
     if (auto it = merged.lane_events.find(key); it != merged.lane_events.end()) lane.events = std::move(it->second);
-    std::sort(lane.events.begin(), lane.events.end(), [&](uint32_t a, uint32_t b) {
+    // The exporter writes each lane's events in this order already, so the sort is usually a check;
+    // events with the same start and duration stay in file order.
+    auto before = [&](uint32_t a, uint32_t b) {
       const TraceEvent& x = events_[a];
       const TraceEvent& y = events_[b];
       return x.ts_us != y.ts_us ? x.ts_us < y.ts_us : x.dur_us > y.dur_us;
-    });
+    };
+    if (!std::is_sorted(lane.events.begin(), lane.events.end(), before)) {
+      std::stable_sort(lane.events.begin(), lane.events.end(), before);
+    }
     // Nesting depth: a stack of the end times of the enclosing events.
     std::vector<double> open_ends;
     for (uint32_t id : lane.events) {
