@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end test of the Explorer: generates the naive and fused RMSNorm profiles with the example at a
-# small size, serves them with `sightline serve` on a free port, drives headless chromium through them
-# and stops the server. Usage: explorer/run-e2e.sh BUILD_DIR   (screenshots: explorer/test-results/)
+# End-to-end test of the Explorer: generates the RMSNorm study's profiles with the example at a small size
+# and a generated profile of 100,000 events, serves them with `sightline serve` on a free port, drives
+# headless chromium through them and stops the server. Usage: explorer/run-e2e.sh BUILD_DIR   (screenshots: explorer/test-results/)
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -12,7 +12,8 @@ build_dir=$(cd "$1" && pwd)
 explorer_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rmsnorm="$build_dir/examples/rmsnorm/rmsnorm"
 serve="$build_dir/tools/sightline"
-for binary in "$rmsnorm" "$serve"; do
+make_profile="$build_dir/bench/server/make_large_profile"
+for binary in "$rmsnorm" "$serve" "$make_profile"; do
   [[ -x "$binary" ]] || { echo "run-e2e: $binary is missing; build it first" >&2; exit 2; }
 done
 [[ -f "$explorer_dir/dist/index.html" ]] || { echo "run-e2e: no built UI; run scripts/explorer.sh" >&2; exit 2; }
@@ -27,7 +28,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$work" && "$rmsnorm" --rows 128 --cols 256 --out "$work/profiles" > "$work/rmsnorm.log")
+# Every row of each live table goes to the log, which numbers.e2e.mjs compares with the CLI and the Explorer.
+(cd "$work" && "$rmsnorm" --rows 128 --cols 256 --row-limit -1 --out "$work/profiles" > "$work/rmsnorm.log")
+# A profile whose trace.json holds many more executions than were captured (its steps repeat one seed step).
+"$make_profile" "$work/profiles/large" --events 100000 > "$work/large.log"
 
 explorer_serve "$serve" "$work/profiles" "$explorer_dir/dist" "$work/server.log"
 
@@ -35,3 +39,5 @@ cd "$explorer_dir"
 node tests/e2e/explorer.e2e.mjs "$url" "$work/profiles"
 # Navigation as a Perfetto user drives it: first view, deep links, rulers, search paging, keys, chain.
 node tests/e2e/navigation.e2e.mjs "$url" "$work/profiles"
+# The numbers: the operator table against `sightline table` and the live table; one population.
+node tests/e2e/numbers.e2e.mjs "$url" "$work/profiles" "$serve" "$work/rmsnorm.log"

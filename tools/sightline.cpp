@@ -69,7 +69,8 @@ analysis::ProfileDir load(const std::string& dir, bool with_trace = true) {
 }
 
 int view(const std::string& dir, const std::string& format, const std::string& output) {
-  const analysis::ProfileDir profile = load(dir);
+  // The summaries read only the captured executions (analysis/insights.h); json adds key_averages.
+  const analysis::ProfileDir profile = load(dir, format == "json" || format == "perfetto");
   if (format == "perfetto") {
     if (output.empty()) {
       analysis::perfetto_json_write(profile, std::cout);

@@ -34,6 +34,12 @@ trap cleanup EXIT
 
 "$make_profile" "$work/profiles/large" --events "$events"
 
+# The anchor, measured in the same run: one single-threaded pass over trace.json (md5sum, file in the
+# page cache), so that a figure can be read as a ratio on a machine whose load varies.
+anchor_start=$(date +%s%N)
+md5sum "$work/profiles/large/trace.json" > /dev/null
+export SIGHTLINE_BENCH_ANCHOR_MS=$(( ($(date +%s%N) - anchor_start) / 1000000 ))
+
 # A fresh server, so the first open in the browser is the cold one that indexes the profile.
 explorer_serve "$sightline" "$work/profiles" "$explorer_dir/dist" "$work/server.log"
 

@@ -92,12 +92,15 @@ export interface KeyAverageRow {
   self_cpu_us: number;
   device_total_us: number;
   self_device_us: number;
+  cells: string[];  // the row of `sightline table` (--row-limit -1), cell by cell, as the CLI prints them
 }
 
 export interface KeyAveragesAnswer {
   source: string;
   device: string;
-  rows: KeyAverageRow[];
+  headers: string[];  // the table's column names; each row's cells are in this order
+  rows: KeyAverageRow[];  // in the CLI's default order: self device time, descending
+  footer: string[];  // the lines under the table ("Self CPU time total: ...", notes)
   self_cpu_total_us: number;
   self_device_total_us: number;
 }

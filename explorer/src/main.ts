@@ -15,7 +15,7 @@ import { layerOf, type GroupingMode } from './lanes';
 import { argsHtml } from './event_args';
 import { renderRoofline } from './roofline_view';
 import { renderSummary } from './summary_view';
-import { COLUMNS, nextSort, sortRows, type SortDirection, type SortKey } from './table';
+import { cellValue, nextSort, sortRows, type SortDirection, type SortKey } from './table';
 import { activityView, formatDuration, pan, type AreaRow, type Viewport } from './timeline_math';
 import { TimelineView, escapeHtml, type FlowArrow } from './timeline_view';
 import {
@@ -41,6 +41,7 @@ interface Session {
   search?: { query: string; pages: Map<number, EventSummary[]>; index: number; total: number };
   keyAverages?: KeyAveragesAnswer;
   operatorRows?: VirtualRows<KeyAverageRow>;
+  operatorNumeric?: boolean[];  // per column: every cell a number (right-aligned)
   summary?: Promise<SummaryAnswer>;
   sort: { key: SortKey; direction: SortDirection };
   tab: Tab;
@@ -300,7 +301,7 @@ async function openProfile(route: Route): Promise<void> {
     },
   }, { initial });
   session = {
-    profile: name, timeline, sort: { key: 'self_device_us', direction: 'desc' }, tab: 'timeline',
+    profile: name, timeline, sort: { key: -1, direction: 'desc' }, tab: 'timeline',
     detailsPanel, chainPanel, devicePanel, pages,
   };
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
@@ -491,22 +492,23 @@ async function showOperators(current: Session): Promise<void> {
   if (session !== current) return;
   const data = current.keyAverages;
   if (!current.operatorRows) {
+    // The cells are `sightline table`'s text, byte for byte (the server formats them with the profiler's
+    // table code); the footer is the table's own.
+    const numeric = data.headers.map((_, c) => c > 0 && data.rows.every((r) => typeof cellValue(r.cells[c] ?? '') === 'number'));
     page.innerHTML = `<div class="profiles"><p class="muted">Key averages (${escapeHtml(data.source)}), ` +
       `${data.rows.length.toLocaleString('en-US')} rows. Click a row to highlight its events on the timeline.</p>` +
       `<div class="vtable" data-testid="operator-scroll"><table class="grid" data-testid="operator-table"><thead><tr></tr></thead>` +
-      `<tbody></tbody></table></div><p>Self CPU time total: ${formatDuration(data.self_cpu_total_us)}<br>Self ` +
-      `${escapeHtml(data.device)} time total: ${formatDuration(data.self_device_total_us)}</p></div>`;
+      `<tbody></tbody></table></div><p data-testid="operator-footer">${data.footer.map(escapeHtml).join('<br>')}</p></div>`;
     const scroller = page.querySelector('[data-testid="operator-scroll"]') as HTMLElement;
     const body = page.querySelector('[data-testid="operator-table"] tbody') as HTMLTableSectionElement;
-    current.operatorRows = new VirtualRows(scroller, body, COLUMNS.length, (r) =>
-      `<tr class="clickable" data-name="${escapeHtml(r.name)}"><td>${escapeHtml(r.name)}</td>` +
-      `<td class="num">${formatDuration(r.self_cpu_us)}</td><td class="num">${formatDuration(r.cpu_total_us)}</td>` +
-      `<td class="num">${formatDuration(r.self_device_us)}</td><td class="num">${formatDuration(r.device_total_us)}</td>` +
-      `<td class="num">${r.count}</td></tr>`);
+    current.operatorNumeric = numeric;
+    current.operatorRows = new VirtualRows(scroller, body, data.headers.length, (r) =>
+      `<tr class="clickable" data-name="${escapeHtml(r.name)}" title="${escapeHtml(r.name)}">` +
+      r.cells.map((cell, c) => `<td${numeric[c] ? ' class="num"' : ''}>${escapeHtml(cell)}</td>`).join('') + '</tr>');
     page.querySelector('[data-testid="operator-table"] thead')?.addEventListener('click', (e) => {
       const th = (e.target as HTMLElement).closest<HTMLElement>('th[data-key]');
       if (!th) return;
-      current.sort = nextSort(current.sort, th.dataset.key as SortKey);
+      current.sort = nextSort(current.sort, Number(th.dataset.column) as SortKey);
       renderOperatorRows(current);
     });
     body.addEventListener('click', (e) => {
@@ -525,7 +527,9 @@ function renderOperatorRows(current: Session): void {
   if (!data || !table) return;
   const arrow = (key: SortKey) => (current.sort.key === key ? (current.sort.direction === 'asc' ? ' ▲' : ' ▼') : '');
   const head = current.pages.operators.querySelector('[data-testid="operator-table"] thead tr') as HTMLElement;
-  head.innerHTML = COLUMNS.map((c) => `<th class="sortable${c.numeric ? ' num' : ''}" data-key="${c.key}">${c.label}${arrow(c.key)}</th>`).join('');
+  head.innerHTML = data.headers.map((h, c) =>
+    `<th class="sortable${current.operatorNumeric?.[c] ? ' num' : ''}" data-column="${c}" data-key="${escapeHtml(h)}">` +
+    `${escapeHtml(h)}${arrow(c)}</th>`).join('');
   table.setRows(sortRows(data.rows, current.sort.key, current.sort.direction));
 }
 

@@ -1,24 +1,36 @@
 import { describe, expect, it } from 'vitest';
 import type { DeviceRow, KeyAverageRow } from '../src/api';
 import { formatBytes, summarizeRange } from '../src/device_summary';
-import { nextSort, sortRows } from '../src/table';
+import { cellValue, nextSort, sortRows } from '../src/table';
 import { formatRoute, parseRoute } from '../src/url';
 
-const row = (name: string, self_device_us: number, count: number): KeyAverageRow => ({
-  name, count, cpu_total_us: 1, self_cpu_us: 1, device_total_us: self_device_us, self_device_us,
+// Cells as the profiler's table prints them: Name, Self NEURON, # of Calls.
+const row = (name: string, self_device: string, count: number): KeyAverageRow => ({
+  name, count, cpu_total_us: 1, self_cpu_us: 1, device_total_us: 0, self_device_us: 0, cells: [name, self_device, `${count}`],
 });
 
 describe('operator table', () => {
-  it('sorts by any column in both directions', () => {
-    const rows = [row('aten::mul', 5, 2), row('aten::add', 9, 1), row('aten::mean', 1, 3)];
-    expect(sortRows(rows, 'self_device_us', 'desc').map((r) => r.name)).toEqual(['aten::add', 'aten::mul', 'aten::mean']);
-    expect(sortRows(rows, 'name', 'asc').map((r) => r.name)).toEqual(['aten::add', 'aten::mean', 'aten::mul']);
-    expect(sortRows(rows, 'count', 'asc').map((r) => r.count)).toEqual([1, 2, 3]);
+  it('sorts by any column in both directions, on the value each cell shows', () => {
+    const rows = [row('aten::mul', '5.000us', 2), row('aten::add', '1.200ms', 1), row('aten::mean', '900.000us', 3)];
+    expect(sortRows(rows, 1, 'desc').map((r) => r.name)).toEqual(['aten::add', 'aten::mean', 'aten::mul']);
+    expect(sortRows(rows, 0, 'asc').map((r) => r.name)).toEqual(['aten::add', 'aten::mean', 'aten::mul']);
+    expect(sortRows(rows, 2, 'asc').map((r) => r.count)).toEqual([1, 2, 3]);
+    expect(sortRows(rows, -1, 'desc').map((r) => r.name)).toEqual(['aten::mul', 'aten::add', 'aten::mean']);
+  });
+
+  it('reads the units of torch\'s table', () => {
+    expect(cellValue('2.000s')).toBe(2e6);
+    expect(cellValue('51.500us')).toBe(51.5);
+    expect(cellValue('12.34%')).toBe(12.34);
+    expect(cellValue('1.50 KB')).toBe(1536);
+    expect(cellValue('-4.00 MB')).toBe(-4 * 1024 * 1024);
+    expect(cellValue('NaN')).toBe(-Infinity);
+    expect(cellValue('[[128, 256], []]')).toBe('[[128, 256], []]');
   });
 
   it('flips the direction on a second click', () => {
-    expect(nextSort({ key: 'count', direction: 'desc' }, 'count')).toEqual({ key: 'count', direction: 'asc' });
-    expect(nextSort({ key: 'count', direction: 'desc' }, 'name')).toEqual({ key: 'name', direction: 'asc' });
+    expect(nextSort({ key: 2, direction: 'desc' }, 2)).toEqual({ key: 2, direction: 'asc' });
+    expect(nextSort({ key: 2, direction: 'desc' }, 0)).toEqual({ key: 0, direction: 'asc' });
   });
 });
 

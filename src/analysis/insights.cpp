@@ -25,9 +25,10 @@ constexpr double kExcessHbmFactor = 1.5;
 
 std::string us(double ns) { return fmt::format("{:.1f} us", ns / 1000.0); }
 
+// Over the captured executions, the population of every metric beside it (not trace.json's
+// nc_exec_running events, which may hold many more executions than were captured).
 void idle_gaps(const ProfileDir& profile, std::vector<Insight>& out) {
-  if (!profile.trace) return;
-  for (const CoreActivity& c : device_activity(*profile.trace).cores) {
+  for (const CoreActivity& c : core_activity(captured_executions(profile))) {
     if (c.executions < 2) continue;
     const double span = static_cast<double>(c.span_ns()), idle = static_cast<double>(c.idle_ns);
     if (span <= 0 || idle / span < kIdleShareWorthReporting) continue;

@@ -3,9 +3,11 @@
 //   for (const analysis::Insight& i : analysis::insights(profile))
 //     fmt::print("[{}] {}\n  evidence: {}\n  fix: {}\n", i.id, i.title, i.evidence, i.fix);
 //
-// Rules: idle gaps between executions (device lanes of trace.json), many tiny executions, small DMA
-// transfers, engine imbalance, low TensorE use in a matmul, HBM traffic far above the minimum.
-// Ranked by the device time each finding could save (an estimate, stated in the evidence).
+// Rules: idle gaps between executions, many tiny executions, small DMA transfers, engine imbalance,
+// low TensorE use in a matmul, HBM traffic far above the minimum. Ranked by the device time each
+// finding could save (an estimate, stated in the evidence). Every rule reads the same population as
+// the summary metrics: the captured executions (the instruction traces), never trace.json, so an
+// insight never counts executions the metrics beside it do not, and needs no trace.json.
 #pragma once
 
 #include <string>

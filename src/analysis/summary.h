@@ -121,6 +121,24 @@ struct DeviceActivity {
 // The device lanes of a framework trace (trace.json). Empty when it has no executions.
 DeviceActivity device_activity(const profiler::CollectedTrace& trace);
 
+// One execution on its core's host timeline: the compact form the activity of a core is computed from,
+// whichever population it comes from (trace.json's nc_exec_running events, or the captured executions).
+struct ExecutionSpan {
+  int core = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// Per core, in core order: executions, busy time, first start, last end, idle gaps and the largest
+// one (switches and first loads are left 0: only the trace's lanes record them). The one definition
+// of busy and idle that device_activity and the idle_gaps insight share.
+std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions);
+
+// The captured executions of a profile (every NTFF execution, the population of every summary
+// metric and insight), on the host timeline of the instruction traces: an execution ends where the
+// runtime ends its nc_exec_running event, its device duration rounded to the nanosecond.
+std::vector<ExecutionSpan> captured_executions(const ProfileDir& profile);
+
 // The NTFF executions of a profile paired with their nc_exec_running events in its trace.json: the same
 // executions, but their host times are on different bases (the trace's is placed after its wall-clock
 // start). On one core both are in time order, so the k-th of each pair up when their ops agree; a core

@@ -213,8 +213,9 @@ std::vector<const FunctionEventAvg*> KeyAverages::selected_rows(const TableOptio
   return selected;
 }
 
-std::string KeyAverages::table(const TableOptions& options) const {
-  if (rows_.empty()) return "";
+TableCells KeyAverages::table_cells(const TableOptions& options) const {
+  TableCells table;
+  if (rows_.empty()) return table;
   // Column widths, which columns appear and the % denominators cover every row, printed or not.
   std::vector<const FunctionEventAvg*> events;
   for (const FunctionEventAvg& row : rows_) events.push_back(&row);
@@ -243,8 +244,8 @@ std::string KeyAverages::table(const TableOptions& options) const {
   source_width = std::min(source_width, options.max_src_column_width);
 
   const std::string device = uppercase(device_name_);
-  std::vector<std::string> headers = {"Name",        "Self CPU %", "Self CPU",
-                                      "CPU total %", "CPU total",  "CPU time avg"};
+  std::vector<std::string>& headers = table.headers;
+  headers = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
   if (has_device_time) {
     for (std::string text : {"Self {}", "Self {} %", "{} total", "{} time avg"}) {
       replace_all(text, "{}", device);
@@ -263,12 +264,15 @@ std::string KeyAverages::table(const TableOptions& options) const {
     }
   }
   headers.push_back("# of Calls");
-  Layout layout;
-  layout.add_column(name_width);
-  for (std::size_t i = 1; i < headers.size(); ++i) layout.add_column(kColumnWidth);
+  auto add_column = [&table](std::int64_t width, bool left = false) {
+    table.widths.push_back(width);
+    table.left_aligned.push_back(left);
+  };
+  add_column(name_width);
+  for (std::size_t i = 1; i < headers.size(); ++i) add_column(kColumnWidth);
   if (has_input_shapes) {
     headers.push_back("Input Shapes");
-    layout.add_column(shapes_width);
+    add_column(shapes_width);
   }
   std::uint64_t smallest_flops = 0;
   for (const FunctionEventAvg* event : events) {
@@ -280,13 +284,13 @@ std::string KeyAverages::table(const TableOptions& options) const {
   if (show_flops) {
     flops_unit = flops_scale(smallest_flops);
     headers.push_back("Total " + flops_unit.second);
-    layout.add_column(kColumnWidth);
+    add_column(kColumnWidth);
   }
   // Last, in the header as in the rows (torch names it before the FLOPs column but prints its cells
   // after them, which misaligns the two when both are shown).
   if (has_stack) {
     headers.push_back("Source Location");
-    layout.add_column(source_width, /*left=*/true);
+    add_column(source_width, /*left=*/true);
   }
 
   // Denominators cover every row, printed or not. Device time is summed over device rows only:
@@ -299,24 +303,6 @@ std::string KeyAverages::table(const TableOptions& options) const {
       sum_self_device += event->self_device_time_total_ns;
     }
   }
-
-  std::string out;
-  auto append = [&out](const std::string& line) {
-    out += line;
-    out += '\n';
-  };
-  const std::string separator = layout.separator();
-  if (options.header) {
-    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
-    append(*options.header);
-  }
-  if (options.top_level_events_only) {
-    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
-    append("This report only display top-level ops statistics");
-  }
-  append(separator);
-  append(layout.row(headers));
-  append(separator);
 
   const std::string& unit = options.time_unit;
   for (const FunctionEventAvg* event : printed_rows) {
@@ -353,31 +339,65 @@ std::string KeyAverages::table(const TableOptions& options) const {
       cells.push_back(event->flops == 0 ? std::string("--")
                                         : fmt::format("{:8.3f}", double(event->flops) * flops_unit.first));
     }
-    if (!has_stack) {
-      append(layout.row(cells));
-      continue;
+    std::vector<std::string> frames;
+    if (has_stack) {
+      // The first frame in the row, each further frame on a row of its own.
+      cells.push_back(event->stack.empty() ? std::string() : trim_frame(event->stack.front(), source_width));
+      for (std::size_t f = 1; f < event->stack.size(); ++f) frames.push_back(trim_frame(event->stack[f], source_width));
     }
-    // The first frame in the row, each further frame on a row of its own, then a blank row.
-    cells.push_back(event->stack.empty() ? std::string() : trim_frame(event->stack.front(), source_width));
-    append(layout.row(cells));
-    std::vector<std::string> frame_cells(headers.size());
-    for (std::size_t f = 1; f < event->stack.size(); ++f) {
-      frame_cells.back() = trim_frame(event->stack[f], source_width);
+    table.rows.push_back(std::move(cells));
+    table.frames.push_back(std::move(frames));
+  }
+  table.footer.push_back("Self CPU time total: " + format_time_us(us(sum_self_cpu), unit));
+  if (has_device_time)
+    table.footer.push_back(fmt::format("Self {} time total: {}", device, format_time_us(us(sum_self_device), unit)));
+  if (dropped_events_ > 0) {
+    table.footer.push_back(fmt::format(
+        "Dropped events: {} (the profiler's event cap was reached; raise max_events to keep them)",
+        dropped_events_));
+  }
+  for (const std::string& note : notes_) table.footer.push_back("Note: " + note);
+  table.has_stack = has_stack;
+  return table;
+}
+
+std::string KeyAverages::table(const TableOptions& options) const {
+  const TableCells cells = table_cells(options);
+  if (cells.headers.empty()) return "";
+  Layout layout;
+  for (std::size_t i = 0; i < cells.widths.size(); ++i) layout.add_column(cells.widths[i], cells.left_aligned[i]);
+
+  std::string out;
+  auto append = [&out](const std::string& line) {
+    out += line;
+    out += '\n';
+  };
+  const std::string separator = layout.separator();
+  if (options.header) {
+    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
+    append(*options.header);
+  }
+  if (options.top_level_events_only) {
+    append(std::string(static_cast<std::size_t>(layout.line_length), '='));
+    append("This report only display top-level ops statistics");
+  }
+  append(separator);
+  append(layout.row(cells.headers));
+  append(separator);
+  for (std::size_t r = 0; r < cells.rows.size(); ++r) {
+    append(layout.row(cells.rows[r]));
+    if (!cells.has_stack) continue;
+    // Each further frame on a row of its own, then a blank row.
+    std::vector<std::string> frame_cells(cells.headers.size());
+    for (const std::string& frame : cells.frames[r]) {
+      frame_cells.back() = frame;
       append(layout.row(frame_cells));
     }
     frame_cells.back().clear();
     append(layout.row(frame_cells));
   }
   append(separator);
-  append("Self CPU time total: " + format_time_us(us(sum_self_cpu), unit));
-  if (has_device_time)
-    append(fmt::format("Self {} time total: {}", device, format_time_us(us(sum_self_device), unit)));
-  if (dropped_events_ > 0) {
-    append(fmt::format(
-        "Dropped events: {} (the profiler's event cap was reached; raise max_events to keep them)",
-        dropped_events_));
-  }
-  for (const std::string& note : notes_) append("Note: " + note);
+  for (const std::string& line : cells.footer) append(line);
   return out;
 }
 

@@ -518,7 +518,17 @@ struct ExplorerServer::State {
     };
   }
 
+  // The API, the limits on connections, then what answers everything else.
   void add_routes() {
+    add_timeline_routes();
+    add_analysis_routes();
+    add_write_routes();
+    limit_connections();
+    add_fallbacks();
+  }
+
+  // The profile list and what the timeline asks: lanes, windows of events, one event, search.
+  void add_timeline_routes() {
     http.Get("/api/profiles", guarded([this](const httplib::Request&, httplib::Response& response) {
                send_json(response, store.list());
              }));
@@ -553,6 +563,10 @@ struct ExplorerServer::State {
           const size_t offset = optional_unsigned(request, "offset", 0);
           send_json(response, profile->search(request.get_param_value("q"), limit, offset));
         }));
+  }
+
+  // The tables and summaries: key averages, one device execution, SQL, the summary, compare.
+  void add_analysis_routes() {
     http.Get(R"(/api/profiles/([^/]+)/key_averages)",
              guarded([this](const httplib::Request& request, auto& response) {
                send_json(response, store.open(request.matches[1].str())->key_averages());
@@ -583,6 +597,10 @@ struct ExplorerServer::State {
                }
                send_json(response, store.compare(request.get_param_value("a"), request.get_param_value("b")));
              }));
+  }
+
+  // Upload and delete (the pre-routing check has already asked for the token and the origin).
+  void add_write_routes() {
     http.Post("/api/profiles", [this](const httplib::Request& request, httplib::Response& response,
                                       const httplib::ContentReader& content_reader) {
       guarded([&](const httplib::Request&, httplib::Response&) {
@@ -594,6 +612,10 @@ struct ExplorerServer::State {
                   store.remove(name);
                   send_json(response, {{"deleted", name}});
                 }));
+  }
+
+  // Admission before routing (Host, origin, token), body size, timeouts and the worker pool.
+  void limit_connections() {
     http.set_payload_max_length(options.max_upload_bytes);
     http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
       try {
@@ -615,6 +637,10 @@ struct ExplorerServer::State {
     const unsigned workers =
         options.worker_threads != 0 ? options.worker_threads : std::max(64u, 4 * std::thread::hardware_concurrency());
     http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  }
+
+  // JSON errors for unknown endpoints and refused bodies; the built UI for every other path.
+  void add_fallbacks() {
     http.set_error_handler([this](const httplib::Request& request, httplib::Response& response) {
       if (!response.body.empty()) return;
       if (response.status == 413) {

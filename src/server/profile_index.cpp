@@ -25,23 +25,23 @@ namespace {
 // trace.json times have three decimals of a microsecond; flow points bind within this tolerance.
 constexpr double kTimeToleranceUs = 0.0005;
 
-struct FlowKeyHash {
-  size_t operator()(const std::pair<uint32_t, uint64_t>& key) const {
-    return std::hash<uint64_t>()(key.second * 0x9e3779b97f4a7c15ULL ^ key.first);
-  }
+// One end of a flow as the file holds it: its category (a global name id), id and where it is.
+struct FlowEnd {
+  uint32_t category = 0;
+  uint64_t id = 0;
+  FlowPoint point;
 };
 
 }  // namespace
 
 // The runs of trace.json merged: lane metadata (later metadata wins), each lane's events, flow ends.
 struct ProfileIndex::MergedTrace {
-  using FlowEnds = std::pair<std::optional<FlowPoint>, std::optional<FlowPoint>>;
   std::map<int64_t, std::string> process_names;
   std::map<int64_t, int64_t> process_sorts;
   std::map<LaneKey, std::string> thread_names;
   std::map<LaneKey, int64_t> thread_sorts;
   std::map<LaneKey, std::vector<uint32_t>> lane_events;
-  std::unordered_map<std::pair<uint32_t, uint64_t>, FlowEnds, FlowKeyHash> flow_ends;  // (category, id)
+  std::vector<FlowEnd> flow_ends;  // in file order (of a flow's ends written twice, the later one counts)
   std::map<LaneKey, uint32_t> lane_of;  // filled by build_lanes
 };
 
@@ -67,7 +67,8 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
 
 void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
   const std::string origin = (dir_.filename() / trace_path.filename()).string();
-  std::vector<detail::TraceChunk> chunks = detail::read_trace(trace_path, origin, options);
+  trace_file_ = std::make_shared<const detail::MappedFile>(trace_path);
+  std::vector<detail::TraceChunk> chunks = detail::read_trace(*trace_file_, origin, options);
   MergedTrace merged;
   merge_runs(chunks, merged);
   make_times_relative(merged);
@@ -84,7 +85,7 @@ void ProfileIndex::merge_runs(std::vector<detail::TraceChunk>& chunks, MergedTra
     total_flow_points += chunk.flow_points.size();
   }
   events_.reserve(total_events);
-  merged.flow_ends.reserve(total_flow_points / 2);  // a flow has two ends
+  merged.flow_ends.reserve(total_flow_points);
   for (detail::TraceChunk& chunk : chunks) {
     std::vector<uint32_t> global(chunk.names.size());
     for (size_t i = 0; i < chunk.names.size(); ++i) {
@@ -103,10 +104,7 @@ void ProfileIndex::merge_runs(std::vector<detail::TraceChunk>& chunks, MergedTra
     for (auto& [pid, sort] : chunk.process_sorts) merged.process_sorts.insert_or_assign(pid, sort);
     for (auto& [key, name] : chunk.thread_names) merged.thread_names.insert_or_assign(key, std::move(name));
     for (auto& [key, sort] : chunk.thread_sorts) merged.thread_sorts.insert_or_assign(key, sort);
-    for (const auto& [category, id, point] : chunk.flow_points) {
-      auto& ends = merged.flow_ends[{global[category], id}];
-      (point.start ? ends.first : ends.second) = point;
-    }
+    for (const auto& [category, id, point] : chunk.flow_points) merged.flow_ends.push_back({global[category], id, point});
     chunk = detail::TraceChunk{};
   }
 }
@@ -118,10 +116,7 @@ void ProfileIndex::make_times_relative(MergedTrace& merged) {
   origin_us_ = events_.front().ts_us;
   for (const TraceEvent& event : events_) origin_us_ = std::min(origin_us_, event.ts_us);
   for (TraceEvent& event : events_) event.ts_us -= origin_us_;
-  for (auto& [key, ends] : merged.flow_ends) {
-    if (ends.first) ends.first->ts_us -= origin_us_;
-    if (ends.second) ends.second->ts_us -= origin_us_;
-  }
+  for (FlowEnd& end : merged.flow_ends) end.point.ts_us -= origin_us_;
 }
 
 // Lanes in the order the metadata asks for (process sort index, then thread sort index), each lane's
@@ -157,11 +152,16 @@ void ProfileIndex::build_lanes(MergedTrace& merged) {
     const auto lane_id = static_cast<uint32_t>(lanes_.size());
     merged.lane_of[key] = lane_id;
     if (auto it = merged.lane_events.find(key); it != merged.lane_events.end()) lane.events = std::move(it->second);
-    std::sort(lane.events.begin(), lane.events.end(), [&](uint32_t a, uint32_t b) {
+    // The exporter writes each lane's events in this order already, so the sort is usually a check;
+    // events with the same start and duration stay in file order.
+    auto before = [&](uint32_t a, uint32_t b) {
       const TraceEvent& x = events_[a];
       const TraceEvent& y = events_[b];
       return x.ts_us != y.ts_us ? x.ts_us < y.ts_us : x.dur_us > y.dur_us;
-    });
+    };
+    if (!std::is_sorted(lane.events.begin(), lane.events.end(), before)) {
+      std::stable_sort(lane.events.begin(), lane.events.end(), before);
+    }
     // Nesting depth: a stack of the end times of the enclosing events.
     std::vector<double> open_ends;
     for (uint32_t id : lane.events) {
@@ -184,36 +184,35 @@ void ProfileIndex::build_lanes(MergedTrace& merged) {
 // flow ids are stable from one load to the next; categories are few: ranked by name once.
 void ProfileIndex::bind_flows(MergedTrace& merged) {
   std::vector<uint32_t> categories;
-  for (const auto& [key, ends] : merged.flow_ends) categories.push_back(key.first);
+  for (const FlowEnd& end : merged.flow_ends) categories.push_back(end.category);
   std::sort(categories.begin(), categories.end());
   categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
   std::sort(categories.begin(), categories.end(), [&](uint32_t a, uint32_t b) { return names_[a] < names_[b]; });
   std::vector<uint32_t> category_rank(names_.size());
   for (uint32_t i = 0; i < categories.size(); ++i) category_rank[categories[i]] = i;
-  // The ends stay in `flow_ends` (its nodes do not move); the sort moves only small references to them.
-  struct RankedFlow {
-    uint32_t rank;
-    uint32_t category;
-    uint64_t id;
-    const MergedTrace::FlowEnds* ends;
-  };
-  std::vector<RankedFlow> flow_points;
-  flow_points.reserve(merged.flow_ends.size());
-  for (const auto& [key, ends] : merged.flow_ends) {
-    flow_points.push_back({category_rank[key.first], key.first, key.second, &ends});
-  }
-  std::sort(flow_points.begin(), flow_points.end(), [](const RankedFlow& a, const RankedFlow& b) {
-    return a.rank != b.rank ? a.rank < b.rank : a.id < b.id;
+  // The ends of one flow become neighbours, still in file order among themselves (a stable sort): a
+  // flow is the last "s" and the last "f" written with its (category, id).
+  std::vector<FlowEnd>& ends = merged.flow_ends;
+  std::stable_sort(ends.begin(), ends.end(), [&](const FlowEnd& a, const FlowEnd& b) {
+    const uint32_t rank_a = category_rank[a.category], rank_b = category_rank[b.category];
+    return rank_a != rank_b ? rank_a < rank_b : a.id < b.id;
   });
-  for (const RankedFlow& point : flow_points) {
-    const MergedTrace::FlowEnds& ends = *point.ends;
-    if (!ends.first || !ends.second) continue;
-    auto from_lane = merged.lane_of.find({ends.first->pid, ends.first->tid});
-    auto to_lane = merged.lane_of.find({ends.second->pid, ends.second->tid});
+  for (size_t first = 0; first < ends.size();) {
+    size_t last = first;
+    const FlowPoint* from = nullptr;
+    const FlowPoint* to = nullptr;
+    for (; last < ends.size() && ends[last].category == ends[first].category && ends[last].id == ends[first].id; ++last) {
+      (ends[last].point.start ? from : to) = &ends[last].point;
+    }
+    const uint32_t category = ends[first].category;
+    first = last;
+    if (from == nullptr || to == nullptr) continue;
+    auto from_lane = merged.lane_of.find({from->pid, from->tid});
+    auto to_lane = merged.lane_of.find({to->pid, to->tid});
     if (from_lane == merged.lane_of.end() || to_lane == merged.lane_of.end()) continue;
-    auto from = enclosing_event(from_lane->second, ends.first->ts_us);
-    auto to = enclosing_event(to_lane->second, ends.second->ts_us);
-    if (from && to) flows_.push_back({names_[point.category], *from, *to});
+    auto from_event = enclosing_event(from_lane->second, from->ts_us);
+    auto to_event = enclosing_event(to_lane->second, to->ts_us);
+    if (from_event && to_event) flows_.push_back({names_[category], *from_event, *to_event});
   }
 }
 

@@ -48,7 +48,8 @@ struct TraceEvent {
   uint32_t depth = 0;       // nesting level on its lane, 0 = outermost
   int64_t external_id = 0;  // args "External id": the framework op that caused it (0: none)
   int64_t correlation = 0;  // args "correlation": the launch it belongs to (0: none)
-  std::string args_json;    // the event's "args" object as JSON text
+  uint64_t args_offset = 0;  // the event's "args" object: where its JSON text is in trace.json
+  uint32_t args_bytes = 0;   // and how long it is (0: no args); ProfileIndex::args_json reads it
 };
 
 struct Lane {
@@ -101,6 +102,7 @@ void validate_trace_file(const std::filesystem::path& trace_path, const std::str
 
 namespace detail {
 struct TraceChunk;
+class MappedFile;
 }
 
 // The index's jobs, one file each: reading trace.json (trace_reader.cpp), building lanes and flows
@@ -117,6 +119,9 @@ class ProfileIndex {
   const std::vector<Lane>& lanes() const { return lanes_; }
   const std::vector<Flow>& flows() const { return flows_; }
   const std::string& name_of(uint32_t index) const { return names_[index]; }
+  // The "args" object of an event as trace.json holds it ("" when it has none), read from the file
+  // the index keeps mapped rather than from a copy per event.
+  std::string_view args_json(const TraceEvent& event) const;
 
   nlohmann::json lanes_json() const;
   nlohmann::json window(const WindowQuery& query) const;
@@ -151,6 +156,7 @@ class ProfileIndex {
   std::shared_ptr<const DeviceTrace> device_trace(uint64_t neff_hash, uint32_t core) const;
 
   std::filesystem::path dir_;
+  std::shared_ptr<const detail::MappedFile> trace_file_;
   formats::Manifest manifest_;
   std::vector<std::string> names_;
   std::vector<TraceEvent> events_;

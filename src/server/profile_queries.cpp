@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "profiler/lane_names.h"
+#include "server/trace_reader.h"
 
 // The index's answers to the timeline (the third and fourth of its jobs): the lanes, a window of
 // visible events with sub-pixel events merged into boxes, an event's details with its flows, and
@@ -162,10 +163,16 @@ nlohmann::json ProfileIndex::event_summary(uint32_t id) const {
           {"depth", event.depth}};
 }
 
+std::string_view ProfileIndex::args_json(const TraceEvent& event) const {
+  if (event.args_bytes == 0 || trace_file_ == nullptr) return {};
+  return trace_file_->text(event.args_offset, event.args_bytes);
+}
+
 nlohmann::json ProfileIndex::event_details(uint32_t id) const {
   if (id >= events_.size()) throw RequestError(404, fmt::format("event {} does not exist", id));
   json details = event_summary(id);
-  details["args"] = events_[id].args_json.empty() ? json::object() : json::parse(events_[id].args_json);
+  const std::string_view args = args_json(events_[id]);
+  details["args"] = args.empty() ? json::object() : json::parse(args);
   json upstream = json::array(), downstream = json::array();
   for (const Flow& flow : flows_) {
     if (flow.to == id) upstream.push_back({{"category", flow.category}, {"event", event_summary(flow.from)}});

@@ -303,23 +303,26 @@ std::shared_ptr<const ProfileIndex> ProfileStore::open(std::string_view name) {
 }
 
 std::shared_ptr<const analysis::ProfileDir> ProfileStore::analysis(std::string_view name) {
-  const fs::path path = profile_path(name);
   {
     std::lock_guard lock(mutex_);
     if (auto it = analyses_.find(name); it != analyses_.end()) return it->second;
   }
-  if (!fs::is_directory(path)) throw RequestError(404, fmt::format("no profile named '{}'", name));
   const uint64_t generation = generation_of(name);
-  std::shared_ptr<const analysis::ProfileDir> loaded;
+  auto loaded = std::make_shared<const analysis::ProfileDir>(load_analysis(name, /*with_trace=*/true));
+  std::lock_guard lock(mutex_);
+  if (generation_of_locked(name) == generation) analyses_.emplace(std::string(name), loaded);
+  return loaded;
+}
+
+analysis::ProfileDir ProfileStore::load_analysis(std::string_view name, bool with_trace) const {
+  const fs::path path = profile_path(name);
+  if (!fs::is_directory(path)) throw RequestError(404, fmt::format("no profile named '{}'", name));
   try {
-    loaded = std::make_shared<const analysis::ProfileDir>(analysis::profile_dir_load(path.string()));
+    return analysis::profile_dir_load(path.string(), {.load_trace_json = with_trace});
   } catch (const Error& error) {
     throw RequestError(422, fmt::format("profile '{}' cannot be analysed: {}", name,
                                         without_path(error.what(), root_.string() + "/", "")));
   }
-  std::lock_guard lock(mutex_);
-  if (generation_of_locked(name) == generation) analyses_.emplace(std::string(name), loaded);
-  return loaded;
 }
 
 json ProfileStore::summary(std::string_view name) {
@@ -328,11 +331,13 @@ json ProfileStore::summary(std::string_view name) {
     if (auto it = summaries_.find(name); it != summaries_.end()) return *it->second;
   }
   const uint64_t generation = generation_of(name);
-  const auto profile = analysis(name);
+  // The summary and the roofline read the captured executions only, never trace.json (one
+  // population, analysis/insights.h): a profile of a million events answers as fast as a small one.
+  const analysis::ProfileDir profile = load_analysis(name, /*with_trace=*/false);
   json out;
   try {
-    out = json::parse(analysis::report_summary_json(*profile));
-    out["roofline"] = roofline_json(analysis::roofline(*profile));
+    out = json::parse(analysis::report_summary_json(profile));
+    out["roofline"] = roofline_json(analysis::roofline(profile));
   } catch (const Error& error) {
     throw RequestError(422, fmt::format("profile '{}' cannot be summarized: {}", name, error.what()));
   }
@@ -493,153 +498,187 @@ std::unique_ptr<UploadStaging> ProfileStore::begin_upload(std::string_view name)
   return std::unique_ptr<UploadStaging>(new UploadStaging(path, std::string(name)));
 }
 
+namespace {
+
+// What an upload holds, by file name and by kind, and which of the two shapes it has.
+struct UploadContents {
+  std::set<std::string> by_name;
+  std::map<UploadKind, std::vector<std::string>> by_kind;
+  bool whole_directory = false;
+};
+
+// Throws RequestError(400) for an upload of neither shape.
+UploadContents upload_contents(const std::vector<std::string>& files) {
+  if (files.empty()) throw RequestError(400, "the upload holds no files");
+  UploadContents contents;
+  contents.by_name.insert(files.begin(), files.end());
+  for (const std::string& file_name : files) contents.by_kind[*upload_kind(file_name)].push_back(file_name);
+  contents.whole_directory = contents.by_kind.contains(UploadKind::manifest);
+  if (contents.whole_directory && !contents.by_kind.contains(UploadKind::trace)) {
+    throw RequestError(400, "the upload has a manifest.json but no trace.json: send the whole profile directory");
+  }
+  const bool pair = contents.by_kind[UploadKind::neff].size() == 1 && contents.by_kind[UploadKind::ntff].size() == 1 &&
+                    contents.by_name.size() == 2;
+  if (!contents.whole_directory && !pair) {
+    throw RequestError(400, "an upload is either a whole profile directory (manifest.json, trace.json and the "
+                            "files the manifest lists) or an executable + instruction-trace pair (exactly one "
+                            "neff_<hash>.neff and its <hash>_instid_0_vnc_<core>.ntff)");
+  }
+  return contents;
+}
+
+// A reader's refusal of a staged file, as the user's error: the staging path shown as the upload's name.
+[[noreturn]] void refuse_upload(std::string_view name, const fs::path& staging, const std::exception& failure) {
+  throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
+                                      without_path(failure.what(), staging.string(), std::string(name))));
+}
+
+// A whole directory: every file manifest.json lists was sent, at its size, and nothing else.
+void check_manifest_files(std::string_view name, const fs::path& staging, const std::set<std::string>& sent) {
+  const formats::Manifest manifest = formats::manifest_load(staging.string());
+  std::set<std::string> listed = {std::string(formats::kManifestFileName)};
+  for (const formats::ManifestFile& file : manifest.files) {
+    listed.insert(file.path);
+    const fs::path path = staging / file.path;
+    if (!fs::exists(path)) {
+      throw RequestError(400, fmt::format("upload '{}' is incomplete: manifest.json lists '{}', which was not sent; "
+                                          "send the whole profile directory", name, file.path));
+    }
+    if (file.bytes != 0 && fs::file_size(path) != file.bytes) {
+      throw RequestError(400, fmt::format("upload '{}': '{}' has {} bytes, manifest.json says {}; the file was "
+                                          "truncated or changed", name, file.path, fs::file_size(path), file.bytes));
+    }
+  }
+  for (const std::string& file_name : sent) {
+    if (!listed.contains(file_name)) {
+      throw RequestError(400, fmt::format("upload '{}': '{}' is not listed in manifest.json", name, file_name));
+    }
+  }
+}
+
+// An executable + instruction-trace pair: checks that they pair, then writes the trace.json and the
+// manifest around them that make the staging directory a profile (see the header comment).
+void build_pair_profile(std::string_view name, const fs::path& staging, const std::string& neff_name,
+                        const std::string& ntff_name, const UploadOptions& options) {
+  const device::Executable exe = formats::neff_load((staging / neff_name).string());
+  const formats::NtffTrace trace = formats::ntff_load((staging / ntff_name).string());
+  const uint64_t hash = formats::neff_hash(exe);
+  if (formats::neff_file_name(exe) != neff_name || trace.neff_hash != hash) {
+    throw RequestError(400, fmt::format("upload '{}': '{}' is not the instruction trace of '{}' (it pairs with {}); "
+                                        "send an executable and its own trace", name, ntff_name, neff_name,
+                                        formats::ntff_paired_neff_file_name(trace.neff_hash)));
+  }
+  device::Spec spec;
+  try {
+    spec = device::Spec::builtin(options.device);
+  } catch (const std::exception& failure) {
+    throw RequestError(400, fmt::format("device '{}' is not a built-in spec: {}", options.device, failure.what()));
+  }
+  write_pair_trace(staging / "trace.json", exe, trace);
+  formats::Manifest manifest;
+  manifest.created_utc = formats::manifest_now_utc();
+  manifest.modes = {"DEVICE"};
+  manifest.captured_cores = {trace.core};
+  manifest.device = spec;
+  manifest.events.hardware = trace.executions.size();
+  manifest.events.instruction_records = trace.record_count();
+  manifest.files = {
+      {formats::ManifestFileKind::trace, "trace.json", {}, {}, fs::file_size(staging / "trace.json")},
+      {formats::ManifestFileKind::neff, neff_name, hash, {}, fs::file_size(staging / neff_name)},
+      {formats::ManifestFileKind::ntff, ntff_name, hash, trace.core, fs::file_size(staging / ntff_name)}};
+  formats::manifest_save(manifest, staging.string());
+}
+
+// Every check the analysis readers will make of the staged profile, each with bounded memory rather
+// than by loading the profile (which held about 13 times the upload): executables and instruction
+// traces one at a time, trace.json streamed from the file (docs/security.md). Returns the manifest's
+// trace.json path. Throws sightline::Error as the readers do.
+std::string validate_for_analysis(const fs::path& staging) {
+  std::string index_trace = "trace.json";
+  const formats::Manifest manifest = formats::manifest_load(staging.string());
+  std::set<uint64_t> executables;
+  for (const formats::ManifestFile& file : manifest.files) {
+    const std::string path = (staging / file.path).string();
+    SIGHTLINE_CHECK(fs::exists(path), "'{}' is listed in {}/manifest.json but missing; the directory is "
+                    "incomplete, copy the whole profile directory again", path, staging.string());
+    if (file.kind == formats::ManifestFileKind::neff) executables.insert(formats::neff_hash(formats::neff_load(path)));
+  }
+  for (const formats::ManifestFile& file : manifest.files) {
+    if (file.kind != formats::ManifestFileKind::ntff) continue;
+    const uint64_t paired = formats::ntff_load((staging / file.path).string()).neff_hash;
+    SIGHTLINE_CHECK(executables.contains(paired), "'{}/{}' pairs with {}, which the directory lacks; copy the "
+                    "NEFF next to it", staging.string(), file.path, formats::ntff_paired_neff_file_name(paired));
+  }
+  for (const formats::ManifestFile& file : manifest.files) {
+    if (file.kind != formats::ManifestFileKind::trace) continue;
+    analysis::trace_json_validate_file((staging / file.path).string(), (staging / file.path).string());
+    index_trace = file.path;
+  }
+  return index_trace;
+}
+
+// Runs `step`; a reader's refusal (anything but a RequestError, which already says what is wrong)
+// becomes refuse_upload's message.
+template <class Step>
+auto as_upload_check(std::string_view name, const fs::path& staging, Step&& step) {
+  try {
+    return step();
+  } catch (const RequestError&) {
+    throw;
+  } catch (const std::exception& failure) {
+    refuse_upload(name, staging, failure);
+  }
+}
+
+// The staged upload of `name` into place at `target` in one step; RENAME_NOREPLACE refuses to replace a
+// profile that appeared meanwhile (409).
+void move_into_place(std::string_view name, const fs::path& staging, const fs::path& target) {
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int code = errno;
+  if (code == EEXIST || code == ENOTEMPTY) {
+    throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose another name",
+                                        name));
+  }
+  throw RequestError(500, fmt::format("cannot move upload '{}' into place: {}", name, std::strerror(code)));
+}
+
+}  // namespace
+
 json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const UploadOptions& options) {
   SIGHTLINE_CHECK(staged != nullptr, "finish_upload needs the staging begin_upload returned");
   staged->close_file(true);
   const std::string_view name = staged->name_;
   const fs::path target = profile_path(name);
-  if (staged->files_.empty()) throw RequestError(400, "the upload holds no files");
-  const std::set<std::string> by_name(staged->files_.begin(), staged->files_.end());
-  std::map<UploadKind, std::vector<std::string>> by_kind;
-  for (const std::string& file_name : staged->files_) by_kind[*upload_kind(file_name)].push_back(file_name);
-  const uint64_t bytes = staged->bytes_;
-  const bool whole_directory = by_kind.contains(UploadKind::manifest);
-  if (whole_directory && !by_kind.contains(UploadKind::trace)) {
-    throw RequestError(400, "the upload has a manifest.json but no trace.json: send the whole profile directory");
-  }
-  if (!whole_directory) {
-    const bool pair = by_kind[UploadKind::neff].size() == 1 && by_kind[UploadKind::ntff].size() == 1 &&
-                      by_name.size() == 2;
-    if (!pair) {
-      throw RequestError(400, "an upload is either a whole profile directory (manifest.json, trace.json and the "
-                              "files the manifest lists) or an executable + instruction-trace pair (exactly one "
-                              "neff_<hash>.neff and its <hash>_instid_0_vnc_<core>.ntff)");
+  const fs::path& staging = staged->path_;
+  const UploadContents contents = upload_contents(staged->files_);
+  // Make it a profile directory (a pair gets its trace.json and manifest), then every reader's checks:
+  // the analysis readers', then the index's.
+  as_upload_check(name, staging, [&] {
+    if (contents.whole_directory) {
+      check_manifest_files(name, staging, contents.by_name);
+    } else {
+      build_pair_profile(name, staging, contents.by_kind.at(UploadKind::neff).front(),
+                         contents.by_kind.at(UploadKind::ntff).front(), options);
     }
-  }
-  const fs::path& staging_path = staged->path_;
-
-  const std::string shown = std::string(name);
-  auto refuse = [&](const std::exception& failure) {
-    throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
-                                        without_path(failure.what(), staging_path.string(), shown)));
-  };
-  if (whole_directory) {
+  });
+  const std::string index_trace = as_upload_check(name, staging, [&] {
     try {
-      const formats::Manifest manifest = formats::manifest_load(staging_path.string());
-      std::set<std::string> listed = {std::string(formats::kManifestFileName)};
-      for (const formats::ManifestFile& file : manifest.files) {
-        listed.insert(file.path);
-        const fs::path path = staging_path / file.path;
-        if (!fs::exists(path)) {
-          throw RequestError(400, fmt::format("upload '{}' is incomplete: manifest.json lists '{}', which was "
-                                              "not sent; send the whole profile directory",
-                                              name, file.path));
-        }
-        if (file.bytes != 0 && fs::file_size(path) != file.bytes) {
-          throw RequestError(400, fmt::format("upload '{}': '{}' has {} bytes, manifest.json says {}; the file "
-                                              "was truncated or changed",
-                                              name, file.path, fs::file_size(path), file.bytes));
-        }
-      }
-      for (const std::string& file_name : by_name) {
-        if (!listed.contains(file_name)) {
-          throw RequestError(400, fmt::format("upload '{}': '{}' is not listed in manifest.json", name, file_name));
-        }
-      }
-    } catch (const RequestError&) {
-      throw;
-    } catch (const std::exception& failure) {
-      refuse(failure);
+      return validate_for_analysis(staging);
+    } catch (const RequestError& failure) {
+      refuse_upload(name, staging, failure);  // a reader's refusal, even when it is a RequestError
     }
-  } else {
-    try {
-      const std::string& neff_name = by_kind[UploadKind::neff].front();
-      const std::string& ntff_name = by_kind[UploadKind::ntff].front();
-      const device::Executable exe = formats::neff_load((staging_path / neff_name).string());
-      const formats::NtffTrace trace = formats::ntff_load((staging_path / ntff_name).string());
-      const uint64_t hash = formats::neff_hash(exe);
-      if (formats::neff_file_name(exe) != neff_name || trace.neff_hash != hash) {
-        throw RequestError(400, fmt::format("upload '{}': '{}' is not the instruction trace of '{}' (it pairs "
-                                            "with {}); send an executable and its own trace",
-                                            name, ntff_name, neff_name,
-                                            formats::ntff_paired_neff_file_name(trace.neff_hash)));
-      }
-      device::Spec spec;
-      try {
-        spec = device::Spec::builtin(options.device);
-      } catch (const std::exception& failure) {
-        throw RequestError(400, fmt::format("device '{}' is not a built-in spec: {}", options.device,
-                                            failure.what()));
-      }
-      write_pair_trace(staging_path / "trace.json", exe, trace);
-      formats::Manifest manifest;
-      manifest.created_utc = formats::manifest_now_utc();
-      manifest.modes = {"DEVICE"};
-      manifest.captured_cores = {trace.core};
-      manifest.device = spec;
-      manifest.events.hardware = trace.executions.size();
-      manifest.events.instruction_records = trace.record_count();
-      manifest.files = {
-          {formats::ManifestFileKind::trace, "trace.json", {}, {}, fs::file_size(staging_path / "trace.json")},
-          {formats::ManifestFileKind::neff, neff_name, hash, {}, fs::file_size(staging_path / neff_name)},
-          {formats::ManifestFileKind::ntff, ntff_name, hash, trace.core, fs::file_size(staging_path / ntff_name)}};
-      formats::manifest_save(manifest, staging_path.string());
-    } catch (const RequestError&) {
-      throw;
-    } catch (const std::exception& failure) {
-      refuse(failure);
-    }
-  }
-
-  // Every check a reader of this profile will make: analysis of every file, then the server's index.
-  // Each with bounded memory, not by loading the profile (which held about 13 times the upload):
-  // executables and instruction traces one at a time, trace.json streamed from the file through
-  // the analysis reader and through the index's (docs/security.md).
-  std::string index_trace = "trace.json";
+  });
   try {
-    const formats::Manifest manifest = formats::manifest_load(staging_path.string());
-    std::set<uint64_t> executables;
-    for (const formats::ManifestFile& file : manifest.files) {
-      const std::string path = (staging_path / file.path).string();
-      SIGHTLINE_CHECK(fs::exists(path), "'{}' is listed in {}/manifest.json but missing; the directory is "
-                      "incomplete, copy the whole profile directory again", path, staging_path.string());
-      if (file.kind == formats::ManifestFileKind::neff) executables.insert(formats::neff_hash(formats::neff_load(path)));
-    }
-    for (const formats::ManifestFile& file : manifest.files) {
-      if (file.kind != formats::ManifestFileKind::ntff) continue;
-      const uint64_t paired = formats::ntff_load((staging_path / file.path).string()).neff_hash;
-      SIGHTLINE_CHECK(executables.contains(paired), "'{}/{}' pairs with {}, which the directory lacks; copy the "
-                      "NEFF next to it", staging_path.string(), file.path, formats::ntff_paired_neff_file_name(paired));
-    }
-    for (const formats::ManifestFile& file : manifest.files) {
-      if (file.kind != formats::ManifestFileKind::trace) continue;
-      analysis::trace_json_validate_file((staging_path / file.path).string(), (staging_path / file.path).string());
-      index_trace = file.path;
-    }
-  } catch (const std::exception& failure) {
-    refuse(failure);
-  }
-  try {
-    validate_trace_file(staging_path / index_trace, (staging_path.filename() / index_trace).string());
+    validate_trace_file(staging / index_trace, (staging.filename() / index_trace).string());
   } catch (const RequestError& failure) {
     throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
-                                        without_path(failure.what(), staging_path.filename().string(), shown)));
+                                        without_path(failure.what(), staging.filename().string(), std::string(name))));
   }
-
-  // Into place in one step; RENAME_NOREPLACE refuses to replace a profile that appeared meanwhile.
   std::lock_guard lock(mutex_);
-  if (::renameat2(AT_FDCWD, staging_path.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
-    const int code = errno;
-    if (code == EEXIST || code == ENOTEMPTY) {
-      throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose "
-                                          "another name",
-                                          name));
-    }
-    throw RequestError(500, fmt::format("cannot move upload '{}' into place: {}", name, std::strerror(code)));
-  }
+  move_into_place(name, staging, target);
   staged->kept_ = true;
   forget(name);
-  return {{"uploaded", std::string(name)}, {"files", by_name.size()}, {"bytes", bytes}};
+  return {{"uploaded", std::string(name)}, {"files", contents.by_name.size()}, {"bytes", staged->bytes_}};
 }
 
 }  // namespace sightline::server

@@ -41,11 +41,9 @@
 #include <string_view>
 #include <vector>
 
+#include "analysis/profile_dir.h"
 #include "server/profile_index.h"
 
-namespace sightline::analysis {
-struct ProfileDir;
-}
 
 namespace sightline::server {
 
@@ -135,7 +133,11 @@ class ProfileStore {
  private:
   void remove_abandoned_uploads();
 
+  // The analysis of profile `name` with its trace.json (compare), loaded once and kept.
   std::shared_ptr<const analysis::ProfileDir> analysis(std::string_view name);
+  // Loads it afresh; without the trace, only the manifest, executables and instruction traces.
+  // Throws RequestError: 404 for no such profile, 422 for one analysis refuses.
+  analysis::ProfileDir load_analysis(std::string_view name, bool with_trace) const;
   void forget(std::string_view name);  // drops what is cached for `name`; caller holds mutex_
   // Bumped by forget(): a load that started before a delete or upload is not cached after it.
   uint64_t generation_of(std::string_view name);

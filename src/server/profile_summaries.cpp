@@ -51,6 +51,46 @@ std::string engine_row_name(device::Engine engine) {
 
 }  // namespace
 
+namespace {
+
+// The operator table as the Explorer shows it: every row in `sightline table`'s default order
+// (self device time, descending), each with the cells the text table prints for it (the profiler's
+// own formatting: KeyAverages::table_cells), the header and the footer lines, so the Explorer's
+// table is the CLI's byte for byte; the numbers beside them are for sorting and totals.
+json key_averages_json(const profiler::KeyAverages& averages, const std::string& device) {
+  const profiler::TableOptions options{.sort_by = "self_device_time_total", .row_limit = -1};
+  const std::vector<const profiler::FunctionEventAvg*> rows = averages.selected_rows(options);
+  const profiler::TableCells cells = averages.table_cells(options);
+  json table = json::array();
+  double self_cpu_total = 0, self_device_total = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const profiler::FunctionEventAvg& row = *rows[r];
+    self_cpu_total += static_cast<double>(row.self_cpu_time_total_ns) / 1e3;
+    self_device_total += static_cast<double>(row.self_device_time_total_ns) / 1e3;
+    table.push_back({{"name", row.key},
+                     {"count", row.count},
+                     {"cpu_total_us", static_cast<double>(row.cpu_time_total_ns) / 1e3},
+                     {"self_cpu_us", static_cast<double>(row.self_cpu_time_total_ns) / 1e3},
+                     {"device_total_us", static_cast<double>(row.device_time_total_ns) / 1e3},
+                     {"self_device_us", static_cast<double>(row.self_device_time_total_ns) / 1e3},
+                     {"cells", cells.rows[r]}});
+  }
+  std::string upper = device;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  json notes = json::array();
+  for (const std::string& note : averages.notes()) notes.push_back(note);
+  return json{{"source", "trace.json through analysis::trace_json and profiler::key_averages"},
+              {"device", upper},
+              {"headers", cells.headers},
+              {"rows", table},
+              {"footer", cells.footer},
+              {"notes", notes},
+              {"self_cpu_total_us", self_cpu_total},
+              {"self_device_total_us", self_device_total}};
+}
+
+}  // namespace
+
 nlohmann::json ProfileIndex::key_averages() const {
   // One reader and one table: trace.json read back as the CLI's `sightline table` reads it
   // (analysis/trace_json), averaged by the profiler's own key_averages, so the Explorer's table is
@@ -70,28 +110,7 @@ nlohmann::json ProfileIndex::key_averages() const {
     throw RequestError(422, fmt::format("the operator table cannot be built: {}", error.what()));
   }
   const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
-  json table = json::array();
-  double self_cpu_total = 0, self_device_total = 0;
-  for (const profiler::FunctionEventAvg& row : averages.rows()) {
-    self_cpu_total += static_cast<double>(row.self_cpu_time_total_ns) / 1e3;
-    self_device_total += static_cast<double>(row.self_device_time_total_ns) / 1e3;
-    table.push_back({{"name", row.key},
-                     {"count", row.count},
-                     {"cpu_total_us", static_cast<double>(row.cpu_time_total_ns) / 1e3},
-                     {"self_cpu_us", static_cast<double>(row.self_cpu_time_total_ns) / 1e3},
-                     {"device_total_us", static_cast<double>(row.device_time_total_ns) / 1e3},
-                     {"self_device_us", static_cast<double>(row.self_device_time_total_ns) / 1e3}});
-  }
-  std::string upper = device;
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  json notes = json::array();
-  for (const std::string& note : averages.notes()) notes.push_back(note);
-  key_averages_ = json{{"source", "trace.json through analysis::trace_json and profiler::key_averages"},
-                       {"device", upper},
-                       {"rows", table},
-                       {"notes", notes},
-                       {"self_cpu_total_us", self_cpu_total},
-                       {"self_device_total_us", self_device_total}};
+  key_averages_ = key_averages_json(averages, device);
   return *key_averages_;
 }
 

@@ -45,42 +45,6 @@ struct EventFields {
   std::optional<std::string_view> args_name;
 };
 
-// trace.json mapped read-only; the parser reads a padded copy of it (or of runs of its events).
-class MappedFile {
- public:
-  explicit MappedFile(const fs::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
-                                          std::strerror(errno)));
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) == 0 && info.st_size > 0) {
-      size_ = static_cast<size_t>(info.st_size);
-      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (mapped != MAP_FAILED) {
-        data_ = static_cast<const char*>(mapped);
-        ::madvise(mapped, size_, MADV_SEQUENTIAL);
-      }
-    }
-    ::close(fd);
-    if (size_ > 0 && data_ == nullptr) {
-      throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
-    }
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const char* begin() const { return data_ == nullptr ? "" : data_; }
-  size_t size() const { return size_; }
-
- private:
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 // The object keys the index reads, recognized once per key.
 enum class Key { other, ph, name, cat, pid, tid, id, ts, dur, args, trace_events, external_id, correlation, sort_index };
 
@@ -118,6 +82,10 @@ struct ChunkIndex : TraceChunk {
   std::optional<size_t> error_offset;  // where in the parsed text, when known
   bool found_events = false;
   const char* events_end = nullptr;  // just after the events array, when the run reached it
+  // Where the parsed (padded) text sits in the file: an args object's file offset is
+  // file_offset + (its position in the buffer - buffer).
+  const char* buffer = nullptr;
+  int64_t file_offset = 0;
 
   void consume(const EventFields& event) {
     if (!event.pid || !event.tid) return;
@@ -146,7 +114,10 @@ struct ChunkIndex : TraceChunk {
       parsed_event.dur_us = *event.dur;
       parsed_event.name = name_id(event.name);
       parsed_event.category = name_id(event.category);
-      parsed_event.args_json = event.args;
+      if (!event.args.empty()) {
+        parsed_event.args_offset = static_cast<uint64_t>(file_offset + (event.args.data() - buffer));
+        parsed_event.args_bytes = static_cast<uint32_t>(std::min<size_t>(event.args.size(), UINT32_MAX));
+      }
       parsed_event.external_id = event.external_id.value_or(0);
       parsed_event.correlation = event.correlation.value_or(0);
       events.push_back(std::move(parsed_event));
@@ -481,8 +452,10 @@ error_code parse_root(od::document& document, od::json_type type, TraceReader& r
 // its parse stops after the events array's ']' (recorded as `events_end`). Otherwise the text is the
 // whole file: either {"traceEvents": [...], ...} or a bare array of events.
 void parse_chunk(const char* text, size_t size, bool bracketed, bool strict, ChunkIndex& chunk,
-                 PaddedParser& parser) {
+                 PaddedParser& parser, const char* file_begin = nullptr) {
   const std::string_view buffer = parser.load(std::string_view(text, size), bracketed);
+  chunk.buffer = buffer.data();
+  chunk.file_offset = (text - (file_begin != nullptr ? file_begin : text)) - (bracketed ? 1 : 0);
   // Maps a position in `buffer` back to the file text.
   auto in_text = [&](const char* at) { return text + (at - buffer.data()) - (bracketed ? 1 : 0); };
   od::document document;
@@ -805,7 +778,7 @@ std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions
     for (size_t i = next_run++; i < ranges.size() && !failed; i = next_run++) {
       const bool last = i + 1 == ranges.size();
       parse_chunk(file.begin() + ranges[i].first, ranges[i].second - ranges[i].first, true, !last, chunks[i],
-                  parser);
+                  parser, file.begin());
       if (!chunks[i].parsed) failed = true;
     }
   };
@@ -830,7 +803,7 @@ ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
   std::string_view text(file.begin(), file.size());
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  parse_chunk(text.data(), text.size(), false, true, chunk, parser);
+  parse_chunk(text.data(), text.size(), false, true, chunk, parser, file.begin());
   if (!chunk.parsed) {
     throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
   }
@@ -840,8 +813,43 @@ ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
 
 }  // namespace
 
-std::vector<TraceChunk> read_trace(const fs::path& trace_path, const std::string& origin, const IndexOptions& options) {
-  const MappedFile file(trace_path);
+MappedFile::MappedFile(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
+                                        std::strerror(errno)));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) == 0 && info.st_size > 0) {
+    size_ = static_cast<size_t>(info.st_size);
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped != MAP_FAILED) {
+      data_ = static_cast<const char*>(mapped);
+      ::madvise(mapped, size_, MADV_SEQUENTIAL);
+    }
+  }
+  if (size_ > 0 && data_ == nullptr) {
+    ::close(fd);
+    throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
+  }
+  fd_ = fd;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string_view MappedFile::text(uint64_t offset, uint64_t bytes) const {
+  // A file cut short since it was mapped would fault on the pages it lost: read only what it still holds.
+  struct stat info {};
+  if (offset + bytes > size_ || ::fstat(fd_, &info) != 0 || static_cast<uint64_t>(info.st_size) < offset + bytes) {
+    return {};
+  }
+  return {data_ + offset, bytes};
+}
+
+std::vector<TraceChunk> read_trace(const MappedFile& file, const std::string& origin, const IndexOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
   if (chunks.empty()) chunks.push_back(parse_whole(file, origin));
   std::vector<TraceChunk> runs;

@@ -55,10 +55,28 @@ struct TraceChunk {
   uint32_t name_id(std::string_view text);
 };
 
-// Reads trace_path whole: its runs in file order. Throws RequestError(422) naming `origin` when the
+// trace.json mapped read-only: the parser reads padded copies of it, and the index keeps it for the
+// events' args, which it reads from the file when asked (TraceEvent::args_offset).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);  // RequestError(422) when it cannot be read
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* begin() const { return data_ == nullptr ? "" : data_; }
+  size_t size() const { return size_; }
+  // [offset, offset + bytes) of the file, or "" when the file no longer holds it (cut short since).
+  std::string_view text(uint64_t offset, uint64_t bytes) const;
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  int fd_ = -1;  // kept open so that text() can see whether the file was cut short
+};
+
+// Reads the file whole: its runs in file order. Throws RequestError(422) naming `origin` when the
 // file cannot be read, is not valid JSON, has no traceEvents array or holds a complete event without a
 // valid ts/dur.
-std::vector<TraceChunk> read_trace(const std::filesystem::path& trace_path, const std::string& origin,
-                                   const IndexOptions& options);
+std::vector<TraceChunk> read_trace(const MappedFile& file, const std::string& origin, const IndexOptions& options);
 
 }  // namespace sightline::server::detail

@@ -146,6 +146,65 @@ TEST(AnalysisInsights, NaiveRmsNormSuggestsFusing) {
   for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i - 1].potential_saving_ns, list[i].potential_saving_ns);
 }
 
+// Where every execution was captured, the captured executions' activity is the trace's, figure for
+// figure: the idle_gaps insight reads the same numbers from either population.
+TEST(AnalysisInsights, CapturedActivityIsTheTraceLanesWhenEveryExecutionWasCaptured) {
+  const analysis::ProfileDir naive = analysis::profile_dir_load(test_profiles::generate().naive.dir);
+  ASSERT_TRUE(naive.trace.has_value());
+  const std::vector<analysis::CoreActivity> captured = analysis::core_activity(analysis::captured_executions(naive));
+  const std::vector<analysis::CoreActivity> lanes = analysis::device_activity(*naive.trace).cores;
+  ASSERT_EQ(captured.size(), lanes.size());
+  for (size_t c = 0; c < lanes.size(); ++c) {
+    EXPECT_EQ(captured[c].core, lanes[c].core);
+    EXPECT_EQ(captured[c].executions, lanes[c].executions);
+    EXPECT_EQ(captured[c].busy_ns, lanes[c].busy_ns);
+    EXPECT_EQ(captured[c].idle_ns, lanes[c].idle_ns);
+    EXPECT_EQ(captured[c].largest_gap_ns, lanes[c].largest_gap_ns);
+    EXPECT_EQ(captured[c].span_ns(), lanes[c].span_ns());
+  }
+}
+
+// One population (issue 17): a trace.json that holds more executions than were captured (here the
+// naive profile's own executions repeated after its end, as a capture limit leaves them) changes no
+// insight; each counts the executions the summary metrics count.
+TEST(AnalysisInsights, InsightsCountTheExecutionsTheMetricsCount) {
+  analysis::ProfileDir naive = analysis::profile_dir_load(test_profiles::generate().naive.dir);
+  ASSERT_TRUE(naive.trace.has_value());
+  const std::vector<analysis::Insight> before = analysis::insights(naive);
+  const uint64_t executions = analysis::summarize_profile(naive).executions;
+  std::vector<profiler::FunctionEvent> repeated;
+  int64_t end = 0;
+  for (const profiler::FunctionEvent& e : naive.trace->events) end = std::max(end, e.end_ns);
+  for (int copy = 1; copy <= 100; ++copy) {
+    for (const profiler::FunctionEvent& e : naive.trace->events) {
+      if (e.name != "nc_exec_running") continue;
+      profiler::FunctionEvent more = e;
+      more.start_ns += copy * end, more.end_ns += copy * end;
+      repeated.push_back(more);
+    }
+  }
+  ASSERT_FALSE(repeated.empty());
+  naive.trace->events.insert(naive.trace->events.end(), repeated.begin(), repeated.end());
+  ASSERT_GT(analysis::device_activity(*naive.trace).executions, executions);
+  const std::vector<analysis::Insight> after = analysis::insights(naive);
+  ASSERT_EQ(after.size(), before.size());
+  bool counted = false;
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].evidence, before[i].evidence);
+    if (after[i].id == "idle_gaps" || after[i].id == "tiny_executions") {
+      counted = true;
+      const std::string text = after[i].title + ": " + after[i].evidence;
+      EXPECT_NE(text.find(fmt::format("{} executions", executions)), std::string::npos) << text;
+    }
+  }
+  EXPECT_TRUE(counted) << analysis::report_summary_text(naive);
+  // And a profile read without its trace.json has the same insights: they never needed it.
+  const analysis::ProfileDir without = analysis::profile_dir_load(naive.path, {.load_trace_json = false});
+  const std::vector<analysis::Insight> untraced = analysis::insights(without);
+  ASSERT_EQ(untraced.size(), before.size());
+  for (size_t i = 0; i < untraced.size(); ++i) EXPECT_EQ(untraced[i].evidence, before[i].evidence);
+}
+
 TEST(AnalysisTraceJson, SavedKeyAveragesTableIsTheLiveOneByteForByte) {
   const auto& g = test_profiles::generate();
   for (const test_profiles::Profiled* p : {&g.naive, &g.fused, &g.matmul}) {

@@ -112,7 +112,7 @@ try {
   await page.waitForSelector('[data-testid="operator-table"] tr[data-name]');
   const operators = await page.$$eval('[data-testid="operator-table"] tr[data-name]', (r) => r.map((x) => x.dataset.name));
   check(operators.includes('aten::mul') && operators.includes('aten::rsqrt'), 'operator table lists aten::mul and aten::rsqrt');
-  await page.click('[data-testid="operator-table"] th[data-key="count"]');
+  await page.click('[data-testid="operator-table"] th[data-key="# of Calls"]');
   await shot('05-operator-table.png');
 
   // The fused profile opens too, and an unknown profile shows the server's message.

@@ -68,6 +68,19 @@ struct TableOptions {
   bool only_rows_with_device_time = false;  // keep rows whose device time total is > 0
 };
 
+// What table(options) prints, cell by cell: the header and each selected row's cells exactly as the
+// text holds them (untrimmed of padding), so that another view of the table (the Explorer's) shows the
+// same bytes. Empty when there are no rows.
+struct TableCells {
+  std::vector<std::string> headers{};
+  std::vector<std::int64_t> widths{};  // each column's width in the text
+  std::vector<bool> left_aligned{};
+  std::vector<std::vector<std::string>> rows{};    // selected_rows(options), in order
+  std::vector<std::vector<std::string>> frames{};  // per row: its stack frames after the first, trimmed
+  std::vector<std::string> footer{};               // the lines under the closing separator
+  bool has_stack = false;                          // the last column is Source Location
+};
+
 class KeyAverages {
  public:
   KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
@@ -101,6 +114,8 @@ class KeyAverages {
 
   // The table text, each line ending in '\n'. Throws sightline::Error on an unknown sort key.
   std::string table(const TableOptions& options = {}) const;
+  // The same table as cells (see TableCells); table(options) lays these out.
+  TableCells table_cells(const TableOptions& options = {}) const;
   std::string table(std::string_view sort_by, std::int64_t row_limit = 100) const;
 
  private:
