@@ -12,6 +12,7 @@
 #include "core/view_meta.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
+#include "kernels/emit.h"
 #include "kernels/layout.h"
 #include "sightline/error.h"
 
@@ -446,33 +447,21 @@ class Lowerer {
         const Node& e = *chain[k];
         builder_.set_source_op(op_name(e.op));
         if (op_is_unary_elementwise(e.op)) {
-          ActFunc func = ActFunc::identity;
-          if (e.op == OpId::pow && e.attrs.scalar != 2.0) {
-            builder_.tensor_scalar(AluOp::pow, y, y, static_cast<float>(e.attrs.scalar));
-          } else {
-            if (e.op == OpId::pow) {
-              func = ActFunc::square;  // as the eager kernel: squares exactly
-            } else {
-              kernels::unary_activation(e.op, e.attrs, func);
-            }
-            builder_.activate(func, y, y);
-          }
+          kernels::emit_unary(builder_, e.op, e.attrs, y, y);
           continue;
         }
-        kernels::BinaryAlu mapped;
-        const bool has_alu = kernels::binary_alu(e.op, mapped);
-        SIGHTLINE_ASSERT_MSG(has_alu, "{} is a matmul epilogue without an ALU op", op_name(e.op));
-        const AluOp alu = mapped.alu;
+        // The chain value and the operand tile (a host scalar: one per row) in the op's input order.
         const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
+        const kernels::TileArg chain_value{y, false};
         if (e.attrs.has_scalar) {
-          builder_.tensor_scalar(alu, y, y, t.region(y.partition_start, y.partition_count, 0, 1),
-                                 /*reverse=*/mapped.swapped);
+          kernels::emit_binary(builder_, e.op, y, chain_value,
+                               {t.region(y.partition_start, y.partition_count, 0, 1), true});
           continue;
         }
-        const device::AccessPattern operand =
-            t.region(y.partition_start, y.partition_count, 0, y.dims[0].size);
-        const bool chain_first = (e.inputs[0] == index_of(chain[k - 1])) != mapped.swapped;
-        builder_.tensor_tensor(alu, y, chain_first ? y : operand, chain_first ? operand : y);
+        const kernels::TileArg operand{t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
+        const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
+        kernels::emit_binary(builder_, e.op, y, chain_first ? chain_value : operand,
+                             chain_first ? operand : chain_value);
       }
     };
     for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);

@@ -6,6 +6,7 @@
 
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
+#include "kernels/emit.h"
 #include "kernels/layout.h"
 
 namespace sightline::kernels {
