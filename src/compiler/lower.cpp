@@ -552,7 +552,7 @@ class Lowerer {
     return out;
   }
 
-  // Builds the eager kernel of one op application and merges it into the program.
+  // Emits the eager kernel of one op application straight into the program.
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
                const std::optional<Place>& dst) {
     // Each operand is cast to the dtype the kernel reads it in (elementwise_operand_dtype).
@@ -575,10 +575,15 @@ class Lowerer {
     }
     const Place out = dst ? *dst : scratch(meta);
     std::vector<TensorDesc> descs;
-    for (const Place& p : operands) descs.push_back(p.desc);
-    device::Executable sub = kernels::build_eager_kernel(op, descs, attrs, out.desc, spec_);
-    operands.push_back(out);
-    merge(sub, operands, op);
+    std::vector<uint32_t> tensors;
+    for (const Place& p : operands) {
+      descs.push_back(p.desc);
+      tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
+    }
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
+                               builder_.view(out.io, out.offset, out.desc.dtype));
+    builder_.end_kernel(scope);
     ++kernel_count_;
     return out;
   }
