@@ -20,9 +20,11 @@
 // and epilogues through the tile-level emitters of kernels/emit.h), so the builder's hazard tracking
 // derives the semaphores of the whole program. A node therefore waits only for what it really reads
 // or overwrites (its producers' HBM results, the SBUF/PSUM bytes an earlier node still uses), not for
-// a full barrier, and independent nodes overlap on the engines. The one exception is a matmul
-// epilogue: its matmul kernel is built on its own first, its stores are read off the finished
-// executable, and the kernel is re-emitted with the epilogue inserted before each result tile's store.
+// a full barrier, and independent nodes overlap on the engines. A matmul epilogue is emitted by the
+// matmul kernel's hooks (kernels::EagerHooks): its operand buffers are allocated above the kernel's
+// tiles, and each result tile gets the epilogue ops right before the kernel stores it; the operands
+// of a tile are loaded two tiles ahead, from the tile order of a dry run of the kernel on a builder
+// of its own (nothing of the dry run is emitted into the program).
 //
 // View ops (reshape, permute, transpose, slice, ...) emit nothing: like eager views they change the
 // offset and strides through which later kernels read their source (a reshape that cannot be a view

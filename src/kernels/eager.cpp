@@ -69,12 +69,14 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
-                       uint32_t out_tensor) {
+                       uint32_t out_tensor, const EagerHooks* hooks) {
   const OpInfo& info = checked_op(op, inputs, attrs);
   SIGHTLINE_CHECK(input_tensors.size() == inputs.size(), "{}: {} input tensors for {} input descriptions",
                   info.name, input_tensors.size(), inputs.size());
   b.set_source_op(info.name);
-  EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor};
+  SIGHTLINE_CHECK(hooks == nullptr || info.kind == OpKind::matmul,
+                  "{}: only matmul and linear kernels take hooks", info.name);
+  EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor, hooks};
   switch (info.kind) {
     case OpKind::elementwise:
       if (op == OpId::fill) {

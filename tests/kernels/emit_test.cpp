@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kernel_test_util.h"
 #include "kernels/emit.h"
 #include "sightline/error.h"
@@ -148,6 +150,47 @@ TEST(KernelBuilder, AKernelScopeRestartsQueuesAndLeavesTheProgramAsItFoundIt) {
   ASSERT_GE(exe.dma_queues.size(), 2u);
   EXPECT_EQ(exe.dma_queues[0].size(), 2u);
   EXPECT_EQ(exe.dma_queues[1].size(), 1u);
+}
+
+// The matmul epilogue's contract: `allocated` once before any instruction, then `before_store` once
+// per result tile, the tiles together covering the output exactly once.
+TEST(EmitEagerKernel, MatmulHooksSeeEveryResultTileOnceBeforeItsStore) {
+  const TensorDesc a = TensorDesc::contiguous(DType::bf16, {300, 160});
+  const TensorDesc w = TensorDesc::contiguous(DType::bf16, {160, 700});
+  const TensorDesc out = TensorDesc::contiguous(DType::bf16, {300, 700});
+  KernelBuilder b(trn2(), "hooks");
+  const uint32_t ia = b.input("a", a.dtype, {300, 160}), iw = b.input("w", w.dtype, {160, 700});
+  const uint32_t io = b.output("out", out.dtype, {300, 700});
+  int allocated = 0;
+  std::vector<int> covered(300 * 700, 0);
+  kernels::EagerHooks hooks;
+  hooks.allocated = [&] { ++allocated; };
+  hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& dst) {
+    EXPECT_EQ(y.memory, device::Memory::sbuf);
+    EXPECT_EQ(dst.tensor, io);
+    EXPECT_EQ(y.partition_count, dst.partition_count);
+    const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype));
+    for (int64_t r = 0; r < dst.partition_count; ++r) {
+      for (uint32_t c = 0; c < dst.dims[0].size; ++c)
+        ++covered[static_cast<size_t>(e0 + r * dst.partition_stride + c)];
+    }
+  };
+  const TensorDesc ins[] = {a, w};
+  const uint32_t tensors[] = {ia, iw};
+  const KernelBuilder::KernelScope scope = b.begin_kernel();
+  kernels::emit_eager_kernel(b, OpId::matmul, ins, tensors, {}, out, io, &hooks);
+  b.end_kernel(scope);
+  const device::Executable exe = b.build();
+  EXPECT_EQ(allocated, 1);
+  EXPECT_GT(exe.instruction_count(), 0u);
+  EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int n) { return n == 1; }));
+
+  KernelBuilder other(trn2(), "no_hooks");
+  const TensorDesc x = TensorDesc::contiguous(DType::f32, {4, 8});
+  const TensorDesc one[] = {x};
+  const uint32_t ix[] = {other.input("x", DType::f32, {4, 8})};
+  const uint32_t iy = other.output("y", DType::f32, {4, 8});
+  EXPECT_THROW(kernels::emit_eager_kernel(other, OpId::exp, one, ix, {}, x, iy, &hooks), Error);
 }
 
 }  // namespace
