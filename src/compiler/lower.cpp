@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <functional>
 #include <map>
 #include <optional>
 
@@ -20,7 +19,6 @@ namespace sightline::compiler {
 namespace {
 
 using device::ActFunc;
-using device::AluOp;
 using kernels::TensorDesc;
 
 constexpr std::string_view kConstantsPrefix = "constants.";
