@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <functional>
 #include <map>
 #include <optional>
 
@@ -12,6 +11,7 @@
 #include "core/view_meta.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
+#include "kernels/emit.h"
 #include "kernels/layout.h"
 #include "sightline/error.h"
 
@@ -19,7 +19,6 @@ namespace sightline::compiler {
 namespace {
 
 using device::ActFunc;
-using device::AluOp;
 using kernels::TensorDesc;
 
 constexpr std::string_view kConstantsPrefix = "constants.";
@@ -216,7 +215,7 @@ class Lowerer {
   // A fused.matmul_epilogue node: the matmul kernel with the epilogue ops (activations, and add / sub /
   // mul / div by a scalar or a tensor: bias, residual, gate) applied to each result tile in SBUF right
   // before the kernel stores it, so the matmul result makes no HBM round trip. The tensor operands of
-  // a tile are loaded kEpilogueAhead stores ahead, into buffers above the matmul kernel's own tiles, so
+  // a tile are loaded kEpilogueAhead result tiles ahead, into buffers above the matmul kernel's own tiles, so
   // that their loads do not hold up the PSUM evacuation. nullopt (nothing emitted) when the chain or
   // the kernel's stores do not have that form; then the group is lowered op by op through HBM.
   std::optional<Place> epilogue_group(const Node& n, std::span<const Place> operands,
@@ -257,139 +256,50 @@ class Lowerer {
     }
     std::vector<TensorDesc> descs;
     for (const Place& p : mm_operands) descs.push_back(p.desc);
-    const device::Executable sub = kernels::build_eager_kernel(
-        mm.op, descs, mm.attrs, TensorDesc::contiguous(meta.dtype, meta.shape), spec_);
-    const uint32_t out_io = static_cast<uint32_t>(mm_operands.size());
-    // The kernel's SBUF high-water mark, and its stores: each must be SBUF rows of one contiguous run
-    // inside one output row, and nothing else may touch the result.
+    const TensorDesc result = TensorDesc::contiguous(meta.dtype, meta.shape);
+    // A dry run of the matmul kernel on a builder of its own tells its result tiles in store order
+    // (each in SBUF, and where in the result it goes) and the SBUF its tiles leave free. Each tile must
+    // be SBUF rows of one contiguous run inside one output row.
+    struct ResultTile {
+      device::AccessPattern y, dst;
+    };
+    std::vector<ResultTile> tiles;
+    uint32_t sbuf_left = 0;
+    {
+      kernels::KernelBuilder dry(spec_, "epilogue_plan");
+      std::vector<uint32_t> io;
+      for (size_t i = 0; i < descs.size(); ++i)
+        io.push_back(kernels::declare_input(dry, fmt::format("in{}", i), descs[i]));
+      const uint32_t out_io = kernels::declare_output(dry, "out", result);
+      kernels::EagerHooks plan;
+      plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
+      plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
+        tiles.push_back({y, d});
+      };
+      kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &plan);
+    }
     const int64_t row_length = meta.shape.back();
-    uint64_t sbuf_used = 0;
     uint32_t widest = 1;
-    bool expected_form = true;
-    std::vector<const device::Instruction*> stores;
-    std::vector<size_t> store_position;  // in the emission order
-    const std::vector<std::pair<size_t, size_t>> order = emission_order(sub);
-    for (size_t position = 0; position < order.size(); ++position) {
-      const device::Instruction& in = stream_of(sub, order[position].first)[order[position].second];
-      for (const device::AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux}) {
-        if (ap->memory == device::Memory::sbuf) {
-          uint64_t end = ap->offset + dtype_size(ap->dtype);
-          for (int d = 0; d < ap->dim_count; ++d) {
-            end += uint64_t{ap->dims[d].size - 1} * static_cast<uint64_t>(std::max(ap->dims[d].stride, 0)) *
-                   dtype_size(ap->dtype);
-          }
-          sbuf_used = std::max(sbuf_used, end);
-        }
-        if (ap->memory == device::Memory::hbm && ap->tensor == out_io && ap != &in.dst) expected_form = false;
-      }
-      if (in.dst.memory != device::Memory::hbm || in.dst.tensor != out_io) continue;
-      const device::AccessPattern& d = in.dst;
+    for (const ResultTile& t : tiles) {
+      const device::AccessPattern &y = t.y, &d = t.dst;
       const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-      expected_form = expected_form && is_store_to(in, out_io) && in.src0.memory == device::Memory::sbuf &&
-                      in.src0.dtype == meta.dtype && d.dim_count == 1 && d.dims[0].stride == 1 &&
-                      in.src0.dim_count == 1 && in.src0.dims[0].stride == 1 &&
-                      e0 % row_length + d.dims[0].size <= row_length && d.partition_stride % row_length == 0;
+      const bool row_run = y.memory == device::Memory::sbuf && y.dtype == meta.dtype && y.dim_count == 1 &&
+                           y.dims[0].stride == 1 && d.dim_count == 1 && d.dims[0].stride == 1 &&
+                           e0 % row_length + d.dims[0].size <= row_length && d.partition_stride % row_length == 0;
+      if (!row_run) return std::nullopt;
       widest = std::max(widest, d.dims[0].size);
-      stores.push_back(&in);
-      store_position.push_back(position);
-    }
-    // The kernel splits each result tile's store over the DMA queues by partitions: the epilogue runs
-    // once per tile (an engine instruction costs the same on 8 partitions as on 128), on the union of
-    // the pieces, when the first piece is about to go out.
-    struct TileStore {
-      device::AccessPattern y, dst;  // the whole tile and where it goes
-      size_t first_piece = 0;
-      std::vector<size_t> pieces;
-    };
-    std::vector<TileStore> tiles;
-    std::vector<size_t> tile_of_piece;
-    auto overlap = [](const device::AccessPattern& a, const device::AccessPattern& b) {
-      return a.partition_start < b.partition_start + b.partition_count &&
-             b.partition_start < a.partition_start + a.partition_count;
-    };
-    for (size_t k = 0; expected_form && k < stores.size(); ++k) {
-      const device::AccessPattern& y = stores[k]->src0;
-      // The latest tile stored from the same buffer, unless this piece's partitions were stored already.
-      size_t t = tiles.size();
-      for (size_t j = tiles.size(); j-- > 0;) {
-        const device::AccessPattern& open = stores[tiles[j].first_piece]->src0;
-        if (open.offset != y.offset || open.dims[0].size != y.dims[0].size) continue;
-        const bool repeated = std::any_of(tiles[j].pieces.begin(), tiles[j].pieces.end(),
-                                          [&](size_t piece) { return overlap(stores[piece]->src0, y); });
-        if (!repeated) t = j;
-        break;
-      }
-      if (t == tiles.size()) tiles.push_back({y, stores[k]->dst, k, {}});
-      tiles[t].pieces.push_back(k);
-      tile_of_piece.push_back(t);
-    }
-    // The pieces of a tile must cover one block of partitions and the matching block of output rows.
-    for (TileStore& tile : tiles) {
-      std::vector<size_t> sorted = tile.pieces;
-      std::sort(sorted.begin(), sorted.end(), [&](size_t a, size_t b) {
-        return stores[a]->src0.partition_start < stores[b]->src0.partition_start;
-      });
-      const device::AccessPattern &low = stores[sorted.front()]->src0, &low_dst = stores[sorted.front()]->dst;
-      uint32_t rows = 0;
-      for (size_t piece : sorted) {
-        const device::AccessPattern &y = stores[piece]->src0, &d = stores[piece]->dst;
-        expected_form = expected_form && y.partition_start == low.partition_start + rows &&
-                        d.partition_stride == low_dst.partition_stride &&
-                        d.offset == low_dst.offset + uint64_t{rows} *
-                                                         static_cast<uint64_t>(d.partition_stride) *
-                                                         dtype_size(d.dtype);
-        rows += y.partition_count;
-      }
-      tile.y = low;
-      tile.dst = low_dst;
-      tile.y.partition_count = static_cast<uint16_t>(rows);
-      tile.dst.partition_count = static_cast<uint16_t>(rows);
-    }
-    // When a tile's first piece goes out, the last engine instruction that wrote its bytes must have
-    // written the whole tile (its PSUM evacuation), or the epilogue would read a partial result.
-    for (size_t t = 0; expected_form && t < tiles.size(); ++t) {
-      const device::AccessPattern& y = tiles[t].y;
-      const uint64_t y_end = y.offset + uint64_t{y.dims[0].size} * dtype_size(y.dtype);
-      bool covered = false;
-      for (size_t position = store_position[tiles[t].first_piece]; position-- > 0;) {
-        if (order[position].first >= static_cast<size_t>(device::kComputeEngineCount)) continue;
-        const device::AccessPattern& w = stream_of(sub, order[position].first)[order[position].second].dst;
-        if (w.memory != device::Memory::sbuf) continue;
-        const uint64_t w_end = w.offset + w.bytes() / std::max<uint64_t>(w.partition_count, 1);
-        const bool overlaps = w.partition_start < y.partition_start + y.partition_count &&
-                              y.partition_start < w.partition_start + w.partition_count && w.offset < y_end &&
-                              y.offset < w_end;
-        if (!overlaps) continue;
-        covered = w.partition_start <= y.partition_start &&
-                  w.partition_start + w.partition_count >= y.partition_start + y.partition_count &&
-                  w.offset <= y.offset && w_end >= y_end;
-        break;
-      }
-      expected_form = covered;
     }
     size_t operand_ops = 0;
     for (size_t k = 1; k < chain.size(); ++k) operand_ops += op_is_binary_elementwise(chain[k]->op);
-    const uint64_t pad_bytes = (sbuf_used + 63) / 64 * 64;
     const uint64_t tile_bytes = (uint64_t{widest} * dtype_size(meta.dtype) + 63) / 64 * 64;
-    if (!expected_form ||
-        pad_bytes + operand_ops * kEpilogueBuffers * tile_bytes > builder_.sbuf_free_bytes()) {
-      return std::nullopt;
-    }
+    if (operand_ops * kEpilogueBuffers * tile_bytes > sbuf_left) return std::nullopt;
 
     const Place out = dst ? *dst : scratch(meta);
-    // The kernel's own tiles keep their addresses: the operand buffers go above them.
-    std::optional<kernels::Tile> pad;
-    if (pad_bytes > 0)
-      pad = builder_.sbuf(DType::f32, static_cast<uint32_t>(pad_bytes / 4), 0, "matmul_tiles");
+    // The operand buffers go above the kernel's own tiles.
     std::vector<kernels::TilePool> pools(chain.size());
-    for (size_t k = 1; k < chain.size(); ++k) {
-      if (op_is_binary_elementwise(chain[k]->op)) {
-        pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
-      }
-    }
     const Dims out_strides = contiguous_strides(meta.shape);
     const int rank = meta.shape.size();
-    // Loads the operands of the epilogue of store `piece` into its buffers.
+    // Loads the operands of the epilogue of result tile `piece` into its buffers.
     auto prefetch = [&](size_t piece) {
       const device::AccessPattern& d = tiles[piece].dst;
       const uint16_t first_partition = tiles[piece].y.partition_start, rows = d.partition_count;
@@ -436,51 +346,53 @@ class Lowerer {
           r0 += len;
         }
       }
+      builder_.set_source_op(op_name(mm.op));
     };
-    auto epilogue = [&](size_t store) {
-      const size_t piece = tile_of_piece[store];
-      if (tiles[piece].first_piece != store) return;  // applied with the tile's first piece
+    kernels::EagerHooks hooks;
+    hooks.allocated = [&] {
+      for (size_t k = 1; k < chain.size(); ++k) {
+        if (op_is_binary_elementwise(chain[k]->op)) {
+          pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
+        }
+      }
+      for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
+    };
+    size_t stored = 0;
+    hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern&) {
+      const size_t piece = stored++;
+      SIGHTLINE_ASSERT_MSG(piece < tiles.size() && y == tiles[piece].y,
+                           "the matmul kernel stored other tiles than its dry run");
       if (piece + kEpilogueAhead < tiles.size()) prefetch(piece + kEpilogueAhead);
-      const device::AccessPattern y = tiles[piece].y;
       for (size_t k = 1; k < chain.size(); ++k) {
         const Node& e = *chain[k];
         builder_.set_source_op(op_name(e.op));
         if (op_is_unary_elementwise(e.op)) {
-          ActFunc func = ActFunc::identity;
-          if (e.op == OpId::pow && e.attrs.scalar != 2.0) {
-            builder_.tensor_scalar(AluOp::pow, y, y, static_cast<float>(e.attrs.scalar));
-          } else {
-            if (e.op == OpId::pow) {
-              func = ActFunc::square;  // as the eager kernel: squares exactly
-            } else {
-              kernels::unary_activation(e.op, e.attrs, func);
-            }
-            builder_.activate(func, y, y);
-          }
+          kernels::emit_unary(builder_, e.op, e.attrs, y, y);
           continue;
         }
-        kernels::BinaryAlu mapped;
-        const bool has_alu = kernels::binary_alu(e.op, mapped);
-        SIGHTLINE_ASSERT_MSG(has_alu, "{} is a matmul epilogue without an ALU op", op_name(e.op));
-        const AluOp alu = mapped.alu;
+        // The chain value and the operand tile (a host scalar: one per row) in the op's input order.
         const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
+        const kernels::TileArg chain_value{y, false};
         if (e.attrs.has_scalar) {
-          builder_.tensor_scalar(alu, y, y, t.region(y.partition_start, y.partition_count, 0, 1),
-                                 /*reverse=*/mapped.swapped);
+          kernels::emit_binary(builder_, e.op, y, chain_value,
+                               {t.region(y.partition_start, y.partition_count, 0, 1), true});
           continue;
         }
-        const device::AccessPattern operand =
-            t.region(y.partition_start, y.partition_count, 0, y.dims[0].size);
-        const bool chain_first = (e.inputs[0] == index_of(chain[k - 1])) != mapped.swapped;
-        builder_.tensor_tensor(alu, y, chain_first ? y : operand, chain_first ? operand : y);
+        const kernels::TileArg operand{t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
+        const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
+        kernels::emit_binary(builder_, e.op, y, chain_first ? chain_value : operand,
+                             chain_first ? operand : chain_value);
       }
+      builder_.set_source_op(op_name(mm.op));
     };
-    for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
-    std::vector<Place> io_places = mm_operands;
-    io_places.push_back(out);
-    merge(sub, io_places, mm.op, out_io, epilogue);
-    for (const kernels::TilePool& pool : pools) builder_.free(pool);
-    if (pad) builder_.free(*pad);
+    std::vector<uint32_t> tensors;
+    for (const Place& p : mm_operands) tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    kernels::emit_eager_kernel(builder_, mm.op, descs, tensors, mm.attrs, out.desc,
+                               builder_.view(out.io, out.offset, out.desc.dtype), &hooks);
+    builder_.end_kernel(scope);
+    SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
+                         tiles.size());
     ++kernel_count_;
     ++epilogues_;
     return out;
@@ -563,7 +475,7 @@ class Lowerer {
     return out;
   }
 
-  // Builds the eager kernel of one op application and merges it into the program.
+  // Emits the eager kernel of one op application straight into the program.
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
                const std::optional<Place>& dst) {
     // Each operand is cast to the dtype the kernel reads it in (elementwise_operand_dtype).
@@ -586,88 +498,17 @@ class Lowerer {
     }
     const Place out = dst ? *dst : scratch(meta);
     std::vector<TensorDesc> descs;
-    for (const Place& p : operands) descs.push_back(p.desc);
-    device::Executable sub = kernels::build_eager_kernel(op, descs, attrs, out.desc, spec_);
-    operands.push_back(out);
-    merge(sub, operands, op);
+    std::vector<uint32_t> tensors;
+    for (const Place& p : operands) {
+      descs.push_back(p.desc);
+      tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
+    }
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
+                               builder_.view(out.io, out.offset, out.desc.dtype));
+    builder_.end_kernel(scope);
     ++kernel_count_;
     return out;
-  }
-
-  // The order in which merge() re-emits a sub-program's instructions: (stream, index) pairs, each
-  // instruction once its waits in the sub-program hold, streams visited round robin.
-  static std::vector<std::pair<size_t, size_t>> emission_order(const device::Executable& sub) {
-    const size_t stream_count = device::kComputeEngineCount + sub.dma_queues.size();
-    std::vector<uint32_t> done(stream_count, 0);
-    std::vector<std::pair<size_t, size_t>> order;
-    size_t remaining = sub.instruction_count();
-    while (remaining > 0) {
-      bool progressed = false;
-      for (size_t s = 0; s < stream_count; ++s) {
-        const std::vector<device::Instruction>& instructions = stream_of(sub, s);
-        while (done[s] < instructions.size() && ready(instructions[done[s]], done)) {
-          order.emplace_back(s, done[s]);
-          ++done[s];
-          --remaining;
-          progressed = true;
-        }
-      }
-      SIGHTLINE_ASSERT_MSG(progressed, "kernel '{}': its semaphore waits never all hold", sub.name);
-    }
-    return order;
-  }
-
-  static const std::vector<device::Instruction>& stream_of(const device::Executable& sub, size_t s) {
-    return s < device::kComputeEngineCount ? sub.engines[s] : sub.dma_queues[s - device::kComputeEngineCount];
-  }
-
-  static bool is_store_to(const device::Instruction& in, uint32_t io) {
-    return in.opcode == device::Opcode::dma_copy && in.dst.memory == device::Memory::hbm &&
-           in.dst.tensor == io;
-  }
-
-  // Re-emits `sub` (built by the kernel builder: stream s owns semaphore s, engines first, then DMA
-  // queues) through the program's builder. Instructions go out in an order the sub-program's waits
-  // allow, so the builder's hazard tracking sees every access in a valid sequential order and derives
-  // the waits of the merged program, across sub-programs too. `before_store(k)` (optional) runs right
-  // before the k-th DMA that writes the sub-program's I/O tensor `store_io` is emitted.
-  void merge(const device::Executable& sub, std::span<const Place> io_places, OpId op, uint32_t store_io = 0,
-             const std::function<void(size_t)>& before_store = {}) {
-    SIGHTLINE_ASSERT_MSG(sub.io.size() == io_places.size(), "kernel '{}' has {} I/O tensors, {} places",
-                         sub.name, sub.io.size(), io_places.size());
-    size_t stores = 0;
-    for (const auto& [s, i] : emission_order(sub)) {
-      const device::Instruction& in = stream_of(sub, s)[i];
-      if (before_store && is_store_to(in, store_io)) before_store(stores++);
-      emit(sub, in, s, io_places, op);
-    }
-  }
-
-  static bool ready(const device::Instruction& in, const std::vector<uint32_t>& done) {
-    for (const device::SemaphoreWait& w : in.waits) {
-      if (w.semaphore >= done.size() || done[w.semaphore] < w.value) return false;
-    }
-    return true;
-  }
-
-  void emit(const device::Executable& sub, device::Instruction in, size_t stream,
-            std::span<const Place> io_places, OpId op) {
-    SIGHTLINE_ASSERT_MSG(
-        in.updates.size() == 1 && size_t{in.updates[0].semaphore} == stream && in.updates[0].delta == 1,
-        "kernel '{}': an instruction of stream {} does not count on semaphore {}", sub.name, stream, stream);
-    in.waits.clear();
-    in.updates.clear();
-    builder_.set_source_op(
-        in.source_op < sub.source_ops.size() ? std::string_view(sub.source_ops[in.source_op]) : op_name(op));
-    in.source_op = device::kNoSourceOp;
-    for (device::AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux}) {
-      if (ap->memory != device::Memory::hbm) continue;
-      const Place& p = io_places[ap->tensor];
-      ap->tensor = p.io;
-      ap->offset += static_cast<uint64_t>(p.offset) * dtype_size(p.desc.dtype);
-    }
-    const bool is_dma = stream >= static_cast<size_t>(device::kComputeEngineCount);
-    builder_.emit(std::move(in), is_dma ? static_cast<int>(stream) - device::kComputeEngineCount : -1);
   }
 
   const device::Spec& spec_;

@@ -15,11 +15,16 @@
 // ("compiled.row_loops", "compiled.fused_epilogues") and why a row group was not
 // ("compiled.row_group_fallback.<k>").
 //
-// The per-node programs are then merged into one: every instruction is re-emitted through one
-// KernelBuilder in an order its sub-program allows, so the builder's hazard tracking recomputes the
-// semaphores for the whole program (row loops and epilogues are emitted straight into it). A node therefore waits only for what it really reads or
-// overwrites (its producers' HBM results, the SBUF/PSUM bytes an earlier node still uses), not for a
-// full barrier, and independent nodes overlap on the engines.
+// Every kernel is emitted straight into the program's one KernelBuilder (kernels::emit_eager_kernel
+// between begin_kernel / end_kernel, its operands addressed through KernelBuilder::view; row loops
+// and epilogues through the tile-level emitters of kernels/emit.h), so the builder's hazard tracking
+// derives the semaphores of the whole program. A node therefore waits only for what it really reads
+// or overwrites (its producers' HBM results, the SBUF/PSUM bytes an earlier node still uses), not for
+// a full barrier, and independent nodes overlap on the engines. A matmul epilogue is emitted by the
+// matmul kernel's hooks (kernels::EagerHooks): its operand buffers are allocated above the kernel's
+// tiles, and each result tile gets the epilogue ops right before the kernel stores it; the operands
+// of a tile are loaded two tiles ahead, from the tile order of a dry run of the kernel on a builder
+// of its own (nothing of the dry run is emitted into the program).
 //
 // View ops (reshape, permute, transpose, slice, ...) emit nothing: like eager views they change the
 // offset and strides through which later kernels read their source (a reshape that cannot be a view

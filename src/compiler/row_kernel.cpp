@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernels/eager_internal.h"
+#include "kernels/emit.h"
 #include "kernels/layout.h"
 #include "sightline/error.h"
 
@@ -13,42 +14,19 @@ namespace sightline::compiler {
 namespace {
 
 using kernels::AccessPattern;
-using kernels::ActFunc;
-using kernels::AluOp;
 using kernels::KernelBuilder;
 using kernels::Tile;
 using kernels::TilePool;
 
 constexpr int kMaxBuffers = 3;
 constexpr uint32_t kStatColumns = 4;  // per-row statistics of softmax and the normalizations
+static_assert(kStatColumns >= kernels::kTileStatColumns);
 constexpr size_t kStatBuffers = 4;
 
 // Tile bytes as the allocator places them (64-byte aligned).
 uint64_t aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 int normalized(int64_t dim, int rank) { return static_cast<int>(dim < 0 ? dim + rank : dim); }
-
-// Steps that need the whole row at once.
-bool is_row_wide(OpId op) {
-  switch (op) {
-    case OpId::sum:
-    case OpId::mean:
-    case OpId::amax:
-    case OpId::softmax:
-    case OpId::log_softmax:
-    case OpId::rms_norm:
-    case OpId::layer_norm:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool needs_stats(OpId op) {
-  return op == OpId::softmax || op == OpId::log_softmax || op == OpId::rms_norm || op == OpId::layer_norm;
-}
-
-bool needs_work_row(OpId op) { return op == OpId::softmax || op == OpId::log_softmax; }
 
 // The host scalar as the eager backend sees it: a 0-dim tensor of the op's dtype.
 float scalar_in(double value, DType dtype) {
@@ -70,7 +48,9 @@ std::string step_problem(const RowProgram& p, const RowStep& s, int rank) {
     return fmt::format("{} produces {}, not a row of the row space [{}] x {}", info.name, s.meta.shape,
                        fmt::join(p.lead, ", "), p.cols);
   }
-  if (info.kind == OpKind::elementwise && s.op != OpId::fill) return {};
+  if (!kernels::tile_op_needs(s.op).supported)
+    return fmt::format("{} has no tile-level lowering (kernels/emit.h)", info.name);
+  if (info.kind == OpKind::elementwise) return {};
   if (s.op == OpId::sum || s.op == OpId::mean || s.op == OpId::amax) {
     if (s.attrs.keepdim && s.attrs.dims.size() == 1 && normalized(s.attrs.dims[0], rank) == rank - 1)
       return {};
@@ -134,7 +114,8 @@ void assign_slots(const RowProgram& p, Plan& plan) {
   for (size_t k = 0; k < p.steps.size(); ++k) {
     ValueInfo& out = plan.values[inputs + k];
     out.slot = take({out.wide, out.dtype});
-    if (needs_work_row(p.steps[k].op)) plan.work_slot[k] = take({true, DType::f32});
+    const kernels::TileOpNeeds needs = kernels::tile_op_needs(p.steps[k].op);
+    if (needs.work || needs.scratch) plan.work_slot[k] = take({true, DType::f32});
     std::vector<int> released;
     for (int a : p.steps[k].args) {
       if (a < static_cast<int>(inputs) || std::find(released.begin(), released.end(), a) != released.end())
@@ -189,8 +170,9 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_byt
     if (!dtype_is_floating(s.meta.dtype)) {
       return fmt::format("{} computes integers ({})", op_name(s.op), dtype_name(s.meta.dtype));
     }
-    row_wide |= is_row_wide(s.op);
-    plan.stats |= needs_stats(s.op);
+    const kernels::TileOpNeeds needs = kernels::tile_op_needs(s.op);
+    row_wide |= needs.row_wide;
+    plan.stats |= needs.stats;
     ValueInfo& out = plan.values[inputs + k];
     out.wide = s.meta.shape.back() == p.cols;
     const bool last = k + 1 == p.steps.size();
@@ -386,96 +368,24 @@ class Emitter {
 
   bool wide(int v) const { return plan_.values[static_cast<size_t>(v)].wide; }
 
+  // Step k on this tile's values, through the op's tile-level emitter.
   void step(size_t k, uint16_t p, uint32_t f) {
     const RowStep& s = p_.steps[k];
     b_.set_source_op(op_name(s.op));
-    const AccessPattern y = value(p_.inputs.size() + k, p, f);
-    auto arg = [&](size_t i) { return value(static_cast<size_t>(s.args[i]), p, f); };
-    auto optional_arg = [&](size_t i) {
-      return i < s.args.size() && s.args[i] != kNoValue ? arg(i) : AccessPattern{};
-    };
-    const float n = static_cast<float>(p_.cols);
-    if (op_is_binary_elementwise(s.op)) {
-      kernels::BinaryAlu mapped;
-      const bool has_alu = kernels::binary_alu(s.op, mapped);
-      SIGHTLINE_ASSERT_MSG(has_alu, "{} passed the row-op check but has no ALU op", op_name(s.op));
-      const AluOp alu = mapped.alu;
-      const bool sw = mapped.swapped;  // alu(b, a)
-      if (s.attrs.has_scalar) {
-        b_.tensor_scalar(alu, y, arg(0), scalar_in(s.attrs.scalar, s.meta.dtype), /*reverse=*/sw);
-      } else if (wide(s.args[0]) == wide(s.args[1])) {
-        b_.tensor_tensor(alu, y, arg(sw ? 1 : 0), arg(sw ? 0 : 1));
-      } else if (wide(s.args[0])) {
-        b_.tensor_scalar(alu, y, arg(0), arg(1), /*reverse=*/sw);  // the second operand is one scalar per row
-      } else {
-        b_.tensor_scalar(alu, y, arg(1), arg(0), /*reverse=*/!sw);
-      }
-      return;
+    kernels::TileOp t;
+    t.op = s.op;
+    t.attrs = &s.attrs;
+    t.y = value(p_.inputs.size() + k, p, f);
+    t.p = p;
+    t.n = static_cast<uint32_t>(p_.cols);
+    for (int a : s.args) {
+      t.args.push_back(a == kNoValue ? kernels::TileArg{}
+                                     : kernels::TileArg{value(static_cast<size_t>(a), p, f), !wide(a)});
     }
-    ActFunc func = ActFunc::identity;
-    switch (s.op) {
-      case OpId::to_copy:
-        b_.copy(y, arg(0));
-        return;
-      case OpId::pow:
-        if (s.attrs.scalar == 2.0) {
-          b_.activate(ActFunc::square, y, arg(0));  // as the eager kernel: squares exactly
-        } else {
-          b_.tensor_scalar(AluOp::pow, y, arg(0), static_cast<float>(s.attrs.scalar));
-        }
-        return;
-      case OpId::sum:
-      case OpId::mean:
-      case OpId::amax:
-        b_.reduce(s.op == OpId::amax ? AluOp::max : AluOp::add, y, arg(0));
-        if (s.op == OpId::mean) b_.tensor_scalar(AluOp::multiply, y, y, 1.0f / n);
-        return;
-      case OpId::softmax:
-      case OpId::log_softmax: {
-        const AccessPattern work = current_[static_cast<size_t>(plan_.work_slot[k])].region(0, p, 0, f);
-        const Tile st = stats_.next();
-        const AccessPattern row_max = st.column(p, 0), row_sum = st.column(p, 1);
-        b_.reduce(AluOp::max, row_max, arg(0));
-        b_.tensor_scalar(AluOp::subtract, work, arg(0), row_max);
-        if (s.op == OpId::log_softmax) {
-          b_.activate(ActFunc::exp, y, work, 1.0f, 0.0f, row_sum);  // y is scratch here
-          b_.activate(ActFunc::log, row_sum, row_sum);
-          b_.tensor_scalar(AluOp::subtract, y, work, row_sum);
-        } else {
-          b_.activate(ActFunc::exp, work, work, 1.0f, 0.0f, row_sum);
-          b_.activate(ActFunc::reciprocal, row_sum, row_sum);
-          b_.tensor_scalar(AluOp::multiply, y, work, row_sum);
-        }
-        return;
-      }
-      case OpId::rms_norm: {
-        const Tile st = stats_.next();
-        const AccessPattern sum_sq = st.column(p, 0), rstd = st.column(p, 1), x = arg(0);
-        b_.activate(ActFunc::square, y, x, 1.0f, 0.0f, sum_sq);  // y is scratch until overwritten below
-        b_.activate(ActFunc::rsqrt, rstd, sum_sq, 1.0f / n, static_cast<float>(s.attrs.eps));
-        b_.tensor_scalar(AluOp::multiply, y, x, rstd);
-        if (const AccessPattern w = optional_arg(1); w.present()) b_.tensor_tensor(AluOp::multiply, y, y, w);
-        return;
-      }
-      case OpId::layer_norm: {
-        const Tile st = stats_.next();
-        const AccessPattern moments = st.region(0, p, 0, 2), mean = st.column(p, 0), var = st.column(p, 1),
-                            rstd = st.column(p, 2);
-        b_.bn_stats(moments, arg(0));
-        b_.activate(ActFunc::rsqrt, rstd, var, 1.0f, static_cast<float>(s.attrs.eps));
-        b_.tensor_scalar(AluOp::subtract, y, arg(0), mean);
-        b_.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
-        if (const AccessPattern w = optional_arg(1); w.present()) b_.tensor_tensor(AluOp::multiply, y, y, w);
-        if (const AccessPattern bias = optional_arg(2); bias.present())
-          b_.tensor_tensor(AluOp::add, y, y, bias);
-        return;
-      }
-      default:
-        break;
-    }
-    const bool is_activation = kernels::unary_activation(s.op, s.attrs, func);
-    SIGHTLINE_ASSERT_MSG(is_activation, "{} passed the row-op check but has no row lowering", op_name(s.op));
-    b_.activate(func, y, arg(0));
+    if (s.attrs.has_scalar) t.scalar = scalar_in(s.attrs.scalar, s.meta.dtype);
+    if (plan_.work_slot[k] >= 0) t.work = current_[static_cast<size_t>(plan_.work_slot[k])].region(0, p, 0, f);
+    if (kernels::tile_op_needs(s.op).stats) t.stats = stats_.next();
+    kernels::emit_tile_op(b_, t);
   }
 
   KernelBuilder& b_;

@@ -205,8 +205,43 @@ int KernelBuilder::next_queue() {
   return q;
 }
 
+uint32_t KernelBuilder::view(uint32_t tensor, int64_t element_offset, DType dtype) {
+  SIGHTLINE_CHECK(tensor < exe_.io.size(), "view: I/O tensor {} is not declared ({} are)", tensor, exe_.io.size());
+  SIGHTLINE_CHECK(element_offset >= 0, "view: negative element offset {}", element_offset);
+  if (element_offset == 0) return tensor;
+  views_.push_back({tensor, static_cast<uint64_t>(element_offset) * dtype_size(dtype)});
+  return kFirstView + static_cast<uint32_t>(views_.size() - 1);
+}
+
+void KernelBuilder::resolve_view(AccessPattern& ap) const {
+  if (ap.memory != Memory::hbm || ap.tensor < kFirstView) return;
+  const size_t index = ap.tensor - kFirstView;
+  SIGHTLINE_CHECK(index < views_.size(), "kernel '{}': HBM tensor {} is neither declared nor a view", exe_.name,
+                  ap.tensor);
+  ap.tensor = views_[index].tensor;
+  ap.offset += views_[index].byte_offset;
+}
+
+KernelBuilder::KernelScope KernelBuilder::begin_kernel() {
+  const KernelScope scope{next_tile_id_, queue_cursor_};
+  queue_cursor_ = 0;
+  return scope;
+}
+
+void KernelBuilder::end_kernel(const KernelScope& scope) {
+  for (const Memory memory : {Memory::sbuf, Memory::psum}) {
+    std::vector<Tile> owned;
+    for (const auto& [id, range] : allocator(memory).live) {
+      if (id >= scope.first_tile_id) owned.push_back({memory, DType::f32, 0, 0, 0, id});
+    }
+    for (const Tile& t : owned) free(t);
+  }
+  queue_cursor_ = scope.queue_cursor;
+}
+
 void KernelBuilder::emit(Instruction in, int dma_queue) {
   SIGHTLINE_CHECK(!built_, "kernel '{}': emit after build()", exe_.name);
+  for (AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux}) resolve_view(*ap);
   if (in.source_op == device::kNoSourceOp) in.source_op = source_op_;
   if (in.engine() == Engine::dma) {
     if (dma_queue < 0) dma_queue = next_queue();

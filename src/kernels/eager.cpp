@@ -19,6 +19,21 @@ std::string kernel_name(OpId op, std::span<const TensorDesc> inputs, const Tenso
   return name + fmt::format("_to_{}{}", dtype_name(out.dtype), out.shape);
 }
 
+// The checks every op application passes before its kernel is built.
+const OpInfo& checked_op(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs) {
+  const OpInfo& info = op_info(op);
+  SIGHTLINE_CHECK(!info.is_view, "{} is a view op: it rewrites metadata and has no device kernel", info.name);
+  SIGHTLINE_CHECK(op != OpId::copy,
+                  "aten::copy_ has no eager device kernel: host<->device copies are the runtime's job");
+  SIGHTLINE_CHECK(info.arity < 0 || inputs.size() <= static_cast<size_t>(std::max(info.arity, 0)),
+                  "{} takes at most {} tensor inputs, got {}", info.name, info.arity, inputs.size());
+  SIGHTLINE_CHECK(!(op_is_binary_elementwise(op) && attrs.has_scalar),
+                  "{} with a host scalar reaches the device as two tensors: turn the scalar into a 0-dim "
+                  "device tensor first",
+                  info.name);
+  return info;
+}
+
 }  // namespace
 
 std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
@@ -42,23 +57,26 @@ std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const 
 
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
                                       const TensorDesc& out, const device::Spec& spec) {
-  const OpInfo& info = op_info(op);
-  SIGHTLINE_CHECK(!info.is_view, "{} is a view op: it rewrites metadata and has no device kernel", info.name);
-  SIGHTLINE_CHECK(op != OpId::copy,
-                  "aten::copy_ has no eager device kernel: host<->device copies are the runtime's job");
-  SIGHTLINE_CHECK(info.arity < 0 || inputs.size() <= static_cast<size_t>(std::max(info.arity, 0)),
-                  "{} takes at most {} tensor inputs, got {}", info.name, info.arity, inputs.size());
-  SIGHTLINE_CHECK(!(op_is_binary_elementwise(op) && attrs.has_scalar),
-                  "{} with a host scalar reaches the device as two tensors: turn the scalar into a 0-dim "
-                  "device tensor first",
-                  info.name);
+  const OpInfo& info = checked_op(op, inputs, attrs);
   KernelBuilder b(spec, kernel_name(op, inputs, out));
-  b.set_source_op(info.name);
   b.add_metadata("op", std::string(info.name));
-  EagerContext c{b, op, inputs, attrs, out, {}, 0};
-  for (size_t i = 0; i < inputs.size(); ++i)
-    c.input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
-  c.out_io = declare_output(b, "out", out);
+  std::vector<uint32_t> input_io;
+  for (size_t i = 0; i < inputs.size(); ++i) input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
+  const uint32_t out_io = declare_output(b, "out", out);
+  emit_eager_kernel(b, op, inputs, input_io, attrs, out, out_io);
+  return b.build();
+}
+
+void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
+                       std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
+                       uint32_t out_tensor, const EagerHooks* hooks) {
+  const OpInfo& info = checked_op(op, inputs, attrs);
+  SIGHTLINE_CHECK(input_tensors.size() == inputs.size(), "{}: {} input tensors for {} input descriptions",
+                  info.name, input_tensors.size(), inputs.size());
+  b.set_source_op(info.name);
+  SIGHTLINE_CHECK(hooks == nullptr || info.kind == OpKind::matmul,
+                  "{}: only matmul and linear kernels take hooks", info.name);
+  EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor, hooks};
   switch (info.kind) {
     case OpKind::elementwise:
       if (op == OpId::fill) {
@@ -115,7 +133,6 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
       }
       break;
   }
-  return b.build();
 }
 
 }  // namespace sightline::kernels

@@ -17,11 +17,13 @@
 // device tensor first. Engines compute in f32; results are rounded to the output dtype.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 
 #include "sightline/device/executable.h"
 #include "sightline/device/spec.h"
+#include "sightline/kernels/builder.h"
 #include "sightline/ops.h"
 
 namespace sightline::kernels {
@@ -45,6 +47,24 @@ int64_t tensor_extent(const TensorDesc& t);
 // Throws sightline::Error for ops without a device kernel (copy, the view ops) and unsupported layouts.
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
                                       const TensorDesc& out, const device::Spec& spec);
+
+// The same kernel emitted into `b`, a program it is part of (the compiler's lowering): the inputs are
+// in HBM tensors `input_tensors` and the output in `out_tensor` (I/O indices of `b` or its
+// KernelBuilder::view handles), each at its first element. Between b.begin_kernel() and
+// b.end_kernel() on a builder with no tiles live, the instructions, tiles and DMA queues are those of
+// build_eager_kernel's executable.
+//
+// `hooks` (optional) let a caller add work to a matmul / linear kernel: `allocated` runs once the
+// kernel has allocated its tiles, before its first instruction (room for the caller's own tiles above
+// them); `before_store` runs for each result tile once it is in SBUF (`y`), right before the kernel
+// stores it to `dst` (an HBM pattern of the output): the compiler's matmul epilogue.
+struct EagerHooks {
+  std::function<void()> allocated;
+  std::function<void(const AccessPattern& y, const AccessPattern& dst)> before_store;
+};
+void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
+                       std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
+                       uint32_t out_tensor, const EagerHooks* hooks = nullptr);
 
 // A cache key that differs whenever build_eager_kernel would build a different executable for the same
 // spec; the overload with a spec also tells specs apart (for caches shared across device specs).

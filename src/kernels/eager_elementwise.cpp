@@ -32,8 +32,6 @@ void build_binary(EagerContext& c) {
   KernelBuilder& b = c.b;
   BinaryAlu mapped;
   SIGHTLINE_CHECK(binary_alu(c.op, mapped), "{} is not a binary elementwise op", op_name(c.op));
-  const AluOp alu = mapped.alu;
-  const bool sw = mapped.swapped;  // alu(b, a)
   const DType in_dtype[2] = {c.inputs[0].dtype, c.inputs[1].dtype};
   TilePool out_pool = b.pool("out", c.out.dtype, kStreamFree, 3);
   TilePool in_pool[2] = {b.pool("a", in_dtype[0], kStreamFree, 3), b.pool("b", in_dtype[1], kStreamFree, 3)};
@@ -70,13 +68,7 @@ void build_binary(EagerContext& c) {
       b.load(tile_of[i], src);
     }
     const AccessPattern y = out_pool.next().region(0, p, 0, blk.free);
-    if (load_full[0] && load_full[1]) {
-      b.tensor_tensor(alu, y, tile_of[sw ? 1 : 0], tile_of[sw ? 0 : 1]);
-    } else if (load_full[0]) {
-      b.tensor_scalar(alu, y, tile_of[0], tile_of[1], /*reverse=*/sw);
-    } else {
-      b.tensor_scalar(alu, y, tile_of[1], tile_of[0], /*reverse=*/!sw);
-    }
+    emit_binary(b, c.op, y, {tile_of[0], !load_full[0]}, {tile_of[1], !load_full[1]});
     b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
   });
 }
@@ -85,39 +77,27 @@ void build_unary(EagerContext& c) {
   KernelBuilder& b = c.b;
   const DType in_dtype = c.inputs[0].dtype;
   ActFunc func = ActFunc::identity;
-  const bool is_activation = unary_activation(c.op, c.attrs, func);
-  SIGHTLINE_CHECK(is_activation || c.op == OpId::pow, "{} is not a unary elementwise op", op_name(c.op));
-  const float exponent = static_cast<float>(c.attrs.scalar);
+  SIGHTLINE_CHECK(unary_activation(c.op, c.attrs, func) || c.op == OpId::pow, "{} is not a unary elementwise op",
+                  op_name(c.op));
   TilePool in_pool = b.pool("x", in_dtype, kStreamFree, 3);
   TilePool out_pool = b.pool("y", c.out.dtype, kStreamFree, 3);
   for_each_block(out_nest(c), b.partitions(), kStreamFree, [&](const Block& blk) {
     const AccessPattern x = in_pool.next().region(0, blk.partitions, 0, blk.free);
     const AccessPattern y = out_pool.next().region(0, blk.partitions, 0, blk.free);
     b.load(x, block_pattern(blk, 1, c.input_io[0], in_dtype));
-    if (is_activation) {
-      b.activate(func, y, x);
-    } else if (exponent == 2.0f) {
-      b.activate(ActFunc::square, y, x);  // the CPU reference squares exactly too
-    } else {
-      b.tensor_scalar(AluOp::pow, y, x, exponent);
-    }
+    emit_unary(b, c.op, c.attrs, y, x);
     b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
   });
 }
 
-// where(cond, a, b) = keep_if(a, cond) + keep_unless(b, cond); masked_fill(x, mask, v) =
-// keep_unless(x, mask) + keep_if(v, mask). One of each pair is exactly 0, so the sum is the picked
-// value itself (NaN and inf included; a picked -0.0 comes out +0.0, which compares equal).
+// where / masked_fill: every operand streamed, the selection by emit_select.
 void build_select(EagerContext& c) {
   KernelBuilder& b = c.b;
-  const bool is_where = c.op == OpId::where;
-  const size_t mask_op = is_where ? 1 : 2;  // operand index in the loop nest (0 is the output)
   TilePool out_pool = b.pool("y", c.out.dtype, kStreamFree, 3);
   TilePool work_pool = b.pool("picked", DType::f32, kStreamFree, 2);
   std::vector<TilePool> in_pools;
   for (size_t i = 0; i < c.inputs.size(); ++i)
     in_pools.push_back(b.pool(fmt::format("in{}", i), c.inputs[i].dtype, kStreamFree, 3));
-  const float value = static_cast<float>(c.attrs.scalar);
   for_each_block(out_nest(c), b.partitions(), kStreamFree, [&](const Block& blk) {
     const uint16_t p = blk.partitions;
     std::vector<AccessPattern> tiles;
@@ -125,17 +105,9 @@ void build_select(EagerContext& c) {
       tiles.push_back(in_pools[i].next().region(0, p, 0, blk.free));
       b.load(tiles.back(), block_pattern(blk, i + 1, c.input_io[i], c.inputs[i].dtype));
     }
-    const AccessPattern& mask = tiles[mask_op - 1];
     const AccessPattern picked = work_pool.next().region(0, p, 0, blk.free);
     const AccessPattern y = out_pool.next().region(0, p, 0, blk.free);
-    if (is_where) {
-      b.tensor_tensor(AluOp::keep_if, picked, tiles[1], mask);
-      b.tensor_tensor(AluOp::keep_unless, y, tiles[2], mask);
-    } else {
-      b.tensor_scalar(AluOp::keep_if, picked, mask, value, /*reverse=*/true);  // keep_if(value, mask)
-      b.tensor_tensor(AluOp::keep_unless, y, tiles[0], mask);
-    }
-    b.tensor_tensor(AluOp::add, y, y, picked);
+    emit_select(b, c.op, c.attrs, y, tiles, picked);
     b.store(block_pattern(blk, 0, c.out_io, c.out.dtype), y);
   });
 }

@@ -6,6 +6,7 @@
 
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
+#include "kernels/emit.h"
 #include "kernels/layout.h"
 
 namespace sightline::kernels {
@@ -18,6 +19,7 @@ struct EagerContext {
   const TensorDesc& out;
   std::vector<uint32_t> input_io;  // I/O index of each input
   uint32_t out_io = 0;
+  const EagerHooks* hooks = nullptr;  // matmul / linear only (emit_eager_kernel)
 };
 
 // Largest free size of a per-block tile for the streaming kernels: with three operands triple

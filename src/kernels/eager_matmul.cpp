@@ -134,8 +134,8 @@ Plan plan_gemm(const KernelBuilder& b, int64_t m, int64_t n, int64_t k, DType a_
 
 class GemmEmitter {
  public:
-  GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias)
-      : b_(b), parts_(b.partitions()), moving_max_(b.spec().tensor.moving_free_max) {
+  GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias, const EagerHooks* hooks)
+      : b_(b), parts_(b.partitions()), moving_max_(b.spec().tensor.moving_free_max), hooks_(hooks) {
     const DType a_dtype = shape.a.dtype, b_dtype = shape.b.dtype, out_dtype = shape.out.dtype;
     const uint32_t banks = b.spec().psum_banks;
     if (with_bias) {
@@ -167,6 +167,7 @@ class GemmEmitter {
     }
     all_ = {0, queues};
     queue_free_ns_.assign(queues, 0.0);
+    if (hooks_ && hooks_->allocated) hooks_->allocated();
   }
 
   void emit(const Gemm& g) {
@@ -277,6 +278,7 @@ class GemmEmitter {
     const AccessPattern out =
         hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride, mp,
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
+    if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
     stored_ = true;
     if (tail_tiles > 0) {
       const uint64_t share = std::max<uint64_t>(1, all_.count / static_cast<uint64_t>(tail_tiles));
@@ -441,9 +443,11 @@ class GemmEmitter {
           const AccessPattern y = result_.next().region(0, mp, 0, np);
           b_.iota(y, 0.0f, 0.0f);
           b_.tensor_scalar(AluOp::multiply, y, y, 0.0f);
-          b_.store(hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride,
-                               mp, g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}}),
-                   y);
+          const AccessPattern out =
+              hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride,
+                          mp, g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
+          if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
+          b_.store(out, y);
         } else {
           finish_tile(g, psum, m0, mp, n0, np, 0);
         }
@@ -454,6 +458,7 @@ class GemmEmitter {
   KernelBuilder& b_;
   uint16_t parts_;
   uint32_t moving_max_;
+  const EagerHooks* hooks_;
   Plan plan_;
   TilePool a_blocks_, b_panels_, stationary_, moving_, result_, acc_, bias_;
   std::optional<Tile> ones_;
@@ -503,7 +508,7 @@ void build_matmul(EagerContext& c) {
   batch.strides = {batch_strides(a, std::min(ra, 2)), batch_strides(bt, std::min(rb, 2)),
                    std::vector<int64_t>(c.out.strides.begin(), c.out.strides.begin() + batch_rank)};
   batch = batch.coalesced();
-  GemmEmitter emitter(c.b, g, false);
+  GemmEmitter emitter(c.b, g, false, c.hooks);
   for_each_index(batch.sizes, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -541,7 +546,7 @@ void build_linear(EagerContext& c) {
   g.out = {c.out_io, c.out.dtype, 0, rank ? rows.strides[1].back() : 0, c.out.strides[ro - 1]};
   const std::vector<int64_t> outer =
       rank ? std::vector<int64_t>(rows.sizes.begin(), rows.sizes.end() - 1) : std::vector<int64_t>{};
-  GemmEmitter emitter(c.b, g, g.bias.has_value());
+  GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks);
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
     for (size_t d = 0; d < idx.size(); ++d) {

@@ -2,10 +2,7 @@
 // bias loaded once. Loads, compute and stores overlap: the row tiles rotate over a few buffers and the
 // transfers are spread over all DMA queues.
 //
-// rms_norm per tile (p rows of n):  ScalarE  sum of squares (activation-accumulate), rsqrt(ss / n + eps)
-//                                   VectorE  y = x * rstd, y *= weight
-// layer_norm per tile:              VectorE  mean and variance (bn_stats), y = x - mean, y *= w, y += b
-//                                   ScalarE  rstd = rsqrt(var + eps), y *= rstd
+// Each row tile is computed by emit_rms_norm / emit_layer_norm (kernels/emit.h).
 #include <algorithm>
 #include <optional>
 
@@ -118,14 +115,9 @@ void build_rms_norm(EagerContext& c) {
   const uint32_t n = static_cast<uint32_t>(l.cols);
   const std::optional<Tile> weight = load_parameter(c, 1, n, "weight");
   TilePool stats = b.pool("rms", DType::f32, 2, 3);
-  const float inv_n = 1.0f / static_cast<float>(n), eps = static_cast<float>(c.attrs.eps);
+  const float eps = static_cast<float>(c.attrs.eps);
   for_each_row_tile(c, l, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
-    const Tile s = stats.next();
-    const AccessPattern sum_sq = s.column(p, 0), rstd = s.column(p, 1);
-    b.activate(ActFunc::square, y, x, 1.0f, 0.0f, sum_sq);  // y is scratch until overwritten below
-    b.activate(ActFunc::rsqrt, rstd, sum_sq, inv_n, eps);
-    b.tensor_scalar(AluOp::multiply, y, x, rstd);
-    if (weight) b.tensor_tensor(AluOp::multiply, y, y, weight->rows(p));
+    emit_rms_norm(b, y, x, weight ? weight->rows(p) : AccessPattern{}, stats.next(), p, n, eps);
   });
 }
 
@@ -140,15 +132,8 @@ void build_layer_norm(EagerContext& c) {
   TilePool stats = b.pool("moments", DType::f32, 3, 3);
   const float eps = static_cast<float>(c.attrs.eps);
   for_each_row_tile(c, l, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
-    const Tile s = stats.next();
-    const AccessPattern moments = s.region(0, p, 0, 2), mean = s.column(p, 0), var = s.column(p, 1),
-                        rstd = s.column(p, 2);
-    b.bn_stats(moments, x);
-    b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
-    b.tensor_scalar(AluOp::subtract, y, x, mean);
-    b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
-    if (weight) b.tensor_tensor(AluOp::multiply, y, y, weight->rows(p));
-    if (bias) b.tensor_tensor(AluOp::add, y, y, bias->rows(p));
+    emit_layer_norm(b, y, x, weight ? weight->rows(p) : AccessPattern{}, bias ? bias->rows(p) : AccessPattern{},
+                    stats.next(), p, eps);
   });
 }
 

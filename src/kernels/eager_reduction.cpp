@@ -1,7 +1,6 @@
 // Reduction eager kernels: sum / mean / amax over any dims, softmax and log_softmax over one dim.
 #include <algorithm>
 #include <array>
-#include <limits>
 
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
@@ -39,10 +38,6 @@ ReductionSplit split_dims(const TensorDesc& in, const TensorDesc& out,
   return s;
 }
 
-float identity_of(AluOp op) {
-  return op == AluOp::max ? -std::numeric_limits<float>::infinity() : 0.0f;
-}
-
 }  // namespace
 
 void build_reduction(EagerContext& c) {
@@ -53,14 +48,13 @@ void build_reduction(EagerContext& c) {
   for (int64_t d : c.attrs.dims)
     reduce[static_cast<size_t>(normalize_dim(static_cast<int>(d), in.shape.size(), op_name(c.op)))] = true;
   const ReductionSplit s = split_dims(in, c.out, reduce, c.attrs.keepdim);
-  const AluOp alu = c.op == OpId::amax ? AluOp::max : AluOp::add;
+  const AluOp alu = reduction_alu(c.op);
   const uint16_t parts = b.partitions();
   const Tile acc = b.sbuf(DType::f32, 1, 0, "acc");
   TilePool partial = b.pool("partial", DType::f32, 1, 3);
   TilePool data = b.pool("x", in.dtype, kStreamFree, 3);
-  const float mean_scale = s.reduced_count > 0 ? 1.0f / static_cast<float>(s.reduced_count) : 0.0f;
   auto finish = [&](const AccessPattern& value, const AccessPattern& dst) {
-    if (c.op == OpId::mean) b.tensor_scalar(AluOp::multiply, value, value, mean_scale);
+    emit_reduce_finish(b, c.op, value, s.reduced_count);
     b.dma(dst, value);
   };
   // Reduces one [p, f] block of the input into acc rows [0, p).
@@ -74,7 +68,7 @@ void build_reduction(EagerContext& c) {
   if (s.kept.sizes.empty()) {
     // A full reduction: any block layout works, every partition holds a partial result; then one
     // cross-partition reduction on GpSimd.
-    b.iota(acc.column(parts), identity_of(alu), 0.0f);
+    b.iota(acc.column(parts), reduction_identity(alu), 0.0f);
     for_each_block(s.reduced, parts, kStreamFree, [&](const Block& blk) {
       reduce_block(blk.offset[0], blk.partitions, blk.partition_stride[0], blk.free, blk.free_stride[0]);
     });
@@ -102,7 +96,7 @@ void build_reduction(EagerContext& c) {
     }
     for (int64_t r0 = 0; r0 < rows; r0 += parts) {
       const uint16_t p = static_cast<uint16_t>(std::min<int64_t>(parts, rows - r0));
-      b.iota(acc.column(p), identity_of(alu), 0.0f);
+      b.iota(acc.column(p), reduction_identity(alu), 0.0f);
       for_each_index(outer_reduced, [&](const std::vector<int64_t>& ri) {
         int64_t off = in_base + r0 * in_row_stride;
         for (size_t d = 0; d + 1 < reduced_rank; ++d) off += ri[d] * s.reduced.strides[0][d];
@@ -147,7 +141,6 @@ void build_softmax(EagerContext& c) {
   const uint32_t f = static_cast<uint32_t>(cols);
   TilePool x_pool = b.pool("x", in.dtype, f, buffers), work_pool = b.pool("work", DType::f32, f, buffers);
   TilePool y_pool = b.pool("y", c.out.dtype, f, buffers), stat_pool = b.pool("stats", DType::f32, 2, 3);
-  const bool log = c.op == OpId::log_softmax;
   const size_t rank = others.sizes.size();
   const int64_t rows = rank ? others.sizes.back() : 1;
   const int64_t in_row_stride = rank ? others.strides[0].back() : 0,
@@ -164,21 +157,9 @@ void build_softmax(EagerContext& c) {
       const uint16_t p = static_cast<uint16_t>(std::min<int64_t>(parts, rows - r0));
       const AccessPattern x = x_pool.next().rows(p), work = work_pool.next().rows(p),
                           y = y_pool.next().rows(p);
-      const Tile stats = stat_pool.next();
-      const AccessPattern row_max = stats.column(p, 0), row_sum = stats.column(p, 1);
       b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + r0 * in_row_stride, p, in_row_stride,
                             {{f, static_cast<int32_t>(in_col_stride)}}));
-      b.reduce(AluOp::max, row_max, x);
-      b.tensor_scalar(AluOp::subtract, work, x, row_max);
-      if (log) {
-        b.activate(ActFunc::exp, y, work, 1.0f, 0.0f, row_sum);  // y is scratch here
-        b.activate(ActFunc::log, row_sum, row_sum);
-        b.tensor_scalar(AluOp::subtract, y, work, row_sum);
-      } else {
-        b.activate(ActFunc::exp, work, work, 1.0f, 0.0f, row_sum);
-        b.activate(ActFunc::reciprocal, row_sum, row_sum);
-        b.tensor_scalar(AluOp::multiply, y, work, row_sum);
-      }
+      emit_softmax(b, c.op, y, x, work, stat_pool.next(), p);
       b.store(hbm_pattern(c.out_io, c.out.dtype, out_base + r0 * out_row_stride, p, out_row_stride,
                           {{f, static_cast<int32_t>(out_col_stride)}}),
               y);

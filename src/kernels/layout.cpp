@@ -159,46 +159,4 @@ void for_each_block(const LoopNest& input, uint16_t max_partitions, uint32_t max
   }
 }
 
-bool unary_activation(OpId op, const OpAttrs& attrs, ActFunc& func) {
-  switch (op) {
-    case OpId::neg: func = ActFunc::neg; return true;
-    case OpId::abs: func = ActFunc::abs; return true;
-    case OpId::exp: func = ActFunc::exp; return true;
-    case OpId::log: func = ActFunc::log; return true;
-    case OpId::sqrt: func = ActFunc::sqrt; return true;
-    case OpId::rsqrt: func = ActFunc::rsqrt; return true;
-    case OpId::reciprocal: func = ActFunc::reciprocal; return true;
-    case OpId::tanh: func = ActFunc::tanh; return true;
-    case OpId::sigmoid: func = ActFunc::sigmoid; return true;
-    case OpId::relu: func = ActFunc::relu; return true;
-    case OpId::silu: func = ActFunc::silu; return true;
-    case OpId::gelu:
-      func = attrs.approximate == GeluApproximate::tanh ? ActFunc::gelu_tanh : ActFunc::gelu;
-      return true;
-    case OpId::erf: func = ActFunc::erf; return true;
-    case OpId::sin: func = ActFunc::sin; return true;
-    case OpId::cos: func = ActFunc::cos; return true;
-    default: return false;
-  }
-}
-
-bool binary_alu(OpId op, BinaryAlu& out) {
-  switch (op) {
-    case OpId::add: out = {AluOp::add, false}; return true;
-    case OpId::sub: out = {AluOp::subtract, false}; return true;
-    case OpId::rsub: out = {AluOp::subtract, true}; return true;
-    case OpId::mul: out = {AluOp::multiply, false}; return true;
-    case OpId::div: out = {AluOp::divide, false}; return true;
-    case OpId::maximum: out = {AluOp::max, false}; return true;
-    case OpId::minimum: out = {AluOp::min, false}; return true;
-    case OpId::eq: out = {AluOp::is_equal, false}; return true;
-    case OpId::ne: out = {AluOp::not_equal, false}; return true;
-    case OpId::lt: out = {AluOp::is_lt, false}; return true;
-    case OpId::le: out = {AluOp::is_le, false}; return true;
-    case OpId::gt: out = {AluOp::is_gt, false}; return true;
-    case OpId::ge: out = {AluOp::is_ge, false}; return true;
-    default: return false;
-  }
-}
-
 }  // namespace sightline::kernels

@@ -49,16 +49,4 @@ inline AccessPattern block_pattern(const Block& blk, size_t op, uint32_t tensor,
                      {{blk.free, static_cast<int32_t>(blk.free_stride[op])}});
 }
 
-// The activation that implements a unary op (gelu reads attrs.approximate); false when the op has none
-// (pow). The eager kernels, the compiler's row loops and its matmul epilogues all lower through it.
-bool unary_activation(OpId op, const OpAttrs& attrs, ActFunc& func);
-
-// The Vector-engine ALU op of a binary elementwise op: out = alu(a, b), or alu(b, a) when `swapped`
-// (rsub(a, b) = b - a). False for an op that has none. The one mapping every lowering uses.
-struct BinaryAlu {
-  AluOp alu = AluOp::add;
-  bool swapped = false;
-};
-bool binary_alu(OpId op, BinaryAlu& out);
-
 }  // namespace sightline::kernels

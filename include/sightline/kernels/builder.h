@@ -168,6 +168,21 @@ class KernelBuilder {
   // Any instruction: hazards are tracked and semaphores inserted like for the helpers above.
   void emit(device::Instruction instruction, int dma_queue = -1);
 
+  // ---- kernels emitted into a larger program (the compiler's lowering) ----
+  // A tensor index for hbm_pattern that stands for I/O tensor `tensor` from element `element_offset`
+  // (of `dtype`) on: a kernel written against its own tensors then reads and writes part of another
+  // one (a view, a scratch buffer). Resolved to `tensor` when an instruction is emitted.
+  uint32_t view(uint32_t tensor, int64_t element_offset, DType dtype);
+  // One kernel's share of the builder: from begin_kernel() on, round-robin DMA placement restarts at
+  // queue 0, as in a builder of its own; end_kernel() frees every tile allocated since and puts the
+  // queue cursor back, so the kernel leaves the program's state as it found it.
+  struct KernelScope {
+    uint32_t first_tile_id = 0;
+    uint32_t queue_cursor = 0;
+  };
+  KernelScope begin_kernel();
+  void end_kernel(const KernelScope& scope);
+
   // Validates the program against the spec and returns it. The builder is spent afterwards.
   device::Executable build();
 
@@ -185,6 +200,15 @@ class KernelBuilder {
   uint32_t free_bytes(Memory memory) const;
   int next_queue();
   uint32_t add_io(std::string name, DType dtype, std::vector<int64_t> shape, device::IoKind kind);
+  void resolve_view(AccessPattern& ap) const;
+
+  // Tensor indices from kFirstView on are views (view()): the I/O tensor and the byte offset they add.
+  static constexpr uint32_t kFirstView = 0x80000000u;
+  struct View {
+    uint32_t tensor = 0;
+    uint64_t byte_offset = 0;
+  };
+  std::vector<View> views_;
 
   const device::Spec& spec_;
   device::Executable exe_;
