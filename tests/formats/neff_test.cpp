@@ -1,3 +1,4 @@
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -40,6 +41,12 @@ TEST(Neff, RoundTripIsEqualAndHashStable) {
   EXPECT_EQ(back, exe);
   EXPECT_EQ(neff_hash(back), neff_hash(exe));
   EXPECT_EQ(neff_serialize(back), bytes);
+  // The name's hash is folded while walking the executable; it is FNV-1a of the payload as written,
+  // and the checksum the header stores.
+  EXPECT_EQ(neff_hash(exe), fnv1a64(std::span(bytes).subspan(kNeffHeaderSize)));
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + 24, sizeof(stored));
+  EXPECT_EQ(neff_hash(exe), stored);
 
   const auto dir = std::filesystem::temp_directory_path() / "sightline_neff_test";
   std::filesystem::create_directories(dir);
