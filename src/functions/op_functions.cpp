@@ -1,6 +1,7 @@
 // The op functions of ops.h and the Tensor methods that are ops: each builds its attributes and goes
 // through dispatch(), so every op is seen by the observer hooks (and so by the profiler).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
@@ -133,6 +134,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   attrs.eps = eps;
   const Tensor inputs[] = {x, weight, bias};
   return dispatch(OpId::layer_norm, inputs, attrs);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, bool is_causal, std::optional<double> scale,
+                                    bool enable_gqa) {
+  OpAttrs attrs;
+  attrs.is_causal = is_causal;
+  attrs.enable_gqa = enable_gqa;
+  // torch's default: 1 / sqrt(E), E the query's last dim.
+  const double e = query.defined() && query.dim() >= 1 ? static_cast<double>(query.shape().back()) : 1.0;
+  attrs.scalar = scale ? *scale : 1.0 / std::sqrt(e);
+  const Tensor inputs[] = {query, key, value, attn_mask};
+  return dispatch(OpId::scaled_dot_product_attention, inputs, attrs);
 }
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {

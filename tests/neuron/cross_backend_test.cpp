@@ -154,6 +154,11 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
       }
     }
   }
+  {
+    const Pair a = input({130, 300}, dtype(), g_);
+    expect_same(sum(gt(a.dev, 0.0), {-1}), sum(gt(a.cpu, 0.0), {-1}), "sum of a bool tensor (i32 count)");
+    expect_same(sum(gt(a.dev, 0.0)), sum(gt(a.cpu, 0.0)), "sum of a bool tensor, all dims");
+  }
   if (!floating()) return;
   for (int dim : {-1, 0}) {
     const Pair a = input({130, 70}, dtype(), g_);
@@ -182,6 +187,38 @@ TEST_P(CrossBackend, MatmulLinearNormalization) {
               "layer_norm with a weight only", 8);
   expect_same(rms_norm(y.dev, Tensor(), 1e-6), rms_norm(y.cpu, Tensor(), 1e-6), "rms_norm without weight", 4);
   expect_same(linear(x.dev, w.dev), linear(x.cpu, w.cpu), "linear without bias", 20);
+}
+
+TEST_P(CrossBackend, ScaledDotProductAttention) {
+  if (dtype() == DType::i32) GTEST_SKIP() << "attention takes floating-point operands";
+  // Two query tiles (130 > 128 partitions) and two key chunks (200 > 128) per head.
+  const Pair q = input({2, 3, 130, 64}, dtype(), g_), k = input({2, 3, 200, 64}, dtype(), g_),
+             v = input({2, 3, 200, 48}, dtype(), g_);
+  const double tol = 8;
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev), scaled_dot_product_attention(q.cpu, k.cpu, v.cpu),
+              "sdpa", tol);
+  // An additive padding mask [B, 1, 1, S], as ESM-2 builds it (finfo.min on padded keys).
+  const Tensor pad_cpu = where(gt(randn({2, 1, 1, 200}, DType::f32, &g_), 1.0), full({}, -1e30, DType::f32),
+                               zeros({}, DType::f32))
+                             .to(dtype());
+  const Tensor pad_dev = pad_cpu.to(neuron0());
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev, pad_dev, false, 1.0),
+              scaled_dot_product_attention(q.cpu, k.cpu, v.cpu, pad_cpu, false, 1.0), "sdpa additive mask", tol);
+  // A bool mask [L, S] broadcast over batch and heads (true = attend).
+  const Tensor keep_cpu = ge(randn({130, 200}, DType::f32, &g_), -0.5), keep_dev = keep_cpu.to(neuron0());
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev, keep_dev),
+              scaled_dot_product_attention(q.cpu, k.cpu, v.cpu, keep_cpu), "sdpa bool mask", tol);
+  // Causal, a scale, and q / k as transposed views of [B, L, H, E] (what .view().transpose(1, 2) gives).
+  const Pair qh = input({1, 150, 2, 32}, dtype(), g_), kh = input({1, 150, 2, 32}, dtype(), g_),
+             vh = input({1, 2, 150, 32}, dtype(), g_);
+  expect_same(scaled_dot_product_attention(qh.dev.transpose(1, 2), kh.dev.transpose(1, 2), vh.dev, {}, true, 0.3),
+              scaled_dot_product_attention(qh.cpu.transpose(1, 2), kh.cpu.transpose(1, 2), vh.cpu, {}, true, 0.3),
+              "sdpa causal, transposed views", tol);
+  // Grouped-query attention: 4 query heads over 2 key/value heads.
+  const Pair gq = input({1, 4, 40, 32}, dtype(), g_), gk = input({1, 2, 60, 32}, dtype(), g_),
+             gv = input({1, 2, 60, 32}, dtype(), g_);
+  expect_same(scaled_dot_product_attention(gq.dev, gk.dev, gv.dev, {}, true, std::nullopt, true),
+              scaled_dot_product_attention(gq.cpu, gk.cpu, gv.cpu, {}, true, std::nullopt, true), "sdpa gqa", tol);
 }
 
 TEST_P(CrossBackend, Movement) {

@@ -22,6 +22,7 @@ void rms_norm_kernel(const OpCall& call, Tensor& out);
 void layer_norm_kernel(const OpCall& call, Tensor& out);
 void cat_kernel(const OpCall& call, Tensor& out);
 void embedding_kernel(const OpCall& call, Tensor& out);
+void attention_kernel(const OpCall& call, Tensor& out);  // scaled_dot_product_attention
 
 // The input converted to `dtype` (a contiguous copy) when its dtype differs, else itself.
 Tensor as_dtype(const Tensor& t, DType dtype);
