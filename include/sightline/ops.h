@@ -77,6 +77,8 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, attention, none }
   X(amax, "aten::amax", 1, reduction, per_input, 1, false)                        \
   X(softmax, "aten::softmax", 1, reduction, per_input, 5, false)                  \
   X(log_softmax, "aten::log_softmax", 1, reduction, per_input, 5, false)          \
+  X(cumsum, "aten::cumsum", 1, reduction, per_input, 1, false)                    \
+  X(argmax, "aten::argmax", 1, reduction, per_input, 1, false)                    \
   X(matmul, "aten::matmul", 2, matmul, matmul, 2, false)                          \
   X(linear, "aten::linear", 3, matmul, matmul, 2, false)                          \
   X(rms_norm, "aten::rms_norm", 2, normalization, per_input, 4, false)            \
@@ -255,6 +257,11 @@ Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// cumsum along dim (a scan): out[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...], the input's
+// dtype (bool sums as i32; floats accumulate in f32). argmax: the index (i32; torch's int64) of the
+// largest value along dim, the first one on ties, a NaN above every number (as torch).
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 
 // matmul: 1-D and 2-D operands, and batched operands whose batch dims broadcast, as torch.matmul.
 Tensor matmul(const Tensor& a, const Tensor& b);

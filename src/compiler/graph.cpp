@@ -245,8 +245,11 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
     case OpId::mean:
     case OpId::amax:
       return fmt::format(" {{dims={}, keepdim={}}}", a.dims, a.keepdim);
+    case OpId::argmax:
+      return fmt::format(" {{dim={}, keepdim={}}}", a.dim, a.keepdim);
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::cumsum:
     case OpId::cat:
     case OpId::unsqueeze:
     case OpId::squeeze:

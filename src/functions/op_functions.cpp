@@ -113,6 +113,14 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::amax, x, dims, keepdim); }
 Tensor softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::softmax, x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::log_softmax, x, dim); }
+Tensor cumsum(const Tensor& x, int64_t dim) { return along_dim(OpId::cumsum, x, dim); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  attrs.keepdim = keepdim;
+  const Tensor inputs[] = {x};
+  return dispatch(OpId::argmax, inputs, attrs);
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return binary(OpId::matmul, a, b); }
 

@@ -82,6 +82,10 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
       SIGHTLINE_CHECK(inputs.size() == 1, "{} needs one tensor input, got {}", info.name, inputs.size());
       if (op == OpId::softmax || op == OpId::log_softmax) {
         build_softmax(c);
+      } else if (op == OpId::cumsum) {
+        build_cumsum(c);
+      } else if (op == OpId::argmax) {
+        build_argmax(c);
       } else {
         build_reduction(c);
       }

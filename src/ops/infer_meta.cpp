@@ -34,7 +34,7 @@ DType promote_scalar(DType t, double scalar) {
 // to cast, instead of torch's mix of bool results, integer results and errors.
 bool reads_bool(OpId op) {
   return op_is_comparison(op) || op_is_select(op) || op == OpId::scaled_dot_product_attention || op == OpId::sum ||
-         op == OpId::to_copy || op == OpId::contiguous ||
+         op == OpId::cumsum || op == OpId::to_copy || op == OpId::contiguous ||
          op == OpId::copy || op == OpId::cat || op_info(op).is_view;
 }
 
@@ -265,6 +265,19 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
                       "aten::mean: could not infer the output dtype of {}; the input must be floating point (cast "
                       "with .to(DType::f32))", in[0].describe());
       return {reduced_shape(in[0], at.dims, at.keepdim, call.op), in[0].dtype()};
+    case OpId::cumsum: {
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "aten::cumsum: needs a tensor of at least 1 dim, got {}", in[0].describe());
+      normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      return {in[0].shape(), in[0].dtype() == DType::boolean ? DType::i32 : in[0].dtype()};
+    }
+    case OpId::argmax: {
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "aten::argmax: needs a tensor of at least 1 dim, got {}; flatten it first",
+                      in[0].describe());
+      const int d = normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      SIGHTLINE_CHECK(in[0].shape()[d] > 0, "aten::argmax: dim {} of {} is empty; argmax of no elements is undefined",
+                      at.dim, in[0].describe());
+      return {reduced_shape(in[0], Dims{at.dim}, at.keepdim, call.op), DType::i32};
+    }
     case OpId::softmax:
     case OpId::log_softmax:
       check_floating(in[0], call.op);

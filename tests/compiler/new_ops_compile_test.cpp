@@ -112,5 +112,33 @@ TEST(CompiledNewOps, AttentionIsOneFusedOpInTheProgram) {
   }
 }
 
+// cumsum and argmax (the scan and index instructions) inside a compiled program, after a row-fusable op.
+std::vector<Tensor> scan_ops(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];
+  return {cumsum(x * 2.0, 1), argmax(exp(x), 1), cumsum(gt(x, 0.0), 0), argmax(x, 0, true)};
+}
+
+TEST(CompiledNewOps, CumsumAndArgmaxLowerIntoTheProgram) {
+  Generator g(34);
+  const std::vector<Tensor> host = {randn({130, 40}, {}, &g)};
+  auto compiled = compile(&scan_ops);
+  const std::string dump = compiled.graph_dump(host);
+  EXPECT_NE(dump.find("aten::cumsum("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("i32[130] = aten::argmax("), std::string::npos) << dump;
+  const std::vector<Tensor> expected = scan_ops(host);
+  const std::vector<Tensor> dev = {host[0].to(kCore0)};
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "op by op");
+    auto program = compile(&scan_ops, CompileOptions{.optimize = optimize});
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = program(dev); }).size(), 1u);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      SCOPED_TRACE(i);
+      expect_close(actual[i], expected[i], 1e-4, 1e-4);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sightline

@@ -159,7 +159,28 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
     expect_same(sum(gt(a.dev, 0.0), {-1}), sum(gt(a.cpu, 0.0), {-1}), "sum of a bool tensor (i32 count)");
     expect_same(sum(gt(a.dev, 0.0)), sum(gt(a.cpu, 0.0)), "sum of a bool tensor, all dims");
   }
+  // cumsum and argmax: rows across partitions, the dim along the free axis, in one chunk and in several
+  // (10000 > the kernels' 4096-element chunks), along a strided dim, and a bool cumsum.
+  for (const auto& [shape, dim] : std::vector<std::pair<Dims, int>>{{{130, 300}, -1}, {{130, 300}, 0},
+                                                                     {{3, 10000}, 1}, {{4, 5, 6}, 1}}) {
+    const Pair a = input(shape, dtype(), g_);
+    const double n = static_cast<double>(shape[dim < 0 ? shape.size() + dim : dim]);
+    expect_same(cumsum(a.dev, dim), cumsum(a.cpu, dim), fmt::format("cumsum {} dim {}", shape, dim), n);
+    expect_same(argmax(a.dev, dim), argmax(a.cpu, dim), fmt::format("argmax {} dim {}", shape, dim));
+    expect_same(argmax(a.dev, dim, true), argmax(a.cpu, dim, true), fmt::format("argmax keepdim {}", shape));
+  }
+  {
+    const Pair a = input({130, 70}, dtype(), g_);
+    expect_same(cumsum(gt(a.dev, 0.0), 1), cumsum(gt(a.cpu, 0.0), 1), "cumsum of a bool tensor (i32)");
+  }
   if (!floating()) return;
+  {
+    // A NaN wins argmax and a tie keeps the first index, in the first chunk and past it.
+    std::vector<float> v(2 * 9000, 0.0f);
+    v[5] = 7.0f, v[6000] = 7.0f, v[9000 + 8000] = NAN, v[9000 + 10] = 9.0f;
+    const Tensor cpu = from_vector(v, {2, 9000}).to(dtype());
+    expect_same(argmax(cpu.to(neuron0()), 1), argmax(cpu, 1), "argmax ties and NaN");
+  }
   for (int dim : {-1, 0}) {
     const Pair a = input({130, 70}, dtype(), g_);
     expect_same(softmax(a.dev, dim), softmax(a.cpu, dim), fmt::format("softmax {}", dim), 2);

@@ -355,6 +355,42 @@ TEST_P(OpReference, ScaledDotProductAttention) {
                expected(cat({k1, k1}, 1), cat({v1, v1}, 1), nullptr, 1.0 / std::sqrt(8.0)), dtype(), "sdpa gqa", tol);
 }
 
+// cumsum and argmax along each dim, against index arithmetic over the f64 reference values.
+TEST_P(OpReference, CumsumAndArgmax) {
+  for (const Dims& shape : kShapes) {
+    const Tensor x = in(shape);
+    const Ref rx = to_ref(x);
+    for (int dim = 0; dim < shape.size(); ++dim) {
+      Ref sums{shape, std::vector<double>(rx.v.size())};
+      Dims reduced = shape;
+      reduced[dim] = 1;
+      Ref best{reduced, std::vector<double>(rx.v.size() / static_cast<size_t>(shape[dim]))};
+      for (size_t i = 0; i < rx.v.size(); ++i) {
+        Dims idx = unravel(shape, static_cast<int64_t>(i));
+        const int64_t at = idx[dim];
+        double acc = 0;
+        int64_t arg = 0;
+        double top = -INFINITY;
+        for (int64_t j = 0; j < shape[dim]; ++j) {
+          idx[dim] = j;
+          const double v = rx.v[static_cast<size_t>(flat_index(shape, idx))];
+          if (j <= at) acc += v;
+          if (v > top) top = v, arg = j;
+        }
+        sums.v[i] = acc;
+        idx[dim] = 0;
+        best.v[static_cast<size_t>(flat_index(reduced, idx))] = static_cast<double>(arg);
+      }
+      const double n = static_cast<double>(shape[dim]);
+      expect_close(cumsum(x, dim), round_to(sums, dtype()), dtype(), fmt::format("cumsum {} dim {}", shape, dim), n);
+      const Tensor a = argmax(x, dim, true);
+      EXPECT_EQ(a.dtype(), DType::i32);
+      // Ties (integer inputs) keep the first index, as the reference does.
+      EXPECT_EQ(to_ref(a).v, best.v) << fmt::format("argmax {} dim {}", shape, dim);
+    }
+  }
+}
+
 TEST_P(OpReference, Movement) {
   const Tensor a = in({2, 3}), b = in({2, 5});
   const Tensor c = cat({a, b}, 1);
@@ -426,7 +462,7 @@ TEST(OpReferenceCoverage, EveryOpHasACase) {
       OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge, OpId::where, OpId::masked_fill, OpId::exp,
       OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid,
       OpId::relu, OpId::silu, OpId::gelu, OpId::erf, OpId::sin, OpId::cos, OpId::to_copy, OpId::fill, OpId::sum,
-      OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::matmul, OpId::linear, OpId::rms_norm,
+      OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::cumsum, OpId::argmax, OpId::matmul, OpId::linear, OpId::rms_norm,
       OpId::layer_norm, OpId::scaled_dot_product_attention, OpId::contiguous,
       OpId::copy /* backend_test: Registry.CustomBackendRegistersLikeCpu */, OpId::cat, OpId::embedding, OpId::view,
       OpId::reshape, OpId::transpose, OpId::permute, OpId::slice, OpId::expand, OpId::unsqueeze,
