@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -20,7 +21,8 @@
 
 namespace sightline {
 
-enum class OpKind : uint8_t { elementwise, reduction, movement, matmul, normalization };
+// attention: scaled_dot_product_attention, two matmuls around a softmax in one kernel.
+enum class OpKind : uint8_t { elementwise, reduction, movement, matmul, normalization, attention };
 std::string_view op_kind_name(OpKind kind);
 
 // How an op's FLOPs are counted (bytes are always: bytes of the inputs read + bytes written, except
@@ -28,8 +30,10 @@ std::string_view op_kind_name(OpKind kind);
 //   per_output: k FLOPs per output element (elementwise)
 //   per_input:  k FLOPs per element of the first input (reductions, normalizations, softmax)
 //   matmul:     2 * M * N * K (+ M * N for a bias)
+//   attention:  2 * L * S * E (q k^T) + 2 * L * S * Ev (p v) per batch and head, + k * L * S (the
+//               scale, mask and softmax)
 //   none:       0 (movement)
-enum class CostRule : uint8_t { per_output, per_input, matmul, none };
+enum class CostRule : uint8_t { per_output, per_input, matmul, attention, none };
 
 // X(id, profiler name, tensor arity, kind, cost rule, k, is_view)
 // Ops marked is_view only rewrite metadata: they run the same code for every backend and never look
@@ -73,10 +77,13 @@ enum class CostRule : uint8_t { per_output, per_input, matmul, none };
   X(amax, "aten::amax", 1, reduction, per_input, 1, false)                        \
   X(softmax, "aten::softmax", 1, reduction, per_input, 5, false)                  \
   X(log_softmax, "aten::log_softmax", 1, reduction, per_input, 5, false)          \
+  X(cumsum, "aten::cumsum", 1, reduction, per_input, 1, false)                    \
+  X(argmax, "aten::argmax", 1, reduction, per_input, 1, false)                    \
   X(matmul, "aten::matmul", 2, matmul, matmul, 2, false)                          \
   X(linear, "aten::linear", 3, matmul, matmul, 2, false)                          \
   X(rms_norm, "aten::rms_norm", 2, normalization, per_input, 4, false)            \
   X(layer_norm, "aten::layer_norm", 3, normalization, per_input, 8, false)        \
+  X(scaled_dot_product_attention, "aten::scaled_dot_product_attention", 4, attention, attention, 7, false) \
   X(contiguous, "aten::contiguous", 1, movement, none, 0, false)                  \
   X(copy, "aten::copy_", 1, movement, none, 0, false)                             \
   X(cat, "aten::cat", -1, movement, none, 0, false)                               \
@@ -154,6 +161,8 @@ struct OpAttrs {
   DType dtype = DType::f32;               // to_copy
   Device device;                          // copy: the destination device
   GeluApproximate approximate = GeluApproximate::none;  // gelu
+  bool is_causal = false;   // scaled_dot_product_attention (its scale is `scalar`)
+  bool enable_gqa = false;  // scaled_dot_product_attention
 };
 
 // One op application as the dispatcher, the observer hooks and the kernels see it.
@@ -248,6 +257,11 @@ Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// cumsum along dim (a scan): out[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...], the input's
+// dtype (bool sums as i32; floats accumulate in f32). argmax: the index (i32; torch's int64) of the
+// largest value along dim, the first one on ties, a NaN above every number (as torch).
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 
 // matmul: 1-D and 2-D operands, and batched operands whose batch dims broadcast, as torch.matmul.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -257,6 +271,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // layer_norm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// scaled_dot_product_attention, as torch.nn.functional.scaled_dot_product_attention (inference: no
+// dropout): softmax(q k^T * scale + bias) v for q [..., L, E], k [..., S, E], v [..., S, Ev] ->
+// [..., L, Ev], one fused op (one executable on the device; the scores stay on chip). `attn_mask`
+// (optional) broadcasts to [..., L, S]: bool (true = attend; false = -inf) or additive of q's dtype.
+// `is_causal` masks key j > query i (the top-left causal mask torch builds; not with attn_mask).
+// `scale` defaults to 1/sqrt(E). With `enable_gqa` the heads
+// (dim -3) of k and v may divide those of q: query head h reads key/value head h / (Hq / Hkv), as
+// torch's repeat_interleave of k and v; without it the leading dims must match.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
 // chunk: `chunks` views along dim of size ceil(n / chunks) (the last may be smaller, fewer when n is
 // small), as torch.chunk; split: views of `split_size` along dim (the last the remainder), or of the

@@ -36,7 +36,7 @@ from ._sightline import (  # noqa: F401  (the public names of the package)
     host_clock,
     op_table,
     # the ops with attributes (the elementwise ops are re-exported from the op table below)
-    sum, mean, amax, softmax, log_softmax, pow, matmul, linear, cat, embedding, where, masked_fill, select,
+    sum, mean, amax, softmax, log_softmax, cumsum, argmax, pow, matmul, linear, cat, embedding, where, masked_fill, select,
     chunk, split,
 )
 from . import _tensor  # noqa: F401  (adds the Python-side Tensor methods)

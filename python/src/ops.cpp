@@ -166,6 +166,20 @@ void init_ops(py::module_& m) {
   };
   auto softmax_fn = [](const Tensor& x, int64_t dim) { return softmax(x, dim); };
   auto log_softmax_fn = [](const Tensor& x, int64_t dim) { return log_softmax(x, dim); };
+  auto cumsum_fn = [](const Tensor& x, int64_t dim) { return cumsum(x, dim); };
+  // argmax(dim=None): the index into the flattened tensor, as torch.
+  auto argmax_fn = [](const Tensor& x, const py::object& dim, bool keepdim) {
+    if (dim.is_none()) {
+      py::gil_scoped_release release;
+      const Tensor flat = x.reshape({x.numel()});
+      Tensor index = argmax(flat, 0);
+      if (keepdim) index = index.reshape(Dims::filled(x.dim(), 1));
+      return index;
+    }
+    const int64_t d = dim.cast<int64_t>();
+    py::gil_scoped_release release;
+    return argmax(x, d, keepdim);
+  };
   auto pow_fn = [](const Tensor& x, double e) { return pow(x, e); };
   auto matmul_fn = [](const Tensor& a, const Tensor& b) { return matmul(a, b); };
   m.def("sum", sum_fn, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
@@ -173,6 +187,8 @@ void init_ops(py::module_& m) {
   m.def("amax", amax_fn, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
   m.def("softmax", softmax_fn, py::arg("input"), py::arg("dim"), release_gil());
   m.def("log_softmax", log_softmax_fn, py::arg("input"), py::arg("dim"), release_gil());
+  m.def("cumsum", cumsum_fn, py::arg("input"), py::arg("dim"), release_gil());
+  m.def("argmax", argmax_fn, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
   m.def("pow", pow_fn, py::arg("input"), py::arg("exponent"), release_gil());
   m.def("matmul", matmul_fn, py::arg("input"), py::arg("other"), release_gil());
   t.def("sum", sum_fn, py::arg("dim") = py::none(), py::arg("keepdim") = false);
@@ -180,6 +196,8 @@ void init_ops(py::module_& m) {
   t.def("amax", amax_fn, py::arg("dim") = py::none(), py::arg("keepdim") = false);
   t.def("softmax", softmax_fn, py::arg("dim"), release_gil());
   t.def("log_softmax", log_softmax_fn, py::arg("dim"), release_gil());
+  t.def("cumsum", cumsum_fn, py::arg("dim"), release_gil());
+  t.def("argmax", argmax_fn, py::arg("dim") = py::none(), py::arg("keepdim") = false);
   t.def("pow", pow_fn, py::arg("exponent"), release_gil());
   t.def("matmul", matmul_fn, py::arg("other"), release_gil());
 
@@ -199,6 +217,17 @@ void init_ops(py::module_& m) {
         return rms_norm(x, w, eps);
       },
       py::arg("input"), py::arg("weight"), py::arg("eps"));
+  m.def(
+      "_scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask, bool is_causal,
+         const py::object& scale, bool enable_gqa) {
+        const Tensor mask = optional_tensor(attn_mask);
+        const std::optional<double> s = scale.is_none() ? std::nullopt : std::optional(scale.cast<double>());
+        py::gil_scoped_release release;
+        return scaled_dot_product_attention(q, k, v, mask, is_causal, s, enable_gqa);
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask"), py::arg("is_causal"),
+      py::arg("scale"), py::arg("enable_gqa"));
   m.def(
       "_layer_norm",
       [](const Tensor& x, const py::object& weight, const py::object& bias, double eps) {

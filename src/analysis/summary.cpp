@@ -91,6 +91,10 @@ std::optional<double> op_table_flops(const device::Executable& exe) {
       const double bias = inputs.size() >= 3 ? 1.0 : 0.0;
       return (2.0 * static_cast<double>(*contraction) + bias) * shape_elements(outputs[0]->shape);
     }
+    case CostRule::attention:
+      // q, k, v are declared as flat storage when the kernel reads them through strides (the models'
+      // transposed heads), so their shapes do not always give L, S and E: count from the instructions.
+      return std::nullopt;
   }
   return std::nullopt;
 }

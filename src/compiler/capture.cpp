@@ -168,12 +168,15 @@ bool rebuild_from(const Dims& base_shape, const Tensor& view, std::vector<ViewSt
 
 // A finer contiguous shape of the base whose dims line up with the view's strides and extents, so that a
 // split followed by a transpose (x.reshape({b, s, h, d}).transpose(1, 2)) maps each view dim to one
-// base dim. The base shape itself when the strides do not form a chain of divisors.
-Dims refined_base_shape(const Dims& base_shape, const Tensor& view) {
+// base dim. The base shape itself when the strides do not form a chain of divisors. With
+// `keep_base_dims` false the base's own dims are not kept, so that base dims the view walks as one are
+// merged: repeat_kv's [b, kv, n_rep, s, d] copy reshaped to [b, kv * n_rep, s, d] and transposed is
+// [kv * n_rep, s, d] permuted. (The base is contiguous, so any shape of its size is a reshape of it.)
+Dims refined_base_shape(const Dims& base_shape, const Tensor& view, bool keep_base_dims) {
   const int64_t numel = base_shape.product();
   std::vector<int64_t> strides;
   const Dims base_strides = contiguous_strides(base_shape);
-  for (int j = 0; j < base_shape.size(); ++j) strides.push_back(base_strides[j]);
+  for (int j = 0; keep_base_dims && j < base_shape.size(); ++j) strides.push_back(base_strides[j]);
   for (int d = 0; d < view.dim(); ++d) {
     if (view.shape()[d] <= 1 || view.strides()[d] <= 0) continue;
     strides.push_back(view.strides()[d]);
@@ -208,8 +211,10 @@ bool rebuild_view(const TensorMeta& base, const Tensor& view, std::vector<ViewSt
     steps.back().attrs.dims = view.shape();
     return matches();
   }
-  const Dims refined = refined_base_shape(base.shape, view);
-  for (const Dims& shape : {refined, base.shape}) {
+  // The candidates in turn; each is checked by rebuilding the view from it.
+  const Dims refined = refined_base_shape(base.shape, view, true);
+  const Dims merged = refined_base_shape(base.shape, view, false);
+  for (const Dims& shape : {refined, base.shape, merged}) {
     steps.clear();
     if (!(shape == base.shape)) {
       steps.push_back({OpId::reshape, {}});

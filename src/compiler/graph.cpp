@@ -136,7 +136,7 @@ std::string meta_text(const TensorMeta& m) { return fmt::format("{}{}", dtype_na
 
 bool optional_input(OpId op, size_t index) {
   return (op == OpId::linear && index == 2) || (op == OpId::rms_norm && index == 1) ||
-         (op == OpId::layer_norm && index >= 1);
+         (op == OpId::layer_norm && index >= 1) || (op == OpId::scaled_dot_product_attention && index == 3);
 }
 
 size_t expected_arity(const Node& n) {
@@ -245,8 +245,11 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
     case OpId::mean:
     case OpId::amax:
       return fmt::format(" {{dims={}, keepdim={}}}", a.dims, a.keepdim);
+    case OpId::argmax:
+      return fmt::format(" {{dim={}, keepdim={}}}", a.dim, a.keepdim);
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::cumsum:
     case OpId::cat:
     case OpId::unsqueeze:
     case OpId::squeeze:
@@ -256,6 +259,8 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
       return fmt::format(" {{eps={}}}", a.eps);
     case OpId::to_copy:
       return fmt::format(" {{dtype={}}}", dtype_name(a.dtype));
+    case OpId::scaled_dot_product_attention:
+      return fmt::format(" {{scale={}, is_causal={}, enable_gqa={}}}", a.scalar, a.is_causal, a.enable_gqa);
     case OpId::fill:
       return fmt::format(" {{value={}}}", a.scalar);
     case OpId::view:

@@ -75,6 +75,9 @@ uint64_t instruction_flops(const Instruction& in) {
       return in.dst.elements();
     case Opcode::tensor_reduce:
     case Opcode::partition_all_reduce:
+    case Opcode::tensor_scan:
+    case Opcode::max8:
+    case Opcode::find_index8:
       return in.src0.elements();
     case Opcode::bn_stats:
       return 2 * in.src0.elements();  // sum and sum of squares

@@ -642,6 +642,12 @@ void FunctionalExecutor::execute(const Instruction& in) {
       return dma(in);
     case Opcode::dma_gather:
       return gather(in);
+    case Opcode::tensor_scan:
+      return scan(in);
+    case Opcode::max8:
+      return top_values(in);
+    case Opcode::find_index8:
+      return find_indices(in);
   }
 }
 

@@ -79,6 +79,10 @@ class FunctionalExecutor {
   void dma(const Instruction& in);
   bool transpose_rows(const View& src, const View& dst);
   void gather(const Instruction& in);
+  // tensor_scan, max8, find_index8 (functional_scan.cpp).
+  void scan(const Instruction& in);
+  void top_values(const Instruction& in);
+  void find_indices(const Instruction& in);
 
   const Executable& exe_;
   OnChipMemory& sbuf_;

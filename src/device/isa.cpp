@@ -107,6 +107,9 @@ Engine opcode_engine(Opcode op) {
     case Opcode::tensor_reduce:
     case Opcode::bn_stats:
     case Opcode::tensor_copy:
+    case Opcode::tensor_scan:
+    case Opcode::max8:
+    case Opcode::find_index8:
       return Engine::vector;
     case Opcode::activate:
       return Engine::scalar;
@@ -208,6 +211,18 @@ Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table,
                        const AccessPattern& row_indices) {
   Instruction in = make(Opcode::dma_gather, 0, dst, table);
   in.src1 = row_indices;
+  return in;
+}
+
+Instruction tensor_scan(AluOp op, const AccessPattern& dst, const AccessPattern& src) {
+  return make(Opcode::tensor_scan, static_cast<uint8_t>(op), dst, src);
+}
+
+Instruction max8(const AccessPattern& dst, const AccessPattern& src) { return make(Opcode::max8, 0, dst, src); }
+
+Instruction find_index8(const AccessPattern& dst, const AccessPattern& src, const AccessPattern& values) {
+  Instruction in = make(Opcode::find_index8, 0, dst, src);
+  in.src1 = values;
   return in;
 }
 

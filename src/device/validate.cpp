@@ -37,6 +37,11 @@ OperandRule rule_for(Opcode op) {
       return {Need::required, Need::required, Need::required, Need::none};
     case Opcode::iota:
       return {Need::required, Need::none, Need::none, Need::none};
+    case Opcode::tensor_scan:
+    case Opcode::max8:
+      return {Need::required, Need::required, Need::none, Need::none};
+    case Opcode::find_index8:
+      return {Need::required, Need::required, Need::required, Need::none};
   }
   return {};
 }
@@ -71,7 +76,8 @@ class Checker {
             engine_name(in.engine()), engine_name(engine));
     }
     const bool uses_alu = in.opcode == Opcode::tensor_tensor || in.opcode == Opcode::tensor_scalar ||
-                          in.opcode == Opcode::tensor_reduce || in.opcode == Opcode::partition_all_reduce;
+                          in.opcode == Opcode::tensor_reduce || in.opcode == Opcode::partition_all_reduce ||
+                          in.opcode == Opcode::tensor_scan;
     if (uses_alu && in.func >= kAluOpCount) error("ALU op {} does not exist", int(in.func));
     if (in.opcode == Opcode::activate && in.func >= kActFuncCount)
       error("activation {} does not exist", int(in.func));
@@ -79,6 +85,10 @@ class Checker {
         in.alu() != AluOp::add && in.alu() != AluOp::max && in.alu() != AluOp::min &&
         in.alu() != AluOp::multiply) {
       error("reductions take add, max, min or multiply, not {}", alu_op_name(in.alu()));
+    }
+    if (in.opcode == Opcode::tensor_scan && in.alu() != AluOp::add && in.alu() != AluOp::max &&
+        in.alu() != AluOp::min) {
+      error("tensor_scan takes add, max or min, not {}", alu_op_name(in.alu()));
     }
     for (const auto& w : in.waits) {
       if (w.semaphore >= exe_.semaphore_count) {
@@ -262,6 +272,19 @@ class Checker {
         break;
       case Opcode::iota:
         break;
+      case Opcode::tensor_scan:
+        same_shape(in.dst, "dst", in.src0, "src0");
+        break;
+      case Opcode::max8:
+      case Opcode::find_index8: {
+        const uint64_t k = in.dst.free_elements();
+        if (in.dst.partition_count != in.src0.partition_count || k < 1 || k > 8 || k > in.src0.free_elements()) {
+          error("dst must be [{}, k] with 1 <= k <= 8 and k <= src0's free size {}, got [{}, {}]",
+                in.src0.partition_count, in.src0.free_elements(), in.dst.partition_count, k);
+        }
+        if (in.opcode == Opcode::find_index8) per_partition(in.src1, "values src1", in.src0, k);
+        break;
+      }
     }
   }
 

@@ -159,7 +159,21 @@ class Reader : public ByteReader {
 
   Instruction get_instruction() {
     Instruction in;
-    in.opcode = get_enum<device::Opcode>(device::kOpcodeCount, "opcode");
+    {
+      // An opcode past the table is most likely an instruction a newer build added (the table only
+      // grows at its end), not damage: say so, and what to do.
+      const size_t at = pos_;
+      const uint8_t v = get<uint8_t>("opcode");
+      if (v >= device::kOpcodeCount) {
+        fail("NEFF '{}': the instruction at byte offset {} has opcode {}, which this build does not know (it "
+             "knows 0..{}, {} the last); the file was most likely written by a newer sightline with more "
+             "instructions (if no newer build wrote it, the file is corrupt): read it with that version, or rebuild the "
+             "executable with this one",
+             origin_, base_ + at, v, device::kOpcodeCount - 1,
+             device::opcode_name(static_cast<device::Opcode>(device::kOpcodeCount - 1)));
+      }
+      in.opcode = static_cast<device::Opcode>(v);
+    }
     const size_t func_at = pos_;
     in.func = get<uint8_t>("function");
     const bool activation = in.opcode == device::Opcode::activate;

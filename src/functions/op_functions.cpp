@@ -1,6 +1,7 @@
 // The op functions of ops.h and the Tensor methods that are ops: each builds its attributes and goes
 // through dispatch(), so every op is seen by the observer hooks (and so by the profiler).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
@@ -112,6 +113,14 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return reduction(OpId::amax, x, dims, keepdim); }
 Tensor softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::softmax, x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return along_dim(OpId::log_softmax, x, dim); }
+Tensor cumsum(const Tensor& x, int64_t dim) { return along_dim(OpId::cumsum, x, dim); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  attrs.keepdim = keepdim;
+  const Tensor inputs[] = {x};
+  return dispatch(OpId::argmax, inputs, attrs);
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return binary(OpId::matmul, a, b); }
 
@@ -133,6 +142,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   attrs.eps = eps;
   const Tensor inputs[] = {x, weight, bias};
   return dispatch(OpId::layer_norm, inputs, attrs);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, bool is_causal, std::optional<double> scale,
+                                    bool enable_gqa) {
+  OpAttrs attrs;
+  attrs.is_causal = is_causal;
+  attrs.enable_gqa = enable_gqa;
+  // torch's default: 1 / sqrt(E), E the query's last dim.
+  const double e = query.defined() && query.dim() >= 1 ? static_cast<double>(query.shape().back()) : 1.0;
+  attrs.scalar = scale ? *scale : 1.0 / std::sqrt(e);
+  const Tensor inputs[] = {query, key, value, attn_mask};
+  return dispatch(OpId::scaled_dot_product_attention, inputs, attrs);
 }
 
 Tensor cat(std::span<const Tensor> tensors, int64_t dim) {

@@ -50,6 +50,7 @@ std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const 
   key += fmt::format("|s={}:{}|dims={}|k={}|d={},{}|sl={},{},{}|eps={}|t={}", attrs.scalar, attrs.has_scalar,
                      attrs.dims, attrs.keepdim, attrs.dim, attrs.dim1, attrs.start, attrs.end, attrs.step,
                      attrs.eps, dtype_name(attrs.dtype));
+  if (attrs.is_causal || attrs.enable_gqa) key += fmt::format("|causal={}|gqa={}", attrs.is_causal, attrs.enable_gqa);
   if (attrs.approximate != GeluApproximate::none)
     key += fmt::format("|approximate={}", gelu_approximate_name(attrs.approximate));
   return key;
@@ -99,6 +100,10 @@ void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> in
       SIGHTLINE_CHECK(inputs.size() == 1, "{} needs one tensor input, got {}", info.name, inputs.size());
       if (op == OpId::softmax || op == OpId::log_softmax) {
         build_softmax(c);
+      } else if (op == OpId::cumsum) {
+        build_cumsum(c);
+      } else if (op == OpId::argmax) {
+        build_argmax(c);
       } else {
         build_reduction(c);
       }
@@ -119,6 +124,10 @@ void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> in
       } else {
         build_layer_norm(c);
       }
+      break;
+    case OpKind::attention:
+      SIGHTLINE_CHECK(inputs.size() >= 3, "{} needs query, key and value, got {} inputs", info.name, inputs.size());
+      build_attention(c);
       break;
     case OpKind::movement:
       if (op == OpId::cat) {

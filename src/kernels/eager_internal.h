@@ -39,6 +39,9 @@ void build_layer_norm(EagerContext& c);
 void build_copy(EagerContext& c);  // contiguous and to_copy
 void build_cat(EagerContext& c);
 void build_embedding(EagerContext& c);
+void build_attention(EagerContext& c);  // scaled_dot_product_attention (eager_attention.cpp)
+void build_cumsum(EagerContext& c);     // eager_scan.cpp
+void build_argmax(EagerContext& c);     // eager_scan.cpp
 
 // Strided HBM -> HBM copy of `shape` elements with dtype conversion (DMA only). Float to i32 goes
 // through SBUF instead, so that it truncates toward zero as the CPU reference does.

@@ -33,7 +33,8 @@ DType promote_scalar(DType t, double scalar) {
 // Bool tensors are masks: what reads them is listed here; arithmetic on them is an error that says how
 // to cast, instead of torch's mix of bool results, integer results and errors.
 bool reads_bool(OpId op) {
-  return op_is_comparison(op) || op_is_select(op) || op == OpId::to_copy || op == OpId::contiguous ||
+  return op_is_comparison(op) || op_is_select(op) || op == OpId::scaled_dot_product_attention || op == OpId::sum ||
+         op == OpId::cumsum || op == OpId::to_copy || op == OpId::contiguous ||
          op == OpId::copy || op == OpId::cat || op_info(op).is_view;
 }
 
@@ -121,6 +122,65 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op) {
 
 namespace {
 
+// q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; see scaled_dot_product_attention in ops.h.
+TensorMeta sdpa_meta(const OpCall& call) {
+  constexpr std::string_view name = "aten::scaled_dot_product_attention";
+  const auto& in = call.inputs;
+  SIGHTLINE_CHECK(in.size() >= 3 && in[1].defined() && in[2].defined(), "{}: needs query, key and value", name);
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  const Tensor mask = in.size() > 3 ? in[3] : Tensor();
+  for (const Tensor* t : {&q, &k, &v}) {
+    check_floating(*t, call.op);
+    SIGHTLINE_CHECK(t->dim() >= 2 && t->dim() == q.dim(),
+                    "{}: query, key and value need the same rank, at least 2 ([..., L, E], [..., S, E], [..., S, "
+                    "Ev]); got {}, {} and {}",
+                    name, q.shape(), k.shape(), v.shape());
+    SIGHTLINE_CHECK(t->dtype() == q.dtype() && t->device() == q.device(),
+                    "{}: query, key and value must share dtype and device; got {}, {} and {}", name, q.describe(),
+                    k.describe(), v.describe());
+  }
+  const int r = q.dim();
+  SIGHTLINE_CHECK(k.shape()[r - 1] == q.shape()[r - 1],
+                  "{}: key's last dim ({}) must equal query's ({}): q k^T contracts over it", name,
+                  k.shape()[r - 1], q.shape()[r - 1]);
+  SIGHTLINE_CHECK(v.shape()[r - 2] == k.shape()[r - 2], "{}: value has {} positions, key {}; they must match", name,
+                  v.shape()[r - 2], k.shape()[r - 2]);
+  for (int d = 0; d + 2 < r; ++d) {
+    const int64_t hq = q.shape()[d], hk = k.shape()[d], hv = v.shape()[d];
+    const bool heads = d == r - 3;
+    if (heads && call.attrs.enable_gqa) {
+      SIGHTLINE_CHECK(hk == hv && hk > 0 && hq % hk == 0,
+                      "{}: with enable_gqa the key/value heads (dim -3: {} and {}) must be equal and divide the "
+                      "query heads ({})",
+                      name, hk, hv, hq);
+      continue;
+    }
+    SIGHTLINE_CHECK(hq == hk && hq == hv,
+                    "{}: dim {} of query, key and value must match, got {}, {} and {}{}", name, d, hq, hk, hv,
+                    heads && hq != hk ? "; for grouped-query attention pass enable_gqa=true or repeat k and v" : "");
+  }
+  const int64_t l = q.shape()[r - 2], s = k.shape()[r - 2];
+  if (mask.defined()) {
+    SIGHTLINE_CHECK(!call.attrs.is_causal,
+                    "{}: attn_mask and is_causal were both given; pass one (a causal mask is what is_causal builds)",
+                    name);
+    SIGHTLINE_CHECK(mask.dtype() == DType::boolean || mask.dtype() == q.dtype(),
+                    "{}: attn_mask must be bool (true = attend) or additive of the query's dtype {}, got {}", name,
+                    dtype_name(q.dtype()), mask.describe());
+    SIGHTLINE_CHECK(mask.device() == q.device(), "{}: query on {} but attn_mask on {}", name, q.device(),
+                    mask.device());
+    Dims scores = q.shape();
+    scores[r - 1] = s;
+    SIGHTLINE_CHECK(mask.dim() <= r && broadcast_shapes(scores, mask.shape(), name) == scores,
+                    "{}: attn_mask {} does not broadcast to the scores' shape {} ([..., L, S])", name, mask.shape(),
+                    scores);
+  }
+  Dims out = q.shape();
+  out[r - 2] = l;
+  out[r - 1] = v.shape()[r - 1];
+  return {out, q.dtype()};
+}
+
 TensorMeta infer_meta_unchecked(const OpCall& call) {
   const OpInfo& info = op_info(call.op);
   const auto& in = call.inputs;
@@ -195,6 +255,9 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
     case OpId::fill:
       return {at.dims, at.dtype};
     case OpId::sum:
+      // A bool tensor sums as an integer one: the count of true elements (torch gives its int64; i32 here).
+      return {reduced_shape(in[0], at.dims, at.keepdim, call.op),
+              in[0].dtype() == DType::boolean ? DType::i32 : in[0].dtype()};
     case OpId::amax:
       return {reduced_shape(in[0], at.dims, at.keepdim, call.op), in[0].dtype()};
     case OpId::mean:
@@ -202,6 +265,19 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
                       "aten::mean: could not infer the output dtype of {}; the input must be floating point (cast "
                       "with .to(DType::f32))", in[0].describe());
       return {reduced_shape(in[0], at.dims, at.keepdim, call.op), in[0].dtype()};
+    case OpId::cumsum: {
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "aten::cumsum: needs a tensor of at least 1 dim, got {}", in[0].describe());
+      normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      return {in[0].shape(), in[0].dtype() == DType::boolean ? DType::i32 : in[0].dtype()};
+    }
+    case OpId::argmax: {
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "aten::argmax: needs a tensor of at least 1 dim, got {}; flatten it first",
+                      in[0].describe());
+      const int d = normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      SIGHTLINE_CHECK(in[0].shape()[d] > 0, "aten::argmax: dim {} of {} is empty; argmax of no elements is undefined",
+                      at.dim, in[0].describe());
+      return {reduced_shape(in[0], Dims{at.dim}, at.keepdim, call.op), DType::i32};
+    }
     case OpId::softmax:
     case OpId::log_softmax:
       check_floating(in[0], call.op);
@@ -234,6 +310,8 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
       out[out.size() - 1] = in[1].shape()[0];
       return {out, in[0].dtype()};
     }
+    case OpId::scaled_dot_product_attention:
+      return sdpa_meta(call);
     case OpId::rms_norm:
     case OpId::layer_norm: {
       check_floating(in[0], call.op);

@@ -18,6 +18,7 @@ std::string_view op_kind_name(OpKind kind) {
     case OpKind::movement: return "movement";
     case OpKind::matmul: return "matmul";
     case OpKind::normalization: return "normalization";
+    case OpKind::attention: return "attention";
   }
   return "?";
 }
@@ -48,6 +49,15 @@ OpCost op_cost(const OpCall& call, const Tensor& out) {
       const double k_dim = static_cast<double>(call.inputs[0].shape().back());
       cost.flops = 2.0 * static_cast<double>(out.numel()) * k_dim;
       if (call.inputs.size() > 2 && call.inputs[2].defined()) cost.flops += static_cast<double>(out.numel());
+      break;
+    }
+    case CostRule::attention: {
+      // out [..., L, Ev]; scores [..., L, S] with S key positions of E features.
+      const Dims& kshape = call.inputs[1].shape();
+      const double e = static_cast<double>(kshape.back()), s = static_cast<double>(kshape[kshape.size() - 2]);
+      const double ev = static_cast<double>(out.shape().back());
+      const double rows = ev > 0 ? static_cast<double>(out.numel()) / ev : 0.0;  // batch x heads x L
+      cost.flops = rows * s * (2.0 * e + 2.0 * ev + k);
       break;
     }
     case CostRule::none:

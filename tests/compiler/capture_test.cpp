@@ -81,6 +81,31 @@ TEST(Capture, RebuildsSplitHeadsTransposeSliceAndExpand) {
             "}\n");
 }
 
+// Llama's repeat_kv(k).transpose(2, 3): a transposed view of a reshape that merges two dims of the
+// copied value ([1, 2, 2, 16, 64] seen as [1, 4, 64, 16]).
+TEST(Capture, RebuildsATransposeOfMergedDims) {
+  const TensorMeta metas[] = {{{1, 2, 16, 64}, DType::f32}};
+  const Graph g = capture_graph(
+      [](const std::vector<Tensor>& in) {
+        const Tensor repeated = in[0].unsqueeze(2).expand({1, 2, 2, 16, 64}).reshape({1, 4, 16, 64});
+        return std::vector<Tensor>{exp(repeated.transpose(2, 3))};
+      },
+      metas, Device::cpu());
+  verify(g, "capture");
+  EXPECT_EQ(dump(g),
+            "graph(%0: f32[1, 2, 16, 64]) {\n"
+            "  %1: f32[2, 16, 64] = aten::reshape(%0) {shape=[2, 16, 64]}\n"
+            "  %2: f32[1, 2, 1, 16, 64] = aten::reshape(%1) {shape=[1, 2, 1, 16, 64]}\n"
+            "  %3: f32[1, 2, 2, 16, 64] = aten::expand(%2) {shape=[1, 2, 2, 16, 64]}\n"
+            "  %4: f32[1, 2, 2, 16, 64] = aten::contiguous(%3)\n"
+            "  %5: f32[4, 16, 64] = aten::reshape(%4) {shape=[4, 16, 64]}\n"
+            "  %6: f32[4, 64, 16] = aten::permute(%5) {order=[0, 2, 1]}\n"
+            "  %7: f32[1, 4, 64, 16] = aten::reshape(%6) {shape=[1, 4, 64, 16]}\n"
+            "  %8: f32[1, 4, 64, 16] = aten::exp(%7)\n"
+            "  return %8\n"
+            "}\n");
+}
+
 TEST(Capture, ReadingAValueOnTheHostNamesTheOp) {
   const std::string item_error = capture_error([](const Tensor& x) {
     const Tensor m = mean(x);

@@ -69,5 +69,76 @@ TEST(CompiledNewOps, OneExecutionMatchesTheCpuReference) {
   }
 }
 
+// Attention as the models call it: heads as transposed views of the projections, the fused op with a
+// bool mask, causal with a scale, and grouped-query (one key/value head for two query heads).
+std::vector<Tensor> attention_ops(const std::vector<Tensor>& in) {
+  const Tensor &x = in[0], &wq = in[1], &wk = in[2], &wv = in[3], &m = in[4];
+  auto heads = [](const Tensor& t, int64_t h) { return t.view({1, 40, h, 16}).transpose(1, 2); };
+  const Tensor q = heads(linear(x, wq), 2), k = heads(linear(x, wk), 2), v = heads(linear(x, wv), 2);
+  const Tensor k1 = heads(linear(x, wk.slice(0, 0, 16)), 1), v1 = heads(linear(x, wv.slice(0, 16, 32)), 1);
+  return {
+      scaled_dot_product_attention(q, k, v, gt(m, 0.0)),
+      scaled_dot_product_attention(q, k, v, {}, true, 0.3).transpose(1, 2).reshape({40, 32}) + x,
+      scaled_dot_product_attention(q, k1, v1, m * 0.5, false, std::nullopt, true),
+  };
+}
+
+std::vector<Tensor> attention_args(Generator& g) {
+  return {randn({40, 32}, {}, &g), randn({32, 32}, {}, &g), randn({32, 32}, {}, &g), randn({32, 32}, {}, &g),
+          randn({40, 40}, {}, &g)};
+}
+
+TEST(CompiledNewOps, AttentionIsOneFusedOpInTheProgram) {
+  Generator g(33);
+  const std::vector<Tensor> host = attention_args(g);
+  auto compiled = compile(&attention_ops);
+  const std::string dump = compiled.graph_dump(host);
+  EXPECT_NE(dump.find("aten::scaled_dot_product_attention("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("is_causal=true"), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("aten::softmax("), std::string::npos) << dump;
+  const std::vector<Tensor> expected = attention_ops(host);
+  std::vector<Tensor> dev;
+  for (const Tensor& t : host) dev.push_back(t.to(kCore0));
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "op by op");
+    auto program = compile(&attention_ops, CompileOptions{.optimize = optimize});
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = program(dev); }).size(), 1u);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      SCOPED_TRACE(i);
+      expect_close(actual[i], expected[i], 1e-4, 1e-4);
+    }
+  }
+}
+
+// cumsum and argmax (the scan and index instructions) inside a compiled program, after a row-fusable op.
+std::vector<Tensor> scan_ops(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];
+  return {cumsum(x * 2.0, 1), argmax(exp(x), 1), cumsum(gt(x, 0.0), 0), argmax(x, 0, true)};
+}
+
+TEST(CompiledNewOps, CumsumAndArgmaxLowerIntoTheProgram) {
+  Generator g(34);
+  const std::vector<Tensor> host = {randn({130, 40}, {}, &g)};
+  auto compiled = compile(&scan_ops);
+  const std::string dump = compiled.graph_dump(host);
+  EXPECT_NE(dump.find("aten::cumsum("), std::string::npos) << dump;
+  EXPECT_NE(dump.find("i32[130] = aten::argmax("), std::string::npos) << dump;
+  const std::vector<Tensor> expected = scan_ops(host);
+  const std::vector<Tensor> dev = {host[0].to(kCore0)};
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "op by op");
+    auto program = compile(&scan_ops, CompileOptions{.optimize = optimize});
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = program(dev); }).size(), 1u);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      SCOPED_TRACE(i);
+      expect_close(actual[i], expected[i], 1e-4, 1e-4);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sightline

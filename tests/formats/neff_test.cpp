@@ -105,6 +105,20 @@ TEST(Neff, ErrorsSayWhereAndWhat) {
   EXPECT_NE(e.find("unexpected bytes"), std::string::npos) << e;
 }
 
+// An opcode past this build's table is reported as written by a newer version, with what to do, not as
+// damage (the checksum holds: the writer meant it).
+TEST(Neff, AnOpcodeFromANewerBuildSaysSo) {
+  device::Executable exe = sample();
+  exe.stream(device::Engine::vector).back().opcode = static_cast<device::Opcode>(device::kOpcodeCount);
+  const std::string e = error_of(neff_serialize(exe));
+  EXPECT_NE(e.find(fmt::format("has opcode {}, which this build does not know (it knows 0..{}, FIND_INDEX8 the last)",
+                               device::kOpcodeCount, device::kOpcodeCount - 1)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("written by a newer sightline"), std::string::npos) << e;
+  EXPECT_NE(e.find("read it with that version, or rebuild the executable with this one"), std::string::npos) << e;
+}
+
 TEST(Neff, DumpListsEverything) {
   const std::string text = neff_dump(sample());
   for (const char* part : {"executable 'rms_norm_test'", "neff_", "x f32 [130, 64]", "aten::rms_norm",

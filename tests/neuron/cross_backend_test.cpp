@@ -154,7 +154,33 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
       }
     }
   }
+  {
+    const Pair a = input({130, 300}, dtype(), g_);
+    expect_same(sum(gt(a.dev, 0.0), {-1}), sum(gt(a.cpu, 0.0), {-1}), "sum of a bool tensor (i32 count)");
+    expect_same(sum(gt(a.dev, 0.0)), sum(gt(a.cpu, 0.0)), "sum of a bool tensor, all dims");
+  }
+  // cumsum and argmax: rows across partitions, the dim along the free axis, in one chunk and in several
+  // (10000 > the kernels' 4096-element chunks), along a strided dim, and a bool cumsum.
+  for (const auto& [shape, dim] : std::vector<std::pair<Dims, int>>{{{130, 300}, -1}, {{130, 300}, 0},
+                                                                     {{3, 10000}, 1}, {{4, 5, 6}, 1}}) {
+    const Pair a = input(shape, dtype(), g_);
+    const double n = static_cast<double>(shape[dim < 0 ? shape.size() + dim : dim]);
+    expect_same(cumsum(a.dev, dim), cumsum(a.cpu, dim), fmt::format("cumsum {} dim {}", shape, dim), n);
+    expect_same(argmax(a.dev, dim), argmax(a.cpu, dim), fmt::format("argmax {} dim {}", shape, dim));
+    expect_same(argmax(a.dev, dim, true), argmax(a.cpu, dim, true), fmt::format("argmax keepdim {}", shape));
+  }
+  {
+    const Pair a = input({130, 70}, dtype(), g_);
+    expect_same(cumsum(gt(a.dev, 0.0), 1), cumsum(gt(a.cpu, 0.0), 1), "cumsum of a bool tensor (i32)");
+  }
   if (!floating()) return;
+  {
+    // A NaN wins argmax and a tie keeps the first index, in the first chunk and past it.
+    std::vector<float> v(2 * 9000, 0.0f);
+    v[5] = 7.0f, v[6000] = 7.0f, v[9000 + 8000] = NAN, v[9000 + 10] = 9.0f;
+    const Tensor cpu = from_vector(v, {2, 9000}).to(dtype());
+    expect_same(argmax(cpu.to(neuron0()), 1), argmax(cpu, 1), "argmax ties and NaN");
+  }
   for (int dim : {-1, 0}) {
     const Pair a = input({130, 70}, dtype(), g_);
     expect_same(softmax(a.dev, dim), softmax(a.cpu, dim), fmt::format("softmax {}", dim), 2);
@@ -182,6 +208,38 @@ TEST_P(CrossBackend, MatmulLinearNormalization) {
               "layer_norm with a weight only", 8);
   expect_same(rms_norm(y.dev, Tensor(), 1e-6), rms_norm(y.cpu, Tensor(), 1e-6), "rms_norm without weight", 4);
   expect_same(linear(x.dev, w.dev), linear(x.cpu, w.cpu), "linear without bias", 20);
+}
+
+TEST_P(CrossBackend, ScaledDotProductAttention) {
+  if (dtype() == DType::i32) GTEST_SKIP() << "attention takes floating-point operands";
+  // Two query tiles (130 > 128 partitions) and two key chunks (200 > 128) per head.
+  const Pair q = input({2, 3, 130, 64}, dtype(), g_), k = input({2, 3, 200, 64}, dtype(), g_),
+             v = input({2, 3, 200, 48}, dtype(), g_);
+  const double tol = 8;
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev), scaled_dot_product_attention(q.cpu, k.cpu, v.cpu),
+              "sdpa", tol);
+  // An additive padding mask [B, 1, 1, S], as ESM-2 builds it (finfo.min on padded keys).
+  const Tensor pad_cpu = where(gt(randn({2, 1, 1, 200}, DType::f32, &g_), 1.0), full({}, -1e30, DType::f32),
+                               zeros({}, DType::f32))
+                             .to(dtype());
+  const Tensor pad_dev = pad_cpu.to(neuron0());
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev, pad_dev, false, 1.0),
+              scaled_dot_product_attention(q.cpu, k.cpu, v.cpu, pad_cpu, false, 1.0), "sdpa additive mask", tol);
+  // A bool mask [L, S] broadcast over batch and heads (true = attend).
+  const Tensor keep_cpu = ge(randn({130, 200}, DType::f32, &g_), -0.5), keep_dev = keep_cpu.to(neuron0());
+  expect_same(scaled_dot_product_attention(q.dev, k.dev, v.dev, keep_dev),
+              scaled_dot_product_attention(q.cpu, k.cpu, v.cpu, keep_cpu), "sdpa bool mask", tol);
+  // Causal, a scale, and q / k as transposed views of [B, L, H, E] (what .view().transpose(1, 2) gives).
+  const Pair qh = input({1, 150, 2, 32}, dtype(), g_), kh = input({1, 150, 2, 32}, dtype(), g_),
+             vh = input({1, 2, 150, 32}, dtype(), g_);
+  expect_same(scaled_dot_product_attention(qh.dev.transpose(1, 2), kh.dev.transpose(1, 2), vh.dev, {}, true, 0.3),
+              scaled_dot_product_attention(qh.cpu.transpose(1, 2), kh.cpu.transpose(1, 2), vh.cpu, {}, true, 0.3),
+              "sdpa causal, transposed views", tol);
+  // Grouped-query attention: 4 query heads over 2 key/value heads.
+  const Pair gq = input({1, 4, 40, 32}, dtype(), g_), gk = input({1, 2, 60, 32}, dtype(), g_),
+             gv = input({1, 2, 60, 32}, dtype(), g_);
+  expect_same(scaled_dot_product_attention(gq.dev, gk.dev, gv.dev, {}, true, std::nullopt, true),
+              scaled_dot_product_attention(gq.cpu, gk.cpu, gv.cpu, {}, true, std::nullopt, true), "sdpa gqa", tol);
 }
 
 TEST_P(CrossBackend, Movement) {

@@ -20,6 +20,22 @@ std::string error_of(Fn&& fn) {
 
 }  // namespace
 
+TEST(OpErrors, ScaledDotProductAttentionNamesTheFix) {
+  const Tensor q = zeros({1, 4, 3, 8}), kv = zeros({1, 2, 5, 8});
+  EXPECT_THAT(error_of([&] { (void)scaled_dot_product_attention(q, kv, kv); }),
+              HasSubstr("for grouped-query attention pass enable_gqa=true or repeat k and v"));
+  EXPECT_THAT(error_of([&] { (void)scaled_dot_product_attention(q, zeros({1, 4, 5, 6}), zeros({1, 4, 5, 8})); }),
+              HasSubstr("key's last dim (6) must equal query's (8)"));
+  EXPECT_THAT(error_of([&] {
+                (void)scaled_dot_product_attention(q, kv, kv, zeros({3, 5}, DType::boolean), true, std::nullopt, true);
+              }),
+              HasSubstr("attn_mask and is_causal were both given"));
+  EXPECT_THAT(error_of([&] { (void)scaled_dot_product_attention(q, kv, kv, zeros({3, 5}, DType::i32), false, {}, true); }),
+              HasSubstr("attn_mask must be bool (true = attend) or additive of the query's dtype f32"));
+  EXPECT_THAT(error_of([&] { (void)scaled_dot_product_attention(q, kv, kv, zeros({4, 5}), false, {}, true); }),
+              HasSubstr("shape mismatch in aten::scaled_dot_product_attention: [1, 4, 3, 5] vs [4, 5]"));
+}
+
 TEST(OpErrors, ShapesAndDtypesAreNamed) {
   EXPECT_EQ(error_of([] { (void)mul(zeros({4096, 4096}), zeros({4095})); }),
             "shape mismatch in aten::mul: [4096, 4096] vs [4095]; shapes must be broadcastable (each trailing dim "

@@ -311,6 +311,86 @@ TEST_P(OpReference, Normalization) {
   }
 }
 
+// scaled_dot_product_attention against its definition built from the reference's matmul and softmax:
+// softmax(q k^T * scale + bias) in f64, P rounded to the dtype (as the op specifies), P v.
+TEST_P(OpReference, ScaledDotProductAttention) {
+  if (!floating()) return;
+  const Tensor q = in({2, 2, 5, 8}), k = in({2, 2, 7, 8}), v = in({2, 2, 7, 6});
+  auto expected = [&](const Tensor& kk, const Tensor& vv, const Ref* bias, double scale) {
+    Ref scores = ref_unary(ref_matmul(to_ref(q), to_ref(kk.transpose(-1, -2))), [&](double x) { return x * scale; });
+    if (bias) scores = ref_binary(scores, *bias, [](double a, double b) { return a + b; });
+    const Ref p = round_to(ref_softmax(scores, -1, false), dtype());
+    return round_to(ref_matmul(p, to_ref(vv)), dtype());
+  };
+  const double tol = 8;
+  expect_close(scaled_dot_product_attention(q, k, v), expected(k, v, nullptr, 1.0 / std::sqrt(8.0)), dtype(), "sdpa",
+               tol);
+  const Tensor additive = in({2, 1, 1, 7});
+  const Ref radd = to_ref(additive);
+  expect_close(scaled_dot_product_attention(q, k, v, additive, false, 0.5), expected(k, v, &radd, 0.5), dtype(),
+               "sdpa additive mask", tol);
+  // A bool mask [L, S]: every query keeps key 0, so no row is all -inf.
+  std::vector<float> keep(5 * 7);
+  Ref rbool{{5, 7}, std::vector<double>(5 * 7)};
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) {
+      const bool attend = j == 0 || (i + 2 * j) % 3 != 0;
+      keep[static_cast<size_t>(i * 7 + j)] = attend ? 1.0f : 0.0f;
+      rbool.v[static_cast<size_t>(i * 7 + j)] = attend ? 0.0 : -INFINITY;
+    }
+  }
+  const Tensor mask = gt(from_vector(keep, {5, 7}), 0.0);
+  expect_close(scaled_dot_product_attention(q, k, v, mask), expected(k, v, &rbool, 1.0 / std::sqrt(8.0)), dtype(),
+               "sdpa bool mask", tol);
+  // is_causal: key j > query i is masked (L = 5 <= S = 7: top-left aligned, as torch).
+  Ref rcausal{{5, 7}, std::vector<double>(5 * 7)};
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) rcausal.v[static_cast<size_t>(i * 7 + j)] = j > i ? -INFINITY : 0.0;
+  }
+  expect_close(scaled_dot_product_attention(q, k, v, {}, true, 0.25), expected(k, v, &rcausal, 0.25), dtype(),
+               "sdpa causal", tol);
+  // enable_gqa: one key/value head serves both query heads, as repeating it would.
+  const Tensor k1 = in({2, 1, 7, 8}), v1 = in({2, 1, 7, 6});
+  expect_close(scaled_dot_product_attention(q, k1, v1, {}, false, std::nullopt, true),
+               expected(cat({k1, k1}, 1), cat({v1, v1}, 1), nullptr, 1.0 / std::sqrt(8.0)), dtype(), "sdpa gqa", tol);
+}
+
+// cumsum and argmax along each dim, against index arithmetic over the f64 reference values.
+TEST_P(OpReference, CumsumAndArgmax) {
+  for (const Dims& shape : kShapes) {
+    const Tensor x = in(shape);
+    const Ref rx = to_ref(x);
+    for (int dim = 0; dim < shape.size(); ++dim) {
+      Ref sums{shape, std::vector<double>(rx.v.size())};
+      Dims reduced = shape;
+      reduced[dim] = 1;
+      Ref best{reduced, std::vector<double>(rx.v.size() / static_cast<size_t>(shape[dim]))};
+      for (size_t i = 0; i < rx.v.size(); ++i) {
+        Dims idx = unravel(shape, static_cast<int64_t>(i));
+        const int64_t at = idx[dim];
+        double acc = 0;
+        int64_t arg = 0;
+        double top = -INFINITY;
+        for (int64_t j = 0; j < shape[dim]; ++j) {
+          idx[dim] = j;
+          const double v = rx.v[static_cast<size_t>(flat_index(shape, idx))];
+          if (j <= at) acc += v;
+          if (v > top) top = v, arg = j;
+        }
+        sums.v[i] = acc;
+        idx[dim] = 0;
+        best.v[static_cast<size_t>(flat_index(reduced, idx))] = static_cast<double>(arg);
+      }
+      const double n = static_cast<double>(shape[dim]);
+      expect_close(cumsum(x, dim), round_to(sums, dtype()), dtype(), fmt::format("cumsum {} dim {}", shape, dim), n);
+      const Tensor a = argmax(x, dim, true);
+      EXPECT_EQ(a.dtype(), DType::i32);
+      // Ties (integer inputs) keep the first index, as the reference does.
+      EXPECT_EQ(to_ref(a).v, best.v) << fmt::format("argmax {} dim {}", shape, dim);
+    }
+  }
+}
+
 TEST_P(OpReference, Movement) {
   const Tensor a = in({2, 3}), b = in({2, 5});
   const Tensor c = cat({a, b}, 1);
@@ -382,8 +462,8 @@ TEST(OpReferenceCoverage, EveryOpHasACase) {
       OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge, OpId::where, OpId::masked_fill, OpId::exp,
       OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::pow, OpId::tanh, OpId::sigmoid,
       OpId::relu, OpId::silu, OpId::gelu, OpId::erf, OpId::sin, OpId::cos, OpId::to_copy, OpId::fill, OpId::sum,
-      OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::matmul, OpId::linear, OpId::rms_norm,
-      OpId::layer_norm, OpId::contiguous,
+      OpId::mean, OpId::amax, OpId::softmax, OpId::log_softmax, OpId::cumsum, OpId::argmax, OpId::matmul, OpId::linear, OpId::rms_norm,
+      OpId::layer_norm, OpId::scaled_dot_product_attention, OpId::contiguous,
       OpId::copy /* backend_test: Registry.CustomBackendRegistersLikeCpu */, OpId::cat, OpId::embedding, OpId::view,
       OpId::reshape, OpId::transpose, OpId::permute, OpId::slice, OpId::expand, OpId::unsqueeze,
       OpId::squeeze /* core_test: Tensor.ViewsShareStorage */, OpId::select /* op_values_test: SelectChunkSplit */};

@@ -150,7 +150,28 @@ TEST(OpValues, BoolDtypeConvertsPrintsAndRefusesArithmetic) {
     EXPECT_THAT(e.what(), HasSubstr("aten::add: got a bool tensor"));
     EXPECT_THAT(e.what(), HasSubstr("cast with .to(DType::f32)"));
   }
-  EXPECT_THROW((void)sum(mask), Error);
+  EXPECT_THROW((void)mean(mask), Error);
+  EXPECT_THROW((void)amax(mask), Error);
+}
+
+TEST(OpValues, CumsumAndArgmax) {
+  const Tensor x = from_vector(std::vector<float>{1, 3, 3, -2, NAN, 5}, {2, 3});
+  EXPECT_EQ(cumsum(x, 1).to_string(), cumsum(x, -1).to_string());
+  EXPECT_EQ(argmax(x, 1).to_string(), "tensor([1, 1], dtype=i32)");  // a tie keeps the first; NaN wins
+  EXPECT_EQ(argmax(x, 0, true).to_string(), "tensor([[0, 1, 1]], dtype=i32)");
+  const Tensor mask = gt(x, 0.0);
+  EXPECT_EQ(cumsum(mask, 1).to_string(), "tensor([[1, 2, 3],\n        [0, 0, 1]], dtype=i32)");
+  EXPECT_THROW((void)argmax(zeros({2, 0}), 1), Error);
+}
+
+// sum of a bool tensor counts the true elements in an integer dtype (torch: int64; here i32), with no cast
+// op before it.
+TEST(OpValues, SumOfBoolCountsInI32) {
+  const Tensor mask = gt(from_vector(std::vector<float>{-1.0f, 0.5f, 2.0f, 3.0f, -2.0f, 0.0f}, {2, 3}), 0.0);
+  EXPECT_EQ(sum(mask).dtype(), DType::i32);
+  EXPECT_EQ(sum(mask).to_string(), "tensor(3, dtype=i32)");
+  EXPECT_EQ(sum(mask, {-1}).to_string(), "tensor([2, 1], dtype=i32)");
+  EXPECT_EQ(sum(mask.transpose(0, 1), {-1}, true).to_string(), "tensor([[1],\n        [1],\n        [1]], dtype=i32)");
 }
 
 TEST(OpValues, SelectChunkSplitAreViews) {

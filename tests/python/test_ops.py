@@ -150,17 +150,43 @@ def test_shape_and_dtype_errors_name_the_op():
         torch.exp(3.0)
 
 
+def _sdpa_numpy(q, k, v, bias, scale):
+    scores = q @ np.swapaxes(k, -1, -2) * scale + bias
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_scaled_dot_product_attention(device):
     rng = np.random.default_rng(9)
     q, k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(3))
-    mask = np.where(np.tril(np.ones((8, 8))) > 0, 0.0, -1e9).astype(np.float32)
-    scores = q @ k.transpose(0, 2, 1) / 4.0 + mask
-    e = np.exp(scores - scores.max(-1, keepdims=True))
-    expected = (e / e.sum(-1, keepdims=True)) @ v
-    args = [torch.from_numpy(a).to(device) for a in (q, k, v, mask)]
+    causal = np.where(np.tril(np.ones((8, 8))) > 0, 0.0, -np.inf).astype(np.float32)
+    args = [torch.from_numpy(a).to(device) for a in (q, k, v, np.where(causal == 0, 0.0, -1e9).astype(np.float32))]
+    expected = _sdpa_numpy(q, k, v, causal, 0.25)
     close(F.scaled_dot_product_attention(*args[:3], attn_mask=args[3]), expected, tol=1e-4)
+    close(F.scaled_dot_product_attention(*args[:3], is_causal=True), expected, tol=1e-4)
+    keep = torch.from_numpy(np.tril(np.ones((8, 8), dtype=np.float32))).to(device) > 0
+    close(F.scaled_dot_product_attention(*args[:3], attn_mask=keep, scale=0.5), _sdpa_numpy(q, k, v, causal * 1, 0.5),
+          tol=1e-4)
     close(torch.bmm(args[0], args[1].transpose(1, 2)), q @ k.transpose(0, 2, 1), tol=1e-4)
+    # Grouped-query attention: 4 query heads over 2 key/value heads, as repeat_interleave(2, dim=-3).
+    gq = rng.standard_normal((1, 4, 5, 8)).astype(np.float32)
+    gk, gv = (rng.standard_normal((1, 2, 6, 8)).astype(np.float32) for _ in range(2))
+    out = F.scaled_dot_product_attention(*(torch.from_numpy(a).to(device) for a in (gq, gk, gv)), enable_gqa=True)
+    close(out, _sdpa_numpy(gq, np.repeat(gk, 2, axis=1), np.repeat(gv, 2, axis=1), 0.0, 8 ** -0.5), tol=1e-4)
+    with pytest.raises(torch.Error, match="enable_gqa=true or repeat k and v"):
+        F.scaled_dot_product_attention(*(torch.from_numpy(a).to(device) for a in (gq, gk, gv)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cumsum_and_argmax(device):
+    x = torch.from_numpy(A).to(device)
+    close(torch.cumsum(x, 1), np.cumsum(A, 1), tol=1e-4)
+    close(x.cumsum(0), np.cumsum(A, 0), tol=1e-4)
+    assert torch.argmax(x, 1).cpu().numpy().tolist() == np.argmax(A, 1).tolist()
+    assert x.argmax(dim=0, keepdim=True).shape == (1, A.shape[1])
+    assert torch.argmax(x).item() == int(np.argmax(A))
+    assert (x > 0).cumsum(1).dtype == torch.int32
 
 
 @pytest.mark.parametrize("device", DEVICES)

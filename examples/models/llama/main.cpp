@@ -122,22 +122,26 @@ Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2).expand({b, kv, n_rep, s, dh}).reshape({b, kv * n_rep, s, dh});
 }
 
-// The attention functions take k already transposed and repeated, repeat_kv(k.transpose(2, 3)), where HF
-// computes repeat_kv(k).transpose(2, 3): the same values and the same ops, but compile() cannot capture
-// a transposed view of repeat_kv's reshaped copy (it fails with "cannot capture a view with shape [1, 4,
-// 64, 16] ... of a value of shape [1, 2, 2, 16, 64]"), while a repeat of the transposed k is a plain copy.
+// The attention functions take k and v as the projections give them, [B, kv_heads, S, dh].
 //
-// eager_attention_forward: softmax in f32 (softmax(..., dtype=torch.float32)), back to the query's dtype.
-Tensor attention_eager(const Tensor& q, const Tensor& k_t, const Tensor& v, const Tensor& mask, double scaling) {
+// eager_attention_forward: repeat_kv, matmul with the transposed keys, softmax in f32 (softmax(...,
+// dtype=torch.float32)), back to the query's dtype.
+Tensor attention_eager(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scaling,
+                       int64_t n_rep) {
+  const Tensor k_t = repeat_kv(k, n_rep).transpose(2, 3);
+  const Tensor v_r = repeat_kv(v, n_rep);
   const Tensor weights = matmul(q, k_t) * scaling + mask;
-  return matmul(softmax(weights.to(DType::f32), -1).to(q.dtype()), v);
+  return matmul(softmax(weights.to(DType::f32), -1).to(q.dtype()), v_r);
 }
-// sdpa_attention_forward calls F.scaled_dot_product_attention(q, k, v, attn_mask, scale=scaling). The fused
-// built-in (issue 18) is not in the op table yet, so this is sdpa's math path composed from the same ops.
-Tensor attention_sdpa(const Tensor& q, const Tensor& k_t, const Tensor& v, const Tensor& mask, double scaling) {
-  return matmul(softmax(matmul(q, k_t) * scaling + mask, -1), v);
+// sdpa_attention_forward: repeat_kv of k and v, then F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+// scale=scaling, is_causal=True) (without a padding mask, _update_causal_mask leaves the mask to is_causal):
+// the fused built-in, one execution where eager has four, and no mask tensor.
+Tensor attention_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& /*mask*/, double scaling,
+                      int64_t n_rep) {
+  const Tensor k_r = repeat_kv(k, n_rep), v_r = repeat_kv(v, n_rep);
+  return scaled_dot_product_attention(q, k_r, v_r, {}, /*is_causal=*/true, scaling);
 }
-using AttentionFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double);
+using AttentionFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, int64_t);
 
 // The forward pass. a = {input_ids i32 [B, S], position_ids i32 [B, S], cache_position i32 [S], inv_freq f32
 // [dh / 2], then the parameters in llama_parameters' order}. Returns last_hidden_state [B, S, hidden].
@@ -149,8 +153,13 @@ std::vector<Tensor> llama_forward(const std::vector<Tensor>& a, const LlamaConfi
 
   Tensor x = embedding(w[0], ids);
   // The causal mask of the eager path (create_causal_mask / _update_causal_mask): min where key > query.
-  const Tensor causal = gt(cache_position.reshape({1, s}), cache_position.reshape({s, 1})).to(dtype) * finfo_min(dtype);
-  const Tensor mask = causal.reshape({1, 1, s, s});
+  // The sdpa path builds none: is_causal masks inside the fused op.
+  Tensor mask;
+  if (attention != &attention_sdpa) {
+    const Tensor causal =
+        gt(cache_position.reshape({1, s}), cache_position.reshape({s, 1})).to(dtype) * finfo_min(dtype);
+    mask = causal.reshape({1, 1, s, s});
+  }
   // LlamaRotaryEmbedding.forward, every forward pass (attention_scaling is 1 for the default and llama3 rope).
   const int64_t half = inv_freq.size(0);
   const Tensor inv_freq_expanded = inv_freq.reshape({1, half, 1}).expand({b, half, 1});
@@ -170,7 +179,7 @@ std::vector<Tensor> llama_forward(const std::vector<Tensor>& a, const LlamaConfi
     const Tensor v = linear(h, p[3]).view({b, s, -1, dh}).transpose(1, 2);
     q = q * cos_t + rotate_half(q) * sin_t;
     k = k * cos_t + rotate_half(k) * sin_t;
-    const Tensor out = attention(q, repeat_kv(k.transpose(2, 3), n_rep), repeat_kv(v, n_rep), mask, scaling)
+    const Tensor out = attention(q, k, v, mask, scaling, n_rep)
                            .transpose(1, 2)
                            .contiguous()
                            .reshape({b, s, -1});

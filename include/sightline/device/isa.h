@@ -47,7 +47,13 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 //   tensor_scalar: dst = alu(src0, s), s = src1[p, 0] when src1 is set, else imm0 (flag reverse:
 //   alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu) over every free element of src0[p, :], alu add
 //   or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]; tensor_copy:
-//   dst = src0 with dtype conversion.
+//   dst = src0 with dtype conversion; tensor_scan: dst[p, i] = alu(dst[p, i - 1], src0[p, i]) along the
+//   flat free index, dst[p, 0] = src0[p, 0], alu add, max or min (cumsum, cummax); max8: dst[p, 0..k) =
+//   the k <= 8 largest values of src0[p, :] in descending order (NaN above every number), k the free size
+//   of dst; find_index8: dst[p, j] = the index i of src0[p, :] holding the value src1[p, j] (NaN matches
+//   NaN), equal values of src1 taking successive matches in ascending i, so max8 then find_index8 give
+//   distinct indices of the top k (torch.topk's, ties in index order); a value that is not there is an
+//   error. The three are one pass of src0 through the engine each.
 // Scalar engine: activate: dst = func(src0 * scale + bias), scale = src1[p, 0] when set, else imm0;
 //   bias = imm1. With an `aux` operand, aux[p, 0] = sum over the free axis of the results.
 // GpSimd engine: iota: dst[p, i] = imm0 + imm1 * p + i (i = flat free index); partition_all_reduce:
@@ -67,7 +73,10 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
   X(iota, "IOTA")                                     \
   X(partition_all_reduce, "PARTITION_ALL_REDUCE")     \
   X(dma_copy, "DMA_COPY")                             \
-  X(dma_gather, "DMA_GATHER")
+  X(dma_gather, "DMA_GATHER")                         \
+  X(tensor_scan, "TENSOR_SCAN")                       \
+  X(max8, "MAX8")                                     \
+  X(find_index8, "FIND_INDEX8")
 
 #define SIGHTLINE_ALU_OP_TABLE(X) \
   X(add, "add")                   \
@@ -221,5 +230,8 @@ Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const Acces
 Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src);
 Instruction dma_gather(const AccessPattern& dst, const AccessPattern& table,
                        const AccessPattern& row_indices);
+Instruction tensor_scan(AluOp op, const AccessPattern& dst, const AccessPattern& src);
+Instruction max8(const AccessPattern& dst, const AccessPattern& src);
+Instruction find_index8(const AccessPattern& dst, const AccessPattern& src, const AccessPattern& values);
 
 }  // namespace sightline::device

@@ -1,7 +1,5 @@
 """sightline.nn.functional: torch.nn.functional's names for the op table's functions."""
 
-import math as _math
-
 from .. import _sightline
 from .. import rms_norm, layer_norm  # noqa: F401  (torch's signatures, in the package root)
 
@@ -36,16 +34,12 @@ def embedding(input, weight):  # noqa: A002
     return _sightline.embedding(weight, input)
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """softmax(query @ key^T * scale [+ attn_mask]) @ value, from the table's matmul and softmax (no
-    fused attention op: each step is its own aten:: op in the profile). attn_mask is additive."""
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention for inference: one fused aten::scaled_dot_product_attention
+    (one executable on neuron; the scores stay on chip). attn_mask is bool (True = attend) or additive of the
+    query's dtype; is_causal masks key j > query i; scale=None is 1/sqrt(E); enable_gqa lets key/value have
+    fewer heads (dim -3) that divide the query's."""
     if dropout_p:
         raise ValueError("scaled_dot_product_attention: dropout_p must be 0 (inference only)")
-    if is_causal:
-        raise ValueError("scaled_dot_product_attention: is_causal is not supported; pass an additive attn_mask")
-    if scale is None:
-        scale = 1.0 / _math.sqrt(query.shape[-1])
-    scores = _sightline.matmul(query, key.transpose(-2, -1)) * scale
-    if attn_mask is not None:
-        scores = scores + attn_mask
-    return _sightline.matmul(_sightline.softmax(scores, -1), value)
+    return _sightline._scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale, enable_gqa)

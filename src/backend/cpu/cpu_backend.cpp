@@ -242,6 +242,9 @@ class CpuBackend final : public Backend {
     set(OpId::layer_norm, &layer_norm_kernel);
     set(OpId::cat, &cat_kernel);
     set(OpId::embedding, &embedding_kernel);
+    set(OpId::scaled_dot_product_attention, &attention_kernel);
+    set(OpId::cumsum, &cumsum_kernel);
+    set(OpId::argmax, &argmax_kernel);
   }
 
   std::shared_ptr<Storage> allocate(Device device, size_t nbytes) override {

@@ -22,6 +22,9 @@ void rms_norm_kernel(const OpCall& call, Tensor& out);
 void layer_norm_kernel(const OpCall& call, Tensor& out);
 void cat_kernel(const OpCall& call, Tensor& out);
 void embedding_kernel(const OpCall& call, Tensor& out);
+void attention_kernel(const OpCall& call, Tensor& out);  // scaled_dot_product_attention
+void cumsum_kernel(const OpCall& call, Tensor& out);
+void argmax_kernel(const OpCall& call, Tensor& out);
 
 // The input converted to `dtype` (a contiguous copy) when its dtype differs, else itself.
 Tensor as_dtype(const Tensor& t, DType dtype);

@@ -91,7 +91,7 @@ Rows rows_for(const Tensor& x, const Dims& dims, DType compute) {
 
 void reduce_kernel(const OpCall& call, Tensor& out) {
   const Tensor& x = call.inputs[0];
-  if (x.dtype() == DType::i32) {
+  if (x.dtype() == DType::i32 || x.dtype() == DType::boolean) {  // a bool sum counts in i32
     SIGHTLINE_ASSERT(call.op != OpId::mean);
     Rows r = rows_for(x, call.attrs.dims, DType::i32);
     const int32_t* src = r.data.data<int32_t>();

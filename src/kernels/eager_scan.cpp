@@ -1,0 +1,150 @@
+// Scan and index-reduction kernels along one dim, rows of the other dims on the partitions:
+//   cumsum:  per tile of rows, chunks of up to kStreamFree along the dim: tensor_scan (add) of the chunk,
+//            plus the previous chunk's last column (the carry) as a per-partition scalar. The engines
+//            compute in f32, so an i32 cumsum is exact while its partial sums stay within 2^24.
+//   argmax:  per chunk, max8 (k = 1) and find_index8 give the chunk's largest value and its first index;
+//            with more than one chunk, max8 / find_index8 over the chunk maxima pick the first chunk
+//            holding the overall maximum and a one-hot sum picks its index. NaN ranks above every number
+//            throughout (max8's order), so the first NaN wins, as in torch.
+#include <algorithm>
+
+#include "kernels/eager_internal.h"
+#include "sightline/error.h"
+
+namespace sightline::kernels {
+namespace {
+
+// The input's dims other than `dim`, coalesced, with the strides of the input and of the output (whose
+// dim is absent when `drop_dim`).
+struct RowWalk {
+  int dim = 0;
+  int64_t cols = 1, in_col_stride = 0, out_col_stride = 0;
+  std::vector<int64_t> outer, outer_in, outer_out;
+  int64_t rows = 1, in_row_stride = 0, out_row_stride = 0;
+};
+
+RowWalk row_walk(const EagerContext& c, bool drop_dim) {
+  const TensorDesc& in = c.inputs[0];
+  RowWalk w;
+  const int rank = static_cast<int>(in.shape.size());
+  w.dim = normalize_dim(static_cast<int>(c.attrs.dim), rank, op_name(c.op));
+  w.cols = in.shape[w.dim];
+  w.in_col_stride = in.strides[w.dim];
+  w.out_col_stride = drop_dim ? 0 : c.out.strides[w.dim];
+  LoopNest others;
+  others.strides.resize(2);
+  for (int d = 0; d < rank; ++d) {
+    if (d == w.dim) continue;
+    // argmax without keepdim: output dim d is input dim d, or d - 1 past the reduced one.
+    const int out_d = drop_dim && !c.attrs.keepdim && d > w.dim ? d - 1 : d;
+    others.sizes.push_back(in.shape[d]);
+    others.strides[0].push_back(in.strides[d]);
+    others.strides[1].push_back(c.out.strides[out_d]);
+  }
+  others = others.coalesced();
+  if (!others.sizes.empty()) {
+    w.rows = others.sizes.back();
+    w.in_row_stride = others.strides[0].back();
+    w.out_row_stride = others.strides[1].back();
+    w.outer.assign(others.sizes.begin(), others.sizes.end() - 1);
+    w.outer_in.assign(others.strides[0].begin(), others.strides[0].end() - 1);
+    w.outer_out.assign(others.strides[1].begin(), others.strides[1].end() - 1);
+  }
+  return w;
+}
+
+// Calls fn(in_offset, out_offset, p) for every tile of up to `parts` rows.
+template <typename Fn>
+void for_each_row_tile(const RowWalk& w, uint16_t parts, Fn&& fn) {
+  for_each_index(w.outer, [&](const std::vector<int64_t>& idx) {
+    int64_t in_base = 0, out_base = 0;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      in_base += idx[d] * w.outer_in[d];
+      out_base += idx[d] * w.outer_out[d];
+    }
+    for (int64_t r0 = 0; r0 < w.rows; r0 += parts) {
+      fn(in_base + r0 * w.in_row_stride, out_base + r0 * w.out_row_stride,
+         static_cast<uint16_t>(std::min<int64_t>(parts, w.rows - r0)));
+    }
+  });
+}
+
+}  // namespace
+
+void build_cumsum(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const TensorDesc& in = c.inputs[0];
+  const RowWalk w = row_walk(c, false);
+  if (w.cols == 0 || c.out.shape.product() == 0) return;
+  const uint32_t chunk = static_cast<uint32_t>(std::min<int64_t>(w.cols, kStreamFree));
+  TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool = b.pool("y", DType::f32, chunk, 3);
+  TilePool out_pool = b.pool("out", c.out.dtype, chunk, 3);
+  for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
+    AccessPattern carry;
+    for (int64_t j0 = 0; j0 < w.cols; j0 += chunk) {
+      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
+      const AccessPattern x = x_pool.next().region(0, p, 0, f);
+      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
+                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      const Tile yt = y_pool.next();
+      const AccessPattern y = yt.region(0, p, 0, f);
+      b.emit(device::tensor_scan(AluOp::add, y, x));
+      if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
+      carry = yt.region(0, p, f - 1, 1);
+      const AccessPattern o = out_pool.next().region(0, p, 0, f);
+      b.copy(o, y);
+      b.store(hbm_pattern(c.out_io, c.out.dtype, out_base + j0 * w.out_col_stride, p, w.out_row_stride,
+                          {{f, static_cast<int32_t>(w.out_col_stride)}}),
+              o);
+    }
+  });
+}
+
+void build_argmax(EagerContext& c) {
+  KernelBuilder& b = c.b;
+  const TensorDesc& in = c.inputs[0];
+  const RowWalk w = row_walk(c, true);
+  if (c.out.shape.product() == 0) return;
+  const uint32_t chunk = static_cast<uint32_t>(std::min<int64_t>(w.cols, kStreamFree));
+  const uint32_t chunks = static_cast<uint32_t>((w.cols + chunk - 1) / chunk);
+  TilePool x_pool = b.pool("x", in.dtype, chunk, 3);
+  TilePool best_pool = b.pool("chunk_max", DType::f32, chunks, 2), where_pool = b.pool("chunk_index", DType::f32, chunks, 2);
+  TilePool pick_pool = b.pool("pick", DType::f32, 2, 3), out_pool = b.pool("index", DType::i32, 1, 3);
+  Tile chunk_ids, onehot;
+  if (chunks > 1) {
+    chunk_ids = b.sbuf(DType::f32, chunks, 0, "chunk_ids");
+    b.iota(chunk_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
+    onehot = b.sbuf(DType::f32, chunks, 0, "onehot");
+  }
+  for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
+    const Tile best = best_pool.next(), where = where_pool.next();
+    for (uint32_t j = 0; j < chunks; ++j) {
+      const int64_t j0 = int64_t{j} * chunk;
+      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
+      const AccessPattern x = x_pool.next().region(0, p, 0, f);
+      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
+                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      const AccessPattern value = best.column(p, j), index = where.column(p, j);
+      b.emit(device::max8(value, x));
+      b.emit(device::find_index8(index, x, value));
+      if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
+    }
+    const Tile pick = pick_pool.next();
+    AccessPattern result = where.column(p, 0);
+    if (chunks > 1) {
+      // The first chunk holding the overall maximum, then its index by a one-hot sum.
+      const AccessPattern top = pick.column(p, 0), first = pick.column(p, 1);
+      b.emit(device::max8(top, best.rows(p)));
+      b.emit(device::find_index8(first, best.rows(p), top));
+      b.tensor_scalar(AluOp::is_equal, onehot.rows(p), chunk_ids.rows(p), first);
+      b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
+      b.reduce(AluOp::add, top, onehot.rows(p));
+      result = top;
+    }
+    const AccessPattern o = out_pool.next().column(p, 0);
+    b.copy(o, result);
+    b.store(hbm_pattern(c.out_io, DType::i32, out_base, p, w.out_row_stride, {{1, 1}}), o);
+  });
+}
+
+}  // namespace sightline::kernels
