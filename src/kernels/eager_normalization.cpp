@@ -162,9 +162,15 @@ void build_layer_norm(EagerContext& c) {
     return ap;
   };
   std::vector<Tile> stats_of;
-  if (dtype_size(c.inputs[0].dtype) < 4) {
-    // 16-bit x: bn_stats on the Vector engine (which reads 16-bit x at twice its 32-bit rate), the
-    // Scalar engine scales; then the affine step.
+  // The Scalar-engine statistics need two f32 scratch rows more; without room for them and a full
+  // pipeline (three x and four y rows) the bn_stats schedule runs instead.
+  const uint64_t row_f32 = uint64_t{n} * 4, x_row = uint64_t{n} * dtype_size(c.inputs[0].dtype),
+                 y_row = uint64_t{n} * dtype_size(c.out.dtype);
+  const bool scalar_stats = dtype_size(c.inputs[0].dtype) == 4 &&
+                            2 * row_f32 + 3 * x_row + 4 * y_row + 1024 <= b.sbuf_free_bytes();
+  if (!scalar_stats) {
+    // bn_stats on the Vector engine (for 16-bit x the better split: the Scalar engine reads every
+    // dtype at one element per cycle), the Scalar engine scales; then the affine step.
     TilePool stats = b.pool("moments", DType::f32, 3, 3);
     for_each_row_tile(c, l, 2, [&](size_t st, size_t i, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
       if (st == 0) {
