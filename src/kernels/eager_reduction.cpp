@@ -208,7 +208,9 @@ void build_softmax(EagerContext& c) {
     }
   });
   // Two stages per row tile as well: tile i's exp half is emitted before tile i - 1's scale half and
-  // store (emit_softmax_exp / _scale), so the engines work on neighbouring tiles at once.
+  // store (emit_softmax_exp / _scale), so the engines work on neighbouring tiles at once. That needs
+  // two work and y rows (tile i writes its own while tile i - 1's are still read).
+  const bool overlap = rest_buffers >= 2;
   struct Staged {
     AccessPattern x, work, y;
     Tile stats;
@@ -233,9 +235,13 @@ void build_softmax(EagerContext& c) {
         st[i].y = y_pool.next().rows(p);
         st[i].stats = stat_pool.next();
         emit_softmax_exp(b, c.op, st[i].y, st[i].x, st[i].work, st[i].stats, p);
-        if (i > 0) finish(i - 1);
+        if (!overlap) {
+          finish(i);
+        } else if (i > 0) {
+          finish(i - 1);
+        }
       });
-  if (!tiles.empty()) finish(tiles.size() - 1);
+  if (overlap && !tiles.empty()) finish(tiles.size() - 1);
 }
 
 }  // namespace sightline::kernels
