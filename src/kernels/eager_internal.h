@@ -1,6 +1,7 @@
 // Shared by the eager kernel files: the context of one build and the per-kind entry points.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,23 @@ void build_argmax(EagerContext& c);     // eager_scan.cpp
 void copy_tensor(EagerContext& c, uint32_t dst_io, DType dst_dtype, int64_t dst_offset,
                  const std::vector<int64_t>& dst_strides, uint32_t src_io, DType src_dtype,
                  const std::vector<int64_t>& src_strides, const Dims& shape);
+
+// A software pipeline over `count` work items: the loads of the next `ahead` items are emitted before
+// item i's compute and store. DMA queues run their transfers in order, so a load emitted after a store
+// waits behind it, and the store waits for compute: loading ahead keeps every queue moving while the
+// engines work. Each item's input buffers must come from a ring of at least ahead + 1 buffers (a load
+// may only run ahead into a buffer no earlier item still uses; the hazard tracking orders the rest).
+template <typename Load, typename Body>
+void pipeline(size_t count, size_t ahead, Load&& load, Body&& body) {
+  for (size_t i = 0; i < std::min(ahead, count); ++i) load(i);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + ahead < count) load(i + ahead);
+    body(i);
+  }
+}
+
+// All blocks of `nest` (for_each_block), for kernels that pipeline over them.
+std::vector<Block> collect_blocks(const LoopNest& nest, uint16_t max_partitions, uint32_t max_free);
 
 // Calls fn(index) for every index of `sizes` (row-major); once with an empty index when sizes is empty.
 template <typename Fn>

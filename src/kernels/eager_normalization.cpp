@@ -44,9 +44,14 @@ RowLayout row_layout(const TensorDesc& in, const TensorDesc& out) {
   return l;
 }
 
-// Shared skeleton: per row tile, `body(x, y, p)` computes y from x; loads and stores around it.
-template <typename Body>
-void for_each_row_tile(EagerContext& c, const RowLayout& l, Body&& body) {
+// Shared skeleton: per row tile i, `stage(s, i, x, y, p)` for s = 0 .. stages - 1 computes y from x;
+// loads and stores around them. Tile i's stage s is emitted in step i + s, after tile i + 1's stage
+// s - 1, so the engines work on neighbouring tiles at once: each engine runs its instructions in
+// order, and a tile's Vector step that waits for the Scalar engine would otherwise hold up the next
+// tile's first one. Only stage 0 may read x (later loads run ahead into its buffer). With fewer
+// buffers than stages a tile's stages run back to back.
+template <typename Stage>
+void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage&& stage) {
   KernelBuilder& b = c.b;
   const TensorDesc& in = c.inputs[0];
   const uint32_t n = static_cast<uint32_t>(l.cols);
@@ -57,7 +62,12 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, Body&& body) {
                   "normalize shorter rows",
                   op_name(c.op), n, per_buffer, room);
   const size_t buffers = static_cast<size_t>(std::min<uint64_t>(3, room / per_buffer));
-  TilePool x_pool = b.pool("x", in.dtype, n, buffers), y_pool = b.pool("y", c.out.dtype, n, buffers);
+  // Tile i's y reuses tile i - y_buffers's, stored in step i - y_buffers + stages - 1: one buffer more
+  // than the stages leaves a step for that store to drain.
+  const uint64_t y_bytes = uint64_t{n} * dtype_size(c.out.dtype);
+  const bool overlap = stages == 1 || (buffers == 3 && per_buffer * 3 + y_bytes * (stages - 2) <= room);
+  const size_t y_buffers = stages == 1 || !overlap ? buffers : stages + 1;
+  TilePool x_pool = b.pool("x", in.dtype, n, buffers), y_pool = b.pool("y", c.out.dtype, n, y_buffers);
   // Software pipeline: the loads of the next buffers-1 tiles are emitted before the current tile's
   // compute and store, so no DMA queue holds a load behind a store that waits for compute.
   struct RowTile {
@@ -77,22 +87,38 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, Body&& body) {
                        static_cast<uint16_t>(std::min<int64_t>(parts, l.rows - r0))});
     }
   });
-  std::vector<AccessPattern> loaded(tiles.size());
-  auto load = [&](size_t i) {
-    loaded[i] = x_pool.next().rows(tiles[i].p);
-    b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
-                                  {{n, static_cast<int32_t>(l.in_col_stride)}}));
-  };
-  const size_t ahead = buffers - 1;  // a load may only run ahead into a buffer no earlier tile still uses
-  for (size_t i = 0; i < std::min(ahead, tiles.size()); ++i) load(i);
-  for (size_t i = 0; i < tiles.size(); ++i) {
-    if (i + ahead < tiles.size()) load(i + ahead);
-    const uint16_t p = tiles[i].p;
-    const AccessPattern y = y_pool.next().rows(p);
-    body(loaded[i], y, p);
-    b.store(hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, p, l.out_row_stride,
+  std::vector<AccessPattern> loaded(tiles.size()), outputs(tiles.size());
+  auto run_stage = [&](size_t st, size_t i) {
+    stage(st, i, loaded[i], outputs[i], tiles[i].p);
+    if (st + 1 < stages) return;
+    b.store(hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, tiles[i].p, l.out_row_stride,
                         {{n, static_cast<int32_t>(l.out_col_stride)}}),
-            y);
+            outputs[i]);
+  };
+  // Step `step` runs stage s of tile step - s, the newest tile first.
+  auto run_step = [&](size_t step) {
+    for (size_t st = 0; st < stages; ++st) {
+      if (st <= step && step - st < tiles.size()) run_stage(st, step - st);
+    }
+  };
+  // A load may only run ahead into a buffer no earlier tile still uses.
+  pipeline(
+      tiles.size(), buffers - 1,
+      [&](size_t i) {
+        loaded[i] = x_pool.next().rows(tiles[i].p);
+        b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
+                                      {{n, static_cast<int32_t>(l.in_col_stride)}}));
+      },
+      [&](size_t i) {
+        outputs[i] = y_pool.next().rows(tiles[i].p);
+        if (!overlap) {
+          for (size_t st = 0; st < stages; ++st) run_stage(st, i);
+          return;
+        }
+        run_step(i);
+      });
+  if (overlap) {
+    for (size_t step = tiles.size(); step + 1 < tiles.size() + stages; ++step) run_step(step);
   }
 }
 
@@ -116,7 +142,7 @@ void build_rms_norm(EagerContext& c) {
   const std::optional<Tile> weight = load_parameter(c, 1, n, "weight");
   TilePool stats = b.pool("rms", DType::f32, 2, 3);
   const float eps = static_cast<float>(c.attrs.eps);
-  for_each_row_tile(c, l, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
+  for_each_row_tile(c, l, 1, [&](size_t, size_t, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
     emit_rms_norm(b, y, x, weight ? weight->rows(p) : AccessPattern{}, stats.next(), p, n, eps);
   });
 }
@@ -129,11 +155,49 @@ void build_layer_norm(EagerContext& c) {
   // The defined inputs arrive in call order: with two of them the second is the weight.
   const std::optional<Tile> weight = load_parameter(c, 1, n, "weight");
   const std::optional<Tile> bias = load_parameter(c, 2, n, "bias");
-  TilePool stats = b.pool("moments", DType::f32, 3, 3);
   const float eps = static_cast<float>(c.attrs.eps);
-  for_each_row_tile(c, l, [&](const AccessPattern& x, const AccessPattern& y, uint16_t p) {
-    emit_layer_norm(b, y, x, weight ? weight->rows(p) : AccessPattern{}, bias ? bias->rows(p) : AccessPattern{},
-                    stats.next(), p, eps);
+  const AccessPattern w = weight ? weight->ap() : AccessPattern{}, bi = bias ? bias->ap() : AccessPattern{};
+  auto rows = [](AccessPattern ap, uint16_t p) {
+    if (ap.present()) ap.partition_count = p;
+    return ap;
+  };
+  std::vector<Tile> stats_of;
+  // The Scalar-engine statistics need two f32 scratch rows more; without room for them and a full
+  // pipeline (three x and four y rows) the bn_stats schedule runs instead.
+  const uint64_t row_f32 = uint64_t{n} * 4, x_row = uint64_t{n} * dtype_size(c.inputs[0].dtype),
+                 y_row = uint64_t{n} * dtype_size(c.out.dtype);
+  const bool scalar_stats = dtype_size(c.inputs[0].dtype) == 4 &&
+                            2 * row_f32 + 3 * x_row + 4 * y_row + 1024 <= b.sbuf_free_bytes();
+  if (!scalar_stats) {
+    // bn_stats on the Vector engine (for 16-bit x the better split: the Scalar engine reads every
+    // dtype at one element per cycle), the Scalar engine scales; then the affine step.
+    TilePool stats = b.pool("moments", DType::f32, 3, 3);
+    for_each_row_tile(c, l, 2, [&](size_t st, size_t i, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
+      if (st == 0) {
+        if (stats_of.size() <= i) stats_of.resize(i + 1);
+        stats_of[i] = stats.next();
+        emit_layer_norm_normalize(b, y, x, stats_of[i], p, eps);
+      } else {
+        emit_layer_norm_affine(b, y, rows(w, p), rows(bi, p));
+      }
+    });
+    return;
+  }
+  // 32-bit x: the Vector engine's share of bn_stats + the affine step (two tensor-tensor passes) would
+  // exceed the HBM time of a row tile, so the statistics move to the Scalar engine
+  // (emit_layer_norm_scalar_stats), in three stages.
+  TilePool stats = b.pool("moments", DType::f32, 3, 4);
+  TilePool work = b.pool("work", DType::f32, n, 2);
+  for_each_row_tile(c, l, 3, [&](size_t st, size_t i, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
+    if (st == 0) {
+      if (stats_of.size() <= i) stats_of.resize(i + 1);
+      stats_of[i] = stats.next();
+      emit_layer_norm_center(b, y, x, work.next().rows(p), stats_of[i], p, n);
+    } else if (st == 1) {
+      emit_layer_norm_scale(b, y, work.next().rows(p), stats_of[i], p, n, eps);
+    } else {
+      emit_layer_norm_affine(b, y, rows(w, p), rows(bi, p));
+    }
   });
 }
 

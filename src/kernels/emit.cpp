@@ -167,20 +167,34 @@ void emit_row_reduce(KernelBuilder& b, OpId op, const AccessPattern& y, const Ac
 
 void emit_softmax(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& x,
                   const AccessPattern& work, const Tile& stats, uint16_t p) {
+  emit_softmax_exp(b, op, y, x, work, stats, p);
+  emit_softmax_scale(b, op, y, work, stats, p);
+}
+
+void emit_softmax_exp(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& x,
+                      const AccessPattern& work, const Tile& stats, uint16_t p) {
   SIGHTLINE_CHECK(op == OpId::softmax || op == OpId::log_softmax, "{} is not softmax / log_softmax",
                   op_name(op));
-  const AccessPattern row_max = stats.column(p, 0), row_sum = stats.column(p, 1);
+  const AccessPattern row_sum = stats.column(p, 1);
+  // The max of 16-bit values is one of them, so it is kept in their dtype (exact): the Vector engine
+  // then reduces at its 16-bit rate, twice the 32-bit one (docs/hardware-model.md §1.2).
+  AccessPattern row_max = stats.column(p, 0);
+  if (dtype_size(x.dtype) == 2) row_max.dtype = x.dtype;
   b.reduce(AluOp::max, row_max, x);
   b.tensor_scalar(AluOp::subtract, work, x, row_max);
   if (op == OpId::log_softmax) {
     b.activate(ActFunc::exp, y, work, 1.0f, 0.0f, row_sum);  // y is scratch here
     b.activate(ActFunc::log, row_sum, row_sum);
-    b.tensor_scalar(AluOp::subtract, y, work, row_sum);
   } else {
     b.activate(ActFunc::exp, work, work, 1.0f, 0.0f, row_sum);
     b.activate(ActFunc::reciprocal, row_sum, row_sum);
-    b.tensor_scalar(AluOp::multiply, y, work, row_sum);
   }
+}
+
+void emit_softmax_scale(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& work,
+                        const Tile& stats, uint16_t p) {
+  const AccessPattern row_sum = stats.column(p, 1);
+  b.tensor_scalar(op == OpId::log_softmax ? AluOp::subtract : AluOp::multiply, y, work, row_sum);
 }
 
 // rms_norm per row:   ScalarE  sum of squares (activation-accumulate), rsqrt(ss / n + eps)
@@ -199,12 +213,41 @@ void emit_rms_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern
 void emit_layer_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
                      const AccessPattern& weight, const AccessPattern& bias, const Tile& stats, uint16_t p,
                      float eps) {
+  emit_layer_norm_normalize(b, y, x, stats, p, eps);
+  emit_layer_norm_affine(b, y, weight, bias);
+}
+
+void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                               uint16_t p, float eps) {
   const AccessPattern moments = stats.region(0, p, 0, 2), mean = stats.column(p, 0), var = stats.column(p, 1),
                       rstd = stats.column(p, 2);
   b.bn_stats(moments, x);
   b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
   b.tensor_scalar(AluOp::subtract, y, x, mean);
   b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
+}
+
+// layer_norm with its statistics on the Scalar engine (activation-accumulate), for a kernel whose
+// Vector engine is the busier one: ScalarE sum(x), VectorE y = x - mean; ScalarE sum(y^2),
+// rstd = rsqrt(sum / n + eps), y *= rstd.
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
+                            const AccessPattern& work, const Tile& stats, uint16_t p, uint32_t n) {
+  const AccessPattern mean = stats.column(p, 0);
+  b.activate(ActFunc::identity, work, x, 1.0f, 0.0f, mean);
+  b.tensor_scalar(AluOp::divide, mean, mean, static_cast<float>(n));
+  b.tensor_scalar(AluOp::subtract, y, x, mean);
+}
+
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const AccessPattern& work, const Tile& stats,
+                           uint16_t p, uint32_t n, float eps) {
+  const AccessPattern sum_sq = stats.column(p, 1), rstd = stats.column(p, 2);
+  b.activate(ActFunc::square, work, y, 1.0f, 0.0f, sum_sq);
+  b.activate(ActFunc::rsqrt, rstd, sum_sq, 1.0f / static_cast<float>(n), eps);
+  b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
+}
+
+void emit_layer_norm_affine(KernelBuilder& b, const AccessPattern& y, const AccessPattern& weight,
+                            const AccessPattern& bias) {
   if (weight.present()) b.tensor_tensor(AluOp::multiply, y, y, weight);
   if (bias.present()) b.tensor_tensor(AluOp::add, y, y, bias);
 }

@@ -93,11 +93,31 @@ void emit_row_reduce(KernelBuilder& b, OpId op, const AccessPattern& y, const Ac
 void emit_reduce_finish(KernelBuilder& b, OpId op, const AccessPattern& value, int64_t count);
 void emit_softmax(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& x,
                   const AccessPattern& work, const Tile& stats, uint16_t p);
+// emit_softmax in two halves, for a kernel that overlaps one row tile's first half with the previous
+// tile's second (the Vector engine runs its instructions in order, so a tile's last step, which waits
+// for the Scalar engine's exp, would otherwise hold up the next tile's max): _exp leaves exp(x - max)
+// in work (log_softmax: x - max, with y as scratch) and 1 / sum (log(sum)) in stats; _scale writes y.
+void emit_softmax_exp(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& x,
+                      const AccessPattern& work, const Tile& stats, uint16_t p);
+void emit_softmax_scale(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& work,
+                        const Tile& stats, uint16_t p);
 // weight / bias: absent patterns when the op has none.
 void emit_rms_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const AccessPattern& weight,
                    const Tile& stats, uint16_t p, uint32_t n, float eps);
 void emit_layer_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
                      const AccessPattern& weight, const AccessPattern& bias, const Tile& stats, uint16_t p,
                      float eps);
+// emit_layer_norm in two halves (see emit_softmax_exp): _normalize writes (x - mean) * rstd to y,
+// _affine applies the weight and bias to it.
+void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                               uint16_t p, float eps);
+// The same normalization with the statistics on the Scalar engine, in two steps: _center writes
+// x - mean to y, _scale multiplies y by rstd (each with an f32 [p, n] scratch tile `work`).
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
+                            const AccessPattern& work, const Tile& stats, uint16_t p, uint32_t n);
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const AccessPattern& work, const Tile& stats,
+                           uint16_t p, uint32_t n, float eps);
+void emit_layer_norm_affine(KernelBuilder& b, const AccessPattern& y, const AccessPattern& weight,
+                            const AccessPattern& bias);
 
 }  // namespace sightline::kernels
