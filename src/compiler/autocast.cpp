@@ -19,7 +19,7 @@ Node cast_node(const Graph& graph, int value, DType dtype) {
 // The products accumulate in f32 (PSUM on the device, an f32 sum on the CPU), the sum is rounded to
 // bf16 as the matmul writes its result and widened back, so every value outside a matmul keeps its
 // f32 dtype. A value feeding several matmuls (a weight, the normalized activation read by q, k and v)
-// is cast once.
+// is cast once; a matmul reading (views of) another autocast matmul's result reads its bf16 result.
 Graph autocast_matmuls(const Graph& graph) {
   Graph out;
   std::vector<int> remap(graph.nodes.size(), kNoValue);
@@ -27,9 +27,33 @@ Graph autocast_matmuls(const Graph& graph) {
   auto low = [&](int value) {
     if (out.nodes[static_cast<size_t>(value)].meta.dtype == DType::bf16) return value;
     if (auto it = bf16_of.find(value); it != bf16_of.end()) return it->second;
-    const int cast = out.add(cast_node(out, value, DType::bf16));
-    bf16_of.emplace(value, cast);
-    return cast;
+    // Views (and contiguous copies) of a bf16 value widened to f32, as q, k and v are views of autocast
+    // linears: the same views of the bf16 value, since widening and narrowing back is exact, instead of
+    // a cast of the f32 copy.
+    auto moves_only = [&](int v) {
+      const Node& n = out.nodes[static_cast<size_t>(v)];
+      return n.kind == NodeKind::op && (op_info(n.op).is_view || n.op == OpId::contiguous);
+    };
+    std::vector<int> views;
+    int source = value;
+    while (moves_only(source)) {
+      views.push_back(source);
+      source = out.nodes[static_cast<size_t>(source)].inputs[0];
+    }
+    const Node& widened = out.nodes[static_cast<size_t>(source)];
+    int result = kNoValue;
+    if (widened.kind == NodeKind::op && widened.op == OpId::to_copy &&
+        out.nodes[static_cast<size_t>(widened.inputs[0])].meta.dtype == DType::bf16) {
+      result = widened.inputs[0];
+      for (auto it = views.rbegin(); it != views.rend(); ++it) {
+        const Node view = out.nodes[static_cast<size_t>(*it)];
+        result = out.add(make_op_node(out, view.op, {result}, view.attrs));
+      }
+    } else {
+      result = out.add(cast_node(out, value, DType::bf16));
+    }
+    bf16_of.emplace(value, result);
+    return result;
   };
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     Node n = graph.nodes[i];
@@ -53,7 +77,7 @@ Graph autocast_matmuls(const Graph& graph) {
     remap[i] = value;
   }
   for (int v : graph.outputs) out.outputs.push_back(remap[static_cast<size_t>(v)]);
-  return out;
+  return eliminate_dead_code(out);  // the f32 copies that only fed matmuls
 }
 
 }  // namespace sightline::compiler
