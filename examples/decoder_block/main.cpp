@@ -16,6 +16,9 @@
 // compiled| compares them; eager + compiled take about 15 s on a 2-core host. Other sizes by flag:
 //
 //   decoder_block --batch 2 --seq 64 --model 128 --heads 4 --hidden 256 --out profiles
+//
+// --autocast compiles with CompileOptions::autocast = matmul_bf16 (bf16 matmul operands, f32
+// accumulation, the rest f32: what whole-graph Neuron compilation does by default).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
   Dimensions dims;
   std::string spec = "trn2", out_dir = "profiles", cache_dir;
   int row_limit = 10;
-  bool timing_only = false;
+  bool timing_only = false, autocast = false;
   app.add_option("--batch", dims.batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--seq", dims.seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--model", dims.model, "model width (a multiple of --heads)")->check(CLI::PositiveNumber);
@@ -102,6 +105,8 @@ int main(int argc, char** argv) {
   app.add_option("--row-limit", row_limit, "rows of each key_averages table");
   app.add_flag("--timing-only", timing_only,
                "simulate timing only: the same modeled times, results are not computed (much faster)");
+  app.add_flag("--autocast", autocast,
+               "compile with bf16 matmul operands and f32 accumulation (CompileOptions::autocast = matmul_bf16)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -115,14 +120,15 @@ int main(int argc, char** argv) {
     const Device device = Device::parse("neuron:0");
     const std::vector<Tensor> args = decoder_args(dims, device);
     fmt::print(
-        "decoder block: batch {}, seq {}, model {}, heads {}, MLP {} (f32) on {} ({}); profiles go to {}/\n",
-        dims.batch, dims.seq, dims.model, dims.heads, dims.hidden, device, neuron::device_info().spec_name,
-        out_dir);
+        "decoder block: batch {}, seq {}, model {}, heads {}, MLP {} (f32{}) on {} ({}); profiles go to {}/\n",
+        dims.batch, dims.seq, dims.model, dims.heads, dims.hidden,
+        autocast ? "; compiled with autocast matmul_bf16" : "", device, neuron::device_info().spec_name, out_dir);
 
     const int64_t heads = dims.heads;
     const BlockFn eager = [heads](const std::vector<Tensor>& a) { return decoder_block(a, heads); };
     CompileOptions compile_options;
     compile_options.cache_dir = cache_dir;
+    compile_options.autocast = autocast ? Autocast::matmul_bf16 : Autocast::none;
     const CompiledFunction compiled = compile(eager, compile_options);
     const BlockFn compiled_fn = [&compiled](const std::vector<Tensor>& a) { return compiled(a); };
 

@@ -39,17 +39,32 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sightline/tensor.h"
 
 namespace sightline {
 
+// Mixed precision, as whole-graph Neuron compilation does by default (neuronx-cc --auto-cast matmult
+// --auto-cast-type bf16; docs/architecture.md, section 10):
+//   none         every op computes in the dtype the function gives it
+//   matmul_bf16  f32 matmul / linear (and the matmul of every fused group the compiler makes from them)
+//                read bf16 operands and accumulate in f32; the result is rounded to bf16 and widened
+//                back, so every other op, and every value the function returns, stays f32
+enum class Autocast : uint8_t { none, matmul_bf16 };
+std::string_view autocast_name(Autocast autocast);  // "none", "matmul_bf16"
+// Parses "none" / "matmul_bf16" (also "bf16"); throws sightline::Error naming the accepted values.
+Autocast autocast_parse(std::string_view name);
+
 struct CompileOptions {
   bool optimize = true;  // false: run the captured graph as recorded (to compare against the passes)
   // Directory of the disk cache of device executables (created when missing); empty: memory only.
   // Several processes may share it; an unreadable entry is rebuilt with a warning.
   std::string cache_dir = {};
+  // Applied even with optimize = false (it is the program's numerics, not an optimization); part of the
+  // executable's cache key.
+  Autocast autocast = Autocast::none;
 };
 
 struct CompileStats {

@@ -62,8 +62,11 @@ bool is_neuron(const Device& device) { return device.to_string().starts_with("ne
 
 // The disk cache key: what decides the executable, and not the core it runs on (any core loads it).
 std::string device_cache_key(const compiler::Graph& graph, const std::vector<Tensor>& inputs,
-                             const device::Spec& spec) {
-  std::string key = fmt::format("lowering {}\nspec {}\nguards", kLoweringVersion, spec.identity());
+                             const device::Spec& spec, Autocast autocast) {
+  std::string key = fmt::format("lowering {}\nspec {}\n", kLoweringVersion, spec.identity());
+  // Keys of programs without autocast are unchanged, so their disk cache entries stay valid.
+  if (autocast != Autocast::none) key += fmt::format("autocast {}\n", autocast_name(autocast));
+  key += "guards";
   for (const Tensor& t : inputs) key += fmt::format(" {}{}", dtype_name(t.dtype()), t.shape());
   return key + "\n" + compiler::dump(graph);
 }
@@ -82,6 +85,23 @@ class CompiledRegionScope {
 };
 
 }  // namespace
+
+std::string_view autocast_name(Autocast autocast) {
+  switch (autocast) {
+    case Autocast::none:
+      return "none";
+    case Autocast::matmul_bf16:
+      return "matmul_bf16";
+  }
+  return "?";
+}
+
+Autocast autocast_parse(std::string_view name) {
+  if (name == "none") return Autocast::none;
+  if (name == "matmul_bf16" || name == "bf16") return Autocast::matmul_bf16;
+  fail("compile(): unknown autocast '{}'; accepted: none, matmul_bf16 (matmuls with bf16 operands and f32 "
+       "accumulation, the rest f32)", name);
+}
 
 struct CompiledFunctionState {
   TensorListFunction fn;
@@ -109,7 +129,12 @@ struct CompiledFunctionState {
     std::vector<TensorMeta> metas;
     for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
     compiler::Graph graph = compiler::capture_graph(fn, metas, device);
-    graph = options.optimize ? compiler::optimize(std::move(graph)) : compiler::eliminate_dead_code(graph);
+    if (options.optimize) {
+      graph = compiler::optimize(std::move(graph), {}, options.autocast);
+    } else {
+      graph = compiler::eliminate_dead_code(graph);
+      if (options.autocast == Autocast::matmul_bf16) graph = compiler::autocast_matmuls(graph);
+    }
     std::shared_ptr<const compiler::DeviceProgram> device_program;
     compiler::CacheOutcome outcome = compiler::CacheOutcome::lowered;
     if (is_neuron(device)) device_program = lower_for_device(graph, inputs, device, outcome);
@@ -134,7 +159,7 @@ struct CompiledFunctionState {
     const device::Spec& spec = neuron::runtime().spec();
     try {
       return std::make_shared<const compiler::DeviceProgram>(compiler::obtain_executable(
-          graph, device_cache_key(graph, inputs, spec), options.cache_dir, spec, outcome));
+          graph, device_cache_key(graph, inputs, spec, options.autocast), options.cache_dir, spec, outcome));
     } catch (const Error& e) {
       fmt::print(stderr, "sightline: warning: a compiled function runs op by op on {}: its graph cannot be "
                  "lowered to one executable ({})\n", device, e.what());

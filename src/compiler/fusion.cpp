@@ -351,12 +351,16 @@ constexpr Pass kPipeline[] = {
 
 std::span<const Pass> default_pipeline() { return kPipeline; }
 
-Graph optimize(Graph graph, const PassObserver& after_pass) {
+Graph optimize(Graph graph, const PassObserver& after_pass, Autocast autocast) {
   verify(graph, "capture", VerifyOptions{.allow_dead_nodes = true});
-  for (const Pass& pass : kPipeline) {
+  auto run = [&](const Pass& pass) {
     graph = pass.run(graph);
     verify(graph, pass.name);
     if (after_pass) after_pass(pass.name, graph);
+  };
+  for (const Pass& pass : kPipeline) {
+    run(pass);
+    if (pass.name == "recognize_builtins" && autocast == Autocast::matmul_bf16) run({"autocast", &autocast_matmuls});
   }
   return graph;
 }

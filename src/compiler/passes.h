@@ -5,6 +5,9 @@
 //                       pow(x, 2) -> x*x
 //   recognize_builtins  naive forms of built-in fused ops: the RMSNorm chain -> rms_norm,
 //                       x * sigmoid(x) -> silu
+//   autocast            (CompileOptions::autocast = matmul_bf16 only) f32 matmul/linear operands cast
+//                       to bf16, the result widened back to f32 (autocast.cpp); before the fusions, so
+//                       the matmul of every fused group the compiler emits reads bf16
 //   fuse_epilogues      a matmul/linear and the elementwise ops on its result (bias, activation, residual)
 //   fuse_rows           elementwise ops and last-dim reductions over one row space -> one group on chip
 //   choose_layout       which dims of each node map to the 128 partitions
@@ -18,12 +21,14 @@
 #include <string_view>
 
 #include "compiler/graph.h"
+#include "sightline/compile.h"
 
 namespace sightline::compiler {
 
 Graph eliminate_dead_code(const Graph& graph);
 Graph fold_constants(const Graph& graph);
 Graph recognize_builtins(const Graph& graph);
+Graph autocast_matmuls(const Graph& graph);
 Graph fuse_matmul_epilogues(const Graph& graph);
 Graph fuse_rows(const Graph& graph);
 Graph choose_layout(const Graph& graph);
@@ -32,12 +37,13 @@ struct Pass {
   std::string_view name;
   Graph (*run)(const Graph&);
 };
-// The passes compile() runs, in order.
+// The passes compile() runs, in order, for the default options (Autocast::none).
 std::span<const Pass> default_pipeline();
 
 // Runs the pipeline, verifying after every pass (a broken invariant throws, naming the pass);
-// `after_pass` sees each intermediate graph (tests dump them).
+// `after_pass` sees each intermediate graph (tests dump them). With Autocast::matmul_bf16 the autocast
+// pass runs after recognize_builtins.
 using PassObserver = std::function<void(std::string_view pass, const Graph& graph)>;
-Graph optimize(Graph graph, const PassObserver& after_pass = {});
+Graph optimize(Graph graph, const PassObserver& after_pass = {}, Autocast autocast = Autocast::none);
 
 }  // namespace sightline::compiler

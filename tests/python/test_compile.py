@@ -89,3 +89,27 @@ def test_what_cannot_be_captured_is_an_error():
     with pytest.raises(ValueError, match="unknown options"):
         torch.compile(naive, options={"max_autotune": True})
     assert torch.compile(naive, disable=True) is naive
+
+
+def test_autocast_runs_matmuls_with_bf16_operands_and_keeps_the_rest_f32():
+    a = np.random.default_rng(3).standard_normal((16, 128)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal((128, 8)).astype(np.float32)
+
+    def f(x, y):
+        return torch.matmul(x, y).relu()
+
+    cast = torch.compile(f, options={"autocast": "matmul_bf16"})
+    x, y = torch.from_numpy(a), torch.from_numpy(b)
+    out = cast(x, y)
+    assert out.dtype == torch.float32
+    dump = cast.graph_dump(x, y)
+    assert "aten::_to_copy" in dump and "bf16" in dump and "bf16" not in torch.compile(f).graph_dump(x, y)
+    # Per element within (3u + 4u^2 + 3Ke) (|A||B|)_ij, u = 2^-8, e = 2^-24 (docs/architecture.md, section 10);
+    # relu only shrinks the difference.
+    u, k = 2.0**-8, a.shape[1]
+    bound = (3 * u + 4 * u * u + 3 * k * 2.0**-24) * 1.01 * (np.abs(a) @ np.abs(b))
+    err = np.abs(out.numpy() - np.maximum(a @ b, 0))
+    assert np.all(err <= bound)
+    assert err.max() > 0  # the operands really were rounded
+    with pytest.raises(torch.Error, match="unknown autocast 'fp8'"):
+        torch.compile(f, options={"autocast": "fp8"})
