@@ -40,6 +40,8 @@ std::vector<Tensor> run(device::CollectiveKind kind, const std::vector<Tensor>& 
     SIGHTLINE_CHECK(cores.insert(t.device().index).second,
                     "neuron::{}: two shards are on {}; each rank must be a different core", what, t.device());
   }
+  SIGHTLINE_CHECK(kind == device::CollectiveKind::all_gather || first.dtype() != DType::boolean,
+                  "neuron::{}: cannot sum bool tensors; sums are f32, bf16, f16 or i32 (cast with .to())", what);
   const int ranks = static_cast<int>(shards.size());
   const int rank_dims = static_cast<int>(first.shape().size());
   if (kind != device::CollectiveKind::all_reduce) {

@@ -52,6 +52,8 @@ TEST(Collectives, BadShardsAreClearErrors) {
               ::testing::ThrowsMessage<Error>(HasSubstr("one shape and dtype")));
   EXPECT_THAT([&] { neuron::all_reduce({a, a.to(core(1))}); },
               ::testing::ThrowsMessage<Error>(HasSubstr("must be on a neuron core")));
+  EXPECT_THAT([&] { neuron::all_reduce({ones({2}, DType::boolean).to(core(0)), ones({2}, DType::boolean).to(core(1))}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("cannot sum bool tensors")));
   EXPECT_THAT([&] { neuron::reduce_scatter({ones({3, 4}).to(core(0)), ones({3, 4}).to(core(1))}); },
               ::testing::ThrowsMessage<Error>(HasSubstr("does not divide into 2 ranks")));
 }
