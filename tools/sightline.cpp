@@ -6,6 +6,7 @@
 //   sightline table profiles/naive --group-by-stack-n 1  # rows by call site (profiled with with_stack)
 //   sightline view profiles/naive --output-format perfetto -o naive.perfetto.json   # for ui.perfetto.dev
 //   sightline compare profiles/naive profiles/fused
+//   sightline merge rank0/eager rank1/eager -o merged   # one timeline of every rank, collectives lined up
 //   sightline roofline profiles/fused -o roofline.svg
 //   sightline export profiles/naive --format sqlite naive.db             # schema: docs/formats.md
 //   sightline query profiles/naive "select name, count(*) from ops group by name"
@@ -39,6 +40,7 @@
 
 #include "analysis/check.h"
 #include "analysis/compare.h"
+#include "analysis/merge.h"
 #include "analysis/perfetto.h"
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
@@ -320,6 +322,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "csv", "json"}));
   table_cmd->callback([&] { status = table(dir, sort_by, row_limit, by_shape, by_stack_n, table_format); });
+
+  std::vector<std::string> rank_dirs;
+  std::string merge_output;
+  auto* merge_cmd = app.add_subcommand(
+      "merge", "One profile from the profiles of several ranks: clocks aligned on their collectives, every rank's "
+               "lanes on one timeline, and the per-rank and cross-rank collective summary");
+  merge_cmd->add_option("dirs", rank_dirs, "the ranks' profile directories (each recorded its rank)")->required();
+  merge_cmd->add_option("-o,--output", merge_output, "the merged profile directory to write")->required();
+  merge_cmd->callback([&] {
+    std::cout << analysis::merge_report_text(analysis::merge_profiles(rank_dirs, merge_output));
+  });
 
   std::string dir_a, dir_b, compare_format = "text";
   auto* compare_cmd = app.add_subcommand("compare", "Ranked per-executable, per-op and per-engine deltas, A -> B");

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "sightline/profiler/activity.h"
+#include "sightline/tensor.h"
 
 namespace sightline::profiler {
 class profile;
@@ -72,6 +73,21 @@ uint64_t memory_free(int core);
 // Measured, never part of any time in a profile: wall time the simulator has spent so far.
 int64_t simulation_wall_ns();
 
+// Collectives between the cores of the chip, as torch.distributed's are between ranks: `shards[r]` is
+// rank r's tensor, each on a different neuron core (neuron:k), all of one shape and dtype. They run as a
+// ring on the chip's collective engine, beside the cores' compute (docs/hardware-model.md §1.8); each
+// returns one tensor per rank, on that rank's core. In a profile they are framework ops named as
+// torch's c10d ops are, `nrta_cc_schedule` runtime calls, and `cc_running` / `cc_exec_barrier` (waiting
+// for the slowest peer) on each core's collective lane.
+//
+//   std::vector<Tensor> parts = {x0, x1};                   // x0 on neuron:0, x1 on neuron:1
+//   std::vector<Tensor> sums = neuron::all_reduce(parts);   // both hold x0 + x1
+std::vector<Tensor> all_reduce(const std::vector<Tensor>& shards);
+// Rank r receives every rank's tensor concatenated along `dim`.
+std::vector<Tensor> all_gather(const std::vector<Tensor>& shards, int64_t dim = 0);
+// Rank r receives chunk r (along `dim`) of the sum; size(dim) must divide by the number of ranks.
+std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& shards, int64_t dim = 0);
+
 enum class ProfileMode { DEVICE, RUNTIME };
 std::string_view profile_mode_name(ProfileMode mode);
 
@@ -82,6 +98,11 @@ struct NeuronConfig : profiler::ExperimentalConfig {
   bool correlate_device_time = true;         // attribute device time to framework ops
   std::string profile_output_dir = "profile_output";
   size_t max_events_per_nc = 1'000'000;      // per core; the rest are counted as dropped
+  // This process's rank in its job and the number of ranks (torchrun's RANK and WORLD_SIZE; read them
+  // where the program starts). Recorded in trace.json's distributedInfo and the manifest, with the
+  // collectives seen; `sightline merge` lines the ranks' profiles up by them.
+  int rank = 0;
+  int world_size = 1;
 
   bool has(ProfileMode mode) const;
 };
@@ -109,6 +130,9 @@ struct TraceSummary {
   double span_us = 0;         // first to last device activity
   double overhead_us = 0;     // executable switches and first loads
   double hbm_mb = 0;          // HBM bytes the executions moved, in 1e6 bytes
+  int collectives = 0;        // collectives (each counted once, however many cores took part)
+  double collective_us = 0;   // cc_running, summed over the cores that ran them
+  double collective_wait_us = 0;  // cc_exec_barrier: cores waiting for their peers, summed
   uint64_t not_completed = 0; // left out: not complete when the trace stopped
   uint64_t earlier_steps = 0; // left out: launched before the trace, still running in it
   double simulation_ms = 0;   // measured: the simulator's wall time during the trace (never modeled)

@@ -1,5 +1,9 @@
 #include "analysis/insights.h"
 
+#include <filesystem>
+
+#include "analysis/collectives.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -120,6 +124,34 @@ void excess_hbm(const ProfileDir& profile, std::vector<Insight>& out) {
   }
 }
 
+// A core that waits for its peers at collectives: the slowest rank sets the pace.
+void collective_wait(const ProfileDir& profile, std::vector<Insight>& out) {
+  const auto& distributed = profile.manifest.distributed;
+  if (!distributed || distributed->collectives == 0 || !profile.trace) return;
+  const CollectiveSummary s =
+      collective_summary({{static_cast<int>(distributed->rank), (std::filesystem::path(profile.path) / "trace.json").string()}},
+                         distributed->link_bytes_per_ns);
+  const CollectiveLane* straggler = nullptr;
+  for (const CollectiveLane& l : s.lanes) {
+    if (l.last_arrivals > 0 && (!straggler || l.last_arrivals > straggler->last_arrivals)) straggler = &l;
+  }
+  for (const CollectiveLane& l : s.lanes) {
+    if (l.span_ns <= 0 || l.wait_ns / l.span_ns < kIdleShareWorthReporting) continue;
+    out.push_back({"collective_wait",
+                   fmt::format("NeuronCore {} (rank {}) waits {:.0f}% of its time for its peers at collectives", l.core,
+                               l.rank, 100 * l.wait_ns / l.span_ns),
+                   fmt::format("{} collectives; waiting {} of a {} span (cc_exec_barrier){}", l.collectives, us(l.wait_ns),
+                               us(l.span_ns),
+                               straggler ? fmt::format("; core {} of rank {} reached {} of them last", straggler->core,
+                                                       straggler->rank, straggler->last_arrivals)
+                                         : std::string()),
+                   "give every rank the same work before each collective (shard evenly; the host dispatching to each "
+                   "core in turn delays the last ones: compile the stages so each is one launch), or queue work that "
+                   "does not need the collective's result before it so the core computes while it waits",
+                   l.wait_ns});
+  }
+}
+
 }  // namespace
 
 std::vector<Insight> insights(const ProfileDir& profile) {
@@ -131,6 +163,7 @@ std::vector<Insight> insights(const ProfileDir& profile) {
   engine_imbalance(total, out);
   low_tensor_use(profile, out);
   excess_hbm(profile, out);
+  collective_wait(profile, out);
   std::stable_sort(out.begin(), out.end(),
                    [](const Insight& a, const Insight& b) { return a.potential_saving_ns > b.potential_saving_ns; });
   return out;

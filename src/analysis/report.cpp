@@ -1,5 +1,9 @@
 #include "analysis/report.h"
 
+#include <filesystem>
+
+#include "analysis/collectives.h"
+
 #include <variant>
 #include <vector>
 
@@ -132,6 +136,12 @@ std::string report_summary_text(const ProfileDir& profile) {
   int rank = 0;
   for (const Insight& i : list) {
     out += fmt::format("{}. [{}] {}\n   evidence: {}\n   fix: {}\n", ++rank, i.id, i.title, i.evidence, i.fix);
+  }
+  if (const auto& distributed = profile.manifest.distributed; distributed && distributed->collectives > 0) {
+    out += '\n';
+    out += collective_summary_text(collective_summary(
+                      {{static_cast<int>(distributed->rank), (std::filesystem::path(profile.path) / "trace.json").string()}},
+                      distributed->link_bytes_per_ns));
   }
   const formats::ManifestTiming& timing = profile.manifest.timing;
   if (!timing.host_clock.empty()) {

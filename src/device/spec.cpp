@@ -177,6 +177,11 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
   s.host.runtime_call_ns = r.non_negative("host.runtime_call_ns");
   s.host.allocation_ns = r.non_negative("host.allocation_ns");
   s.host.copy_bytes_per_ns = r.positive("host.copy_bytes_per_ns");
+  // Optional: a user's spec written before collectives has none, and cannot run them.
+  if (root.contains("collective")) {
+    s.collective.link_bytes_per_ns = r.positive("collective.link_bytes_per_ns");
+    s.collective.step_latency_ns = r.non_negative("collective.step_latency_ns");
+  }
   r.reject_unknown();
 
   SIGHTLINE_CHECK(s.psum_bytes_per_partition % s.psum_banks == 0,

@@ -365,6 +365,15 @@ std::string manifest_serialize(const Manifest& m) {
                      {"not_completed", m.timing.not_completed},
                      {"earlier_steps", m.timing.earlier_steps}};
   }
+  if (m.distributed) {
+    const ManifestDistributed& d = *m.distributed;
+    j["distributed"] = Json{{"rank", d.rank},
+                            {"world_size", d.world_size},
+                            {"collectives", d.collectives},
+                            {"collective_cores", d.collective_cores},
+                            {"link_bytes_per_ns", d.link_bytes_per_ns},
+                            {"step_latency_ns", d.step_latency_ns}};
+  }
   Json files = Json::array();
   for (const auto& f : m.files) {
     const std::string problem = file_problem(f);
@@ -437,6 +446,23 @@ Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
     m.timing.host_blocked_wall_ns = timing.u64("host_blocked_wall_ns");
     m.timing.not_completed = timing.u64("not_completed");
     m.timing.earlier_steps = timing.u64("earlier_steps");
+  }
+  if (top.has("distributed")) {
+    const Object d = top.object("distributed");
+    ManifestDistributed dist;
+    dist.world_size = d.u32_in("world_size", 1, 1u << 20);
+    dist.rank = d.u32_in("rank", 0, dist.world_size - 1);
+    dist.collectives = d.u64("collectives");
+    const Json& cores = d.array("collective_cores");
+    for (size_t i = 0; i < cores.size(); ++i) {
+      if (!cores[i].is_number_unsigned() || cores[i].get<uint64_t>() > 1024) {
+        d.error("{}[{}] must be a core index", d.path_of("collective_cores"), i);
+      }
+      dist.collective_cores.push_back(cores[i].get<uint32_t>());
+    }
+    dist.link_bytes_per_ns = d.non_negative("link_bytes_per_ns");
+    dist.step_latency_ns = d.non_negative("step_latency_ns");
+    m.distributed = dist;
   }
   const Json& files = top.array("files");
   for (size_t i = 0; i < files.size(); ++i) {

@@ -88,6 +88,19 @@ struct ManifestTiming {
   bool operator==(const ManifestTiming&) const = default;
 };
 
+// Which rank of a job the profile is, and the collectives it ran (written when it ran collectives or is
+// one rank of several; older manifests and single-core profiles have none).
+struct ManifestDistributed {
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint64_t collectives = 0;               // collectives in the trace (each once, however many cores)
+  std::vector<uint32_t> collective_cores; // cores that took part in them
+  double link_bytes_per_ns = 0;           // the spec's ring link bandwidth (docs/hardware-model.md §1.8)
+  double step_latency_ns = 0;
+
+  bool operator==(const ManifestDistributed&) const = default;
+};
+
 struct Manifest {
   int format_version = kManifestVersion;
   std::string sightline_version = sightline_version_string();
@@ -98,6 +111,7 @@ struct Manifest {
   ManifestEventCounts events;
   ManifestDropped dropped;
   ManifestTiming timing;
+  std::optional<ManifestDistributed> distributed;
   std::vector<ManifestFile> files;  // every file of the directory except manifest.json itself
 };
 

@@ -17,6 +17,7 @@
 // (docs/formats.md).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -50,6 +51,24 @@ struct NeuronCapture {
   std::string host_clock;  // "modeled" or "measured"
   bool functional = true;
 };
+// The collective of each rank's cc_* events, found by the (core, sequence number) they carry, and the
+// collectives the trace kept (those with a cc_running event), numbered from 1 in queue order: the
+// "collective id" of the profile, the same in every rank that profiled the same steps.
+class CollectiveIndex {
+ public:
+  explicit CollectiveIndex(const runtime::Captured& captured);  // keeps pointers into `captured`
+  const runtime::CollectiveRecord* find(int core, uint64_t seq) const;
+  uint64_t number(const runtime::CollectiveRecord& c) const;  // 1.., 0 for one the trace did not keep
+  const std::vector<const runtime::CollectiveRecord*>& kept() const { return kept_; }
+
+ private:
+  std::map<std::pair<int, uint64_t>, const runtime::CollectiveRecord*> by_item_;
+  std::map<uint64_t, uint64_t> number_;  // runtime id -> profile id
+  std::vector<const runtime::CollectiveRecord*> kept_;
+};
+// The args of a collective's events on `core`: its kind, id, algorithm, sizes, group size and rank.
+void add_collective_args(profiler::FunctionEvent& f, const runtime::CollectiveRecord& c, uint64_t number, int core);
+
 // The capture of the most recent trace that used the neuron source (nullptr before any).
 std::shared_ptr<const NeuronCapture> last_capture();
 

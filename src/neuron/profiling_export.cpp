@@ -118,6 +118,21 @@ std::string NeuronProfiler::export_trace(profiler::profile& prof) {
     manifest.timing.host_blocked_wall_ns = static_cast<uint64_t>(std::max<int64_t>(capture->host_blocked_wall_ns, 0));
     manifest.timing.not_completed = capture->not_completed;
     manifest.timing.earlier_steps = capture->earlier_steps;
+    const CollectiveIndex collectives(capture->captured);
+    if (!collectives.kept().empty() || config_->world_size > 1) {
+      formats::ManifestDistributed d;
+      d.rank = static_cast<uint32_t>(config_->rank);
+      d.world_size = static_cast<uint32_t>(config_->world_size);
+      d.collectives = collectives.kept().size();
+      std::set<uint32_t> cores;
+      for (const runtime::CollectiveRecord* c : collectives.kept()) {
+        for (int core : c->cores) cores.insert(static_cast<uint32_t>(core));
+      }
+      d.collective_cores.assign(cores.begin(), cores.end());
+      d.link_bytes_per_ns = rt.spec().collective.link_bytes_per_ns;
+      d.step_latency_ns = rt.spec().collective.step_latency_ns;
+      manifest.distributed = d;
+    }
 
     if (config_->has(ProfileMode::RUNTIME)) {
       write_system_trace(staging / "system_trace.json", *capture, trace);

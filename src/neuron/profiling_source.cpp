@@ -2,6 +2,7 @@
 // recorded into profiler events (see profiling.h).
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,6 +27,52 @@ uint64_t launch_id(int core, uint64_t seq) {
 
 uint64_t unique_host_id(uint64_t index) { return (uint64_t{3} << 62) | index; }
 
+// The resource (thread) of a core's collective lane in the core's device process; 0 is its executions.
+constexpr int64_t kCollectiveResource = 1;
+
+}  // namespace
+
+// The collective each cc_* event belongs to, by (core, sequence number).
+CollectiveIndex::CollectiveIndex(const runtime::Captured& captured) {
+  for (const runtime::CollectiveRecord& c : captured.collectives) {
+    for (size_t r = 0; r < c.cores.size(); ++r) by_item_[{c.cores[r], c.seqs[r]}] = &c;
+  }
+  std::map<uint64_t, const runtime::CollectiveRecord*> kept;  // by runtime id: queue order
+  for (const runtime::Event& e : captured.events) {
+    if (e.kind != runtime::RuntimeEventKind::cc_running) continue;
+    if (const runtime::CollectiveRecord* c = find(e.core, e.seq)) kept.emplace(c->id, c);
+  }
+  for (const auto& [id, c] : kept) {
+    kept_.push_back(c);
+    number_[id] = kept_.size();
+  }
+}
+
+uint64_t CollectiveIndex::number(const runtime::CollectiveRecord& c) const {
+  auto it = number_.find(c.id);
+  return it == number_.end() ? 0 : it->second;
+}
+
+const runtime::CollectiveRecord* CollectiveIndex::find(int core, uint64_t seq) const {
+  auto it = by_item_.find({core, seq});
+  return it == by_item_.end() ? nullptr : it->second;
+}
+
+void add_collective_args(profiler::FunctionEvent& f, const runtime::CollectiveRecord& c, uint64_t number, int core) {
+  f.args.push_back({"collective", std::string(device::collective_name(c.kind))});
+  f.args.push_back({"collective id", static_cast<int64_t>(number)});
+  f.args.push_back({"algorithm", std::string("ring")});
+  f.args.push_back({"dtype", std::string(dtype_name(c.dtype))});
+  f.args.push_back({"collective bytes", static_cast<int64_t>(c.bytes)});
+  f.args.push_back({"bus bytes", static_cast<int64_t>(c.bus_bytes)});
+  f.args.push_back({"group size", static_cast<int64_t>(c.cores.size())});
+  for (size_t r = 0; r < c.cores.size(); ++r) {
+    if (c.cores[r] == core) f.args.push_back({"rank", static_cast<int64_t>(r)});
+  }
+}
+
+namespace {
+
 profiler::EventKind device_kind(runtime::RuntimeEventKind kind) {
   switch (kind) {
     case runtime::RuntimeEventKind::exec_running: return profiler::EventKind::device_exec;
@@ -37,7 +84,11 @@ profiler::EventKind device_kind(runtime::RuntimeEventKind kind) {
 
 class NeuronSource final : public profiler::ActivitySource {
  public:
-  explicit NeuronSource(std::shared_ptr<const NeuronConfig> config) : config_(std::move(config)) {}
+  explicit NeuronSource(std::shared_ptr<const NeuronConfig> config) : config_(std::move(config)) {
+    SIGHTLINE_CHECK(config_->world_size >= 1 && config_->rank >= 0 && config_->rank < config_->world_size,
+                    "NeuronConfig: rank {} of world_size {} is not a rank of the job; ranks are 0..world_size - 1",
+                    config_->rank, config_->world_size);
+  }
 
   std::string_view name() const override { return "neuron"; }
 
@@ -118,7 +169,7 @@ class NeuronSource final : public profiler::ActivitySource {
     std::unordered_set<uint64_t> launched;
     for (const runtime::Event& e : capture.captured.events) {
       if (e.kind == runtime::RuntimeEventKind::execute_schedule || e.kind == runtime::RuntimeEventKind::tensor_write ||
-          e.kind == runtime::RuntimeEventKind::tensor_read) {
+          e.kind == runtime::RuntimeEventKind::tensor_read || e.kind == runtime::RuntimeEventKind::cc_schedule) {
         launched.insert(key(e.core, e.seq));
       }
     }
@@ -128,7 +179,7 @@ class NeuronSource final : public profiler::ActivitySource {
     for (const runtime::Event& e : capture.captured.events) {
       if (runtime::runtime_event_is_device(e.kind)) {
         const bool counted = e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
-                             e.kind == runtime::RuntimeEventKind::copy_out;
+                             e.kind == runtime::RuntimeEventKind::copy_out || e.kind == runtime::RuntimeEventKind::cc_running;
         if (!launched.contains(key(e.core, e.seq))) {
           capture.earlier_steps += counted ? 1 : 0;
           left_out.insert(key(e.core, e.seq));
@@ -155,6 +206,8 @@ class NeuronSource final : public profiler::ActivitySource {
     std::vector<bool> core_seen(static_cast<size_t>(rt.core_count()), false);
     // An executable's file name hashes all its instructions: once per executable, not per event.
     std::unordered_map<runtime::ExecutableId, std::string> neff_names;
+    std::vector<bool> collective_seen(static_cast<size_t>(rt.core_count()), false);
+    const CollectiveIndex collectives(capture.captured);
     for (const runtime::Event& e : capture.captured.events) {
       const bool device = runtime::runtime_event_is_device(e.kind);
       if (!runtime_mode && !device) continue;
@@ -170,23 +223,27 @@ class NeuronSource final : public profiler::ActivitySource {
       const bool attributed =
           config_->correlate_device_time &&
           (e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
-           e.kind == runtime::RuntimeEventKind::copy_out || !device);
+           e.kind == runtime::RuntimeEventKind::copy_out || e.kind == runtime::RuntimeEventKind::cc_running || !device);
       f.external_id = attributed ? e.correlation : 0;
       if (device) {
         f.kind = device_kind(e.kind);
         f.device_type = profiler::DeviceType::privateuse1;
-        f.resource = 0;
-        // The launch's flow ends on the work it launched (the execution or the copy); the switch and
-        // load that precede an execution get ids of their own so the arrow skips them.
+        const bool collective =
+            e.kind == runtime::RuntimeEventKind::cc_running || e.kind == runtime::RuntimeEventKind::cc_barrier;
+        f.resource = collective ? kCollectiveResource : 0;
+        // The launch's flow ends on the work it launched (the execution, the copy, the collective); the
+        // switch and load that precede an execution get ids of their own so the arrow skips them.
         const bool launched = e.kind == runtime::RuntimeEventKind::exec_running || e.kind == runtime::RuntimeEventKind::copy_in ||
-                              e.kind == runtime::RuntimeEventKind::copy_out;
+                              e.kind == runtime::RuntimeEventKind::copy_out || e.kind == runtime::RuntimeEventKind::cc_running;
         f.id = launched ? launch_id(e.core, e.seq) : launch_id(e.core, e.seq) ^ (uint64_t{1} << 60);
         core_seen[static_cast<size_t>(e.core)] = true;
+        if (collective) collective_seen[static_cast<size_t>(e.core)] = true;
       } else {
         f.kind = profiler::EventKind::runtime;
         f.device_type = profiler::DeviceType::cpu;
         f.thread = e.thread;
-        f.id = e.kind == runtime::RuntimeEventKind::execute_schedule || e.kind == runtime::RuntimeEventKind::tensor_write
+        f.id = e.kind == runtime::RuntimeEventKind::execute_schedule || e.kind == runtime::RuntimeEventKind::tensor_write ||
+                       e.kind == runtime::RuntimeEventKind::cc_schedule
                    ? launch_id(e.core, e.seq)
                    : unique_host_id(++host_index);
       }
@@ -199,6 +256,9 @@ class NeuronSource final : public profiler::ActivitySource {
         if (fresh) name->second = formats::neff_file_name(*exe);
         f.args.push_back({"neff", name->second});
       }
+      if (const runtime::CollectiveRecord* c = collectives.find(e.core, e.seq)) {
+        add_collective_args(f, *c, collectives.number(*c), e.core);
+      }
       batch.events.push_back(std::move(f));
     }
     for (size_t core = 0; core < core_seen.size(); ++core) {
@@ -207,6 +267,14 @@ class NeuronSource final : public profiler::ActivitySource {
       batch.devices.push_back({c, profiler::hardware_lane_name("neuron", c), fmt::format("neuron:{}", c),
                                5'000'000 + c});
       batch.resources.push_back({c, 0, profiler::hardware_lane_name("neuron", c), 0});
+      if (collective_seen[core]) {
+        batch.resources.push_back({c, kCollectiveResource, profiler::collective_lane_name("neuron", c), kCollectiveResource});
+      }
+    }
+    // distributedInfo: a process that ran collectives or is one rank of several says which it is; others
+    // keep Kineto's default for a process that is not distributed.
+    if (!collectives.kept().empty() || config_->world_size > 1) {
+      batch.distributed = profiler::DistributedInfo{"neuron", config_->rank, config_->world_size};
     }
     for (uint64_t d : capture.captured.dropped_events_per_core) batch.dropped += d;
     for (uint64_t d : capture.captured.dropped_traces_per_core) batch.dropped += d;
@@ -276,6 +344,8 @@ TraceSummary last_trace_summary() {
                   "ProfilerActivity::PrivateUse1 (the default) and let a trace finish first");
   TraceSummary s;
   int64_t first = INT64_MAX, last = INT64_MIN;
+  const CollectiveIndex collectives(capture->captured);
+  std::set<uint64_t> ids;
   for (const runtime::Event& e : capture->captured.events) {
     if (!runtime::runtime_event_is_device(e.kind)) continue;
     first = std::min(first, e.start_ns);
@@ -288,12 +358,19 @@ TraceSummary last_trace_summary() {
         s.hbm_mb += static_cast<double>(e.bytes) / 1e6;
         break;
       case runtime::RuntimeEventKind::copy_in: ++s.copies_in; break;
+      case runtime::RuntimeEventKind::cc_running: {
+        s.collective_us += us;
+        if (const runtime::CollectiveRecord* c = collectives.find(e.core, e.seq)) ids.insert(c->id);  // kept ones
+        break;
+      }
+      case runtime::RuntimeEventKind::cc_barrier: s.collective_wait_us += us; break;
       case runtime::RuntimeEventKind::model_switch:
       case runtime::RuntimeEventKind::first_load: s.overhead_us += us; break;
       default: break;
     }
   }
   if (first <= last) s.span_us = static_cast<double>(last - first) / 1e3;
+  s.collectives = static_cast<int>(ids.size());
   s.not_completed = capture->not_completed;
   s.earlier_steps = capture->earlier_steps;
   s.simulation_ms = static_cast<double>(capture->simulation_wall_ns) / 1e6;

@@ -232,6 +232,10 @@ void write_memory_events(const CollectedTrace& trace, JsonWriter& json, std::int
   for (const MemoryEvent& memory : trace.memory) write_memory_event(json, memory, pid, relative_ns(memory.ts_ns));
 }
 
+// The thread id of a device lane other than a core's executions in the system layout: after every
+// core's lane (tid = core), grouped by resource.
+std::int64_t resource_lane_tid(int core, std::int64_t resource) { return resource * 1'000'000 + core; }
+
 template <typename RelativeNs>
 void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options,
                         std::int64_t pid, std::int64_t window_ts,
@@ -244,6 +248,9 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
   std::map<std::int64_t, int> thread_index;
   for (const auto& [tid, name] : host_threads) thread_index.emplace(tid, static_cast<int>(thread_index.size()));
   std::set<int> runtime_cores, hardware_cores;
+  // Device lanes other than a core's executions (resource != 0, such as its collectives): their own
+  // rows, named by the source's ResourceLane, after every core's execution lane.
+  std::set<std::pair<int, std::int64_t>> other_lanes;
   int last_runtime_core = -1, last_hardware_core = -1;  // a set insert only when the core changes
   for (const FunctionEvent& event : trace.events) {
     if (is_core_runtime_call(event) && (runtime_cores.empty() || event.device_index != last_runtime_core)) {
@@ -254,6 +261,7 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
       hardware_cores.insert(event.device_index);
       last_hardware_core = event.device_index;
     }
+    if (!is_host(event) && event.resource != 0) other_lanes.insert({event.device_index, event.resource});
   }
   write_metadata(json, "process_name", window_ts, pid, 0, "name", fmt::format("{}/{}", prefix, kFrameworkSubsystem));
   write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", 0);
@@ -273,6 +281,17 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
   };
   subsystem(kRuntimeProcess, runtime_subsystem(device), 1, runtime_cores);
   subsystem(kHardwareProcess, hardware_subsystem(device), 2, hardware_cores);
+  for (const auto& [core, resource] : other_lanes) {
+    std::string name = lane_name(prefix, hardware_subsystem(device), fmt::format("{}:{}", resource, core));
+    for (const ResourceLane& lane : trace.resources) {
+      if (lane.device_index == core && lane.resource == resource) {
+        name = lane_name(prefix, hardware_subsystem(device), parse_lane_name(lane.name).identifier);
+      }
+    }
+    const std::int64_t tid = resource_lane_tid(core, resource);
+    write_metadata(json, "thread_name", window_ts, kHardwareProcess, tid, "name", name);
+    write_metadata(json, "thread_sort_index", window_ts, kHardwareProcess, tid, "sort_index", tid);
+  }
 
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const FunctionEvent& event = trace.events[i];
@@ -282,7 +301,7 @@ void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const Chr
       event_tid = event.device_index;
     } else if (!is_host(event)) {
       event_pid = kHardwareProcess;
-      event_tid = event.device_index;
+      event_tid = event.resource == 0 ? event.device_index : resource_lane_tid(event.device_index, event.resource);
     }
     const std::int64_t ts = relative_ns(event.start_ns);
     write_event_body(json, event, event_pid, event_tid, ts);
@@ -398,8 +417,8 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     json.begin_object().key("id").value(device).key("name").value(name).end_object();
   }
   json.end_array();
-  json.key("distributedInfo").begin_object().key("backend").value("none").key("rank").value(0);
-  json.key("world_size").value(1).end_object();
+  json.key("distributedInfo").begin_object().key("backend").value(trace.distributed.backend);
+  json.key("rank").value(trace.distributed.rank).key("world_size").value(trace.distributed.world_size).end_object();
   json.key("dropped_events").value(trace.dropped);
   if (!trace.notes.empty()) {  // what the sources left out and why (viewers ignore unknown keys)
     json.key("sightlineNotes").begin_array();

@@ -471,6 +471,7 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
     if (window.include_cpu) std::move(batch.memory.begin(), batch.memory.end(), std::back_inserter(trace.memory));
     trace.dropped += batch.dropped;
     for (std::string& note : batch.notes) trace.notes.push_back(std::move(note));
+    if (batch.distributed) trace.distributed = *batch.distributed;
   }
   attach_device_events(trace.events, tree.device_events_with_op, tree.parents);
   const bool merged = merge_same_name_children(trace.events, tree.same_name);

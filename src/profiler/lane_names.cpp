@@ -50,6 +50,10 @@ std::string hardware_lane_name(std::string_view device, int core) {
   return lane_name({}, hardware_subsystem(device), core_identifier(core));
 }
 
+std::string collective_lane_name(std::string_view device, int core) {
+  return lane_name({}, hardware_subsystem(device), fmt::format("CC:{}", core));
+}
+
 std::string lane_name(std::string_view prefix, std::string_view subsystem, std::string_view identifier) {
   if (prefix.empty()) return fmt::format("{}/{}", subsystem, identifier);
   return fmt::format("{}/{}/{}", prefix, subsystem, identifier);
@@ -67,6 +71,10 @@ LaneName parse_lane_name(std::string_view name) {
     parts.device = parts.subsystem.substr(0, parts.subsystem.size() - kRuntimeSuffix.size());
   }
   parts.core = number_after(parts.identifier, "NC:");
+  if (!parts.core) {
+    parts.core = number_after(parts.identifier, "CC:");
+    parts.collective = parts.core.has_value();
+  }
   parts.thread = number_after(parts.identifier, "TID:");
   return parts;
 }

@@ -28,6 +28,9 @@ std::string thread_identifier(int index);                 // "TID:<index>"
 std::string core_identifier(int core);                    // "NC:<core>"
 // A device's core as a process and a lane of the trace: "<device>_hw/NC:<core>".
 std::string hardware_lane_name(std::string_view device, int core);
+// The lane of a core's collectives (the chip's collective engine working for that core), in the core's
+// process beside its executions: "<device>_hw/CC:<core>".
+std::string collective_lane_name(std::string_view device, int core);
 // "<subsystem>/<identifier>", or "<prefix>/<subsystem>/<identifier>" with a prefix (instance/PID).
 std::string lane_name(std::string_view prefix, std::string_view subsystem, std::string_view identifier);
 
@@ -38,7 +41,8 @@ struct LaneName {
   std::string_view instance, pid, subsystem, identifier;
   LaneLayer layer = LaneLayer::other;
   std::string_view device;      // runtime and hardware lanes: "neuron" of "neuron_rt", "neuron_hw"
-  std::optional<int> core;      // an identifier "NC:<core>"
+  std::optional<int> core;      // an identifier "NC:<core>" (or "CC:<core>", the core's collective lane)
+  bool collective = false;      // an identifier "CC:<core>"
   std::optional<int> thread;    // an identifier "TID:<index>"
 };
 LaneName parse_lane_name(std::string_view name);

@@ -80,7 +80,7 @@ class CompletionLog {
 
 // One queued unit of a core's in-order work. Frees do not hold a slot of the modeled queue.
 struct Runtime::Item {
-  enum class Kind { write, execute, read, free } kind = Kind::execute;
+  enum class Kind { write, execute, read, free, collective } kind = Kind::execute;
   uint64_t seq = 0;
   uint64_t correlation = 0;
   int64_t submitted_ns = 0;  // host time of the call that queued it
@@ -92,6 +92,10 @@ struct Runtime::Item {
   // execute
   ExecutableId exe = kNoExecutable;
   std::vector<uint64_t> io;
+  // collective: the operation all its ranks share, this item's rank, and when it ended
+  std::shared_ptr<Collective> collective;
+  int rank = 0;
+  int64_t done_ns = 0;
   std::exception_ptr error;  // a failure of this item, rethrown to whoever waits for it
 };
 
@@ -113,8 +117,39 @@ struct Runtime::CoreState {
   int64_t device_free_ns = 0;
   ExecutableId last_exe = kNoExecutable;
   std::unordered_set<ExecutableId> loaded_once;
+  // The collective engine's timeline on this core, and the buffers of its collectives: work queued after
+  // a collective waits for it only when it touches one of them (until done_ns).
+  struct CollectiveBuffer {
+    uint64_t begin = 0, end = 0;
+    int64_t done_ns = 0;
+  };
+  int64_t collective_free_ns = 0;
+  std::vector<CollectiveBuffer> collective_buffers;
+  // The latest end of a collective whose buffers overlap [begin, begin + bytes), or `t`.
+  int64_t after_collectives(int64_t t, uint64_t begin, uint64_t bytes) const {
+    for (const CollectiveBuffer& b : collective_buffers) {
+      if (begin < b.end && b.begin < begin + bytes) t = std::max(t, b.done_ns);
+    }
+    return t;
+  }
 
   std::thread thread;
+};
+
+// A collective that every participating core's worker meets in its queue: the last to arrive times it
+// and computes it; the others wait (in wall time) for it.
+struct Runtime::Collective {
+  CollectiveRequest request;
+  uint64_t id = 0;
+  std::mutex mutex;
+  std::condition_variable done_changed;
+  int arrived = 0;
+  bool done = false;
+  std::vector<int64_t> ready_ns;
+  std::vector<uint64_t> seqs;
+  device::CollectiveTiming timing;
+  int64_t start_ns = 0, end_ns = 0;
+  std::exception_ptr error;
 };
 
 Runtime::Runtime(device::Spec spec, RuntimeOptions options) : spec_(std::move(spec)), options_(options) {
@@ -204,6 +239,8 @@ Captured Runtime::drain() {
     return std::tie(a.start_ns, a.end_ns, a.core, a.seq, a.kind, a.thread) <
            std::tie(b.start_ns, b.end_ns, b.core, b.seq, b.kind, b.thread);
   });
+  std::sort(out.collectives.begin(), out.collectives.end(),
+            [](const CollectiveRecord& a, const CollectiveRecord& b) { return a.id < b.id; });
   std::sort(out.traces.begin(), out.traces.end(), [](const ExecutionTrace& a, const ExecutionTrace& b) {
     return std::tie(a.core, a.seq) < std::tie(b.core, b.seq);
   });
@@ -459,7 +496,8 @@ void Runtime::worker(CoreState& c) {
       // A free completes with the work before it; everything else is visible to the host after the
       // completion notification.
       const bool work = item->kind != Item::Kind::free;
-      const int64_t done = c.device_free_ns + (work ? static_cast<int64_t>(spec_.runtime.completion_ns) : 0);
+      const int64_t done = std::max(c.device_free_ns, item->done_ns) +
+                           (work ? static_cast<int64_t>(spec_.runtime.completion_ns) : 0);
       c.completions.push(item->seq, std::max(done, item->submitted_ns));
       if (error && !c.failure) c.failure = error;
     }
@@ -475,8 +513,11 @@ void Runtime::run_item(CoreState& c, Item& item) {
       c.core->hbm_free(item.address);
       record({RuntimeEventKind::free, core, no_thread, c.device_free_ns, c.device_free_ns, 0, item.seq, 0, kNoExecutable});
       return;
+    case Item::Kind::collective:
+      run_collective(c, item);
+      return;
     case Item::Kind::write: {
-      const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
+      const int64_t start = c.after_collectives(std::max(item.submitted_ns, c.device_free_ns), item.address, item.bytes);
       const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
       // Timing-only: no result is computed, so the data is never needed on the device.
       if (options_.functional) c.core->hbm_write(item.address, item.staged.data(), item.bytes);
@@ -486,7 +527,7 @@ void Runtime::run_item(CoreState& c, Item& item) {
       return;
     }
     case Item::Kind::read: {
-      const int64_t start = std::max(item.submitted_ns, c.device_free_ns);
+      const int64_t start = c.after_collectives(std::max(item.submitted_ns, c.device_free_ns), item.address, item.bytes);
       const auto dur = static_cast<int64_t>(device::dma_copy_ns(spec_, item.bytes, spec_.dma.queues));
       if (options_.functional) {
         c.core->hbm_read(item.address, item.read_dst, item.bytes);
@@ -502,6 +543,10 @@ void Runtime::run_item(CoreState& c, Item& item) {
       const auto exe = executable(item.exe);
       // The sync point: when the device starts, on the host timeline (see the header).
       int64_t t = std::max(item.submitted_ns + static_cast<int64_t>(spec_.runtime.submission_ns), c.device_free_ns);
+      // An execution that reads or writes a collective's buffers waits for that collective.
+      for (size_t i = 0; i < item.io.size() && !c.collective_buffers.empty(); ++i) {
+        t = c.after_collectives(t, item.io[i], exe->io[i].bytes());
+      }
       if (c.last_exe != item.exe) {
         const auto dur = static_cast<int64_t>(spec_.runtime.executable_switch_ns);
         record({RuntimeEventKind::model_switch, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
@@ -529,6 +574,126 @@ void Runtime::run_item(CoreState& c, Item& item) {
       if (run_options.record) record_trace({core, item.seq, item.correlation, item.exe, t, std::move(result)});
       return;
     }
+  }
+}
+
+std::vector<uint64_t> Runtime::collective(const CollectiveRequest& request) {
+  const std::string_view what = device::collective_name(request.kind);
+  const size_t n = request.cores.size();
+  SIGHTLINE_CHECK(n >= 1 && request.inputs.size() == n && request.outputs.size() == n,
+                  "runtime: collective {} needs one input and one output per core; got {} cores, {} inputs, {} outputs",
+                  what, n, request.inputs.size(), request.outputs.size());
+  for (size_t r = 0; r < n; ++r) {
+    core_state(request.cores[r]);
+    for (size_t s = 0; s < r; ++s) {
+      SIGHTLINE_CHECK(request.cores[s] != request.cores[r],
+                      "runtime: collective {} lists core {} twice; each rank must be a different core", what,
+                      request.cores[r]);
+    }
+  }
+  auto op = std::make_shared<Collective>();
+  op->request = request;
+  op->ready_ns.assign(n, 0);
+  op->seqs.assign(n, 0);
+  op->timing = device::ring_collective_timing(spec_, request.kind, static_cast<int>(n), request.bytes);  // checks sizes
+  std::vector<uint64_t> seqs;
+  std::lock_guard order(collectives_mutex_);
+  op->id = next_collective_id_++;
+  for (size_t r = 0; r < n; ++r) {
+    CoreState& c = core_state(request.cores[r]);
+    const int64_t t0 = now_ns();
+    host_clock::advance(host_clock::costs().runtime_call_ns);
+    auto item = std::make_unique<Item>();
+    item->kind = Item::Kind::collective;
+    item->collective = op;
+    item->rank = static_cast<int>(r);
+    const uint64_t seq = enqueue(c, std::move(item), request.correlation);
+    record({RuntimeEventKind::cc_schedule, static_cast<int16_t>(c.index), thread_index(), t0, now_ns(),
+            request.correlation, seq, request.bytes, kNoExecutable});
+    seqs.push_back(seq);
+  }
+  return seqs;
+}
+
+void Runtime::run_collective(CoreState& c, Item& item) {
+  Collective& op = *item.collective;
+  const CollectiveRequest& req = op.request;
+  const int ranks = static_cast<int>(req.cores.size());
+  const auto r = static_cast<size_t>(item.rank);
+  // Ready when the work queued before it on this core has run and the core's collective engine is free;
+  // a collective is launched like an execution.
+  const int64_t ready = std::max({item.submitted_ns + static_cast<int64_t>(spec_.runtime.submission_ns),
+                                  c.device_free_ns, c.collective_free_ns});
+  {
+    std::unique_lock lock(op.mutex);
+    op.ready_ns[r] = ready;
+    op.seqs[r] = item.seq;
+    if (++op.arrived == ranks) {
+      // Every core has reached it, so everything queued before it on every core has run: its inputs are
+      // final, and no core touches its buffers until it is done.
+      try {
+        op.start_ns = *std::max_element(op.ready_ns.begin(), op.ready_ns.end());
+        op.end_ns = op.start_ns + static_cast<int64_t>(op.timing.duration_ns + 0.5);
+        if (options_.functional) {
+          const uint64_t in_bytes = device::collective_input_bytes(req.kind, ranks, req.bytes);
+          const uint64_t out_bytes = device::collective_output_bytes(req.kind, ranks, req.bytes);
+          std::vector<std::vector<std::byte>> in(static_cast<size_t>(ranks)), out(static_cast<size_t>(ranks));
+          std::vector<const std::byte*> in_ptrs;
+          std::vector<std::byte*> out_ptrs;
+          for (size_t k = 0; k < in.size(); ++k) {
+            const device::Core& core = *core_state(req.cores[k]).core;
+            in[k].resize(in_bytes);
+            out[k].resize(out_bytes);
+            core.hbm_read(req.inputs[k], in[k].data(), in_bytes);
+            in_ptrs.push_back(in[k].data());
+            out_ptrs.push_back(out[k].data());
+          }
+          device::ring_collective_compute(req.kind, req.dtype, in_ptrs, out_ptrs, req.bytes);
+          for (size_t k = 0; k < out.size(); ++k) {
+            core_state(req.cores[k]).core->hbm_write(req.outputs[k], out[k].data(), out_bytes);
+          }
+        }
+      } catch (...) {
+        op.error = std::current_exception();
+      }
+      op.done = true;
+      op.done_changed.notify_all();
+    } else {
+      op.done_changed.wait(lock, [&] { return op.done; });
+    }
+  }
+  const auto core = static_cast<int16_t>(c.index);
+  c.collective_free_ns = op.end_ns;
+  item.done_ns = op.end_ns;
+  std::erase_if(c.collective_buffers, [&](const CoreState::CollectiveBuffer& b) { return b.done_ns <= c.device_free_ns; });
+  c.collective_buffers.push_back(
+      {req.inputs[r], req.inputs[r] + device::collective_input_bytes(req.kind, ranks, req.bytes), op.end_ns});
+  c.collective_buffers.push_back(
+      {req.outputs[r], req.outputs[r] + device::collective_output_bytes(req.kind, ranks, req.bytes), op.end_ns});
+  if (op.error) std::rethrow_exception(op.error);
+  if (op.start_ns > ready) {
+    record({RuntimeEventKind::cc_barrier, core, 0, ready, op.start_ns, req.correlation, item.seq, 0, kNoExecutable});
+  }
+  record({RuntimeEventKind::cc_running, core, 0, op.start_ns, op.end_ns, req.correlation, item.seq, req.bytes,
+          kNoExecutable});
+  if (r == 0 && capturing_.load(std::memory_order_acquire)) {
+    CollectiveRecord rec;
+    rec.id = op.id;
+    rec.kind = req.kind;
+    rec.dtype = req.dtype;
+    rec.bytes = req.bytes;
+    rec.bus_bytes = op.timing.bus_bytes;
+    rec.cores = req.cores;
+    {
+      std::lock_guard lock(op.mutex);
+      rec.seqs = op.seqs;
+      rec.ready_ns = op.ready_ns;
+    }
+    rec.start_ns = op.start_ns;
+    rec.end_ns = op.end_ns;
+    rec.correlation = req.correlation;
+    std::lock_guard lock(capture_mutex_);
+    if (capture_.enabled) captured_.collectives.push_back(std::move(rec));
   }
 }
 

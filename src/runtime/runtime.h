@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/collective.h"
 #include "device/core.h"
 #include "sightline/device/executable.h"
 #include "sightline/device/spec.h"
@@ -62,7 +63,10 @@ int64_t now_ns();
   X(copy_out, "dmem_buf_copyout", true, "device-to-host DMA")                                             \
   X(model_switch, "nc_model_switch", true, "the core switches to a different executable")                 \
   X(first_load, "nc_first_load", true, "first execution of an executable on this core (library load)")    \
-  X(exec_running, "nc_exec_running", true, "one execution")
+  X(exec_running, "nc_exec_running", true, "one execution")                                               \
+  X(cc_schedule, "nrta_cc_schedule", false, "a collective queued on one participating core")               \
+  X(cc_barrier, "cc_exec_barrier", true, "the core's collective waits for every peer to reach it")         \
+  X(cc_running, "cc_running", true, "one collective on the chip's collective engine (runtime/collective.h)")
 
 enum class RuntimeEventKind : uint8_t {
 #define SIGHTLINE_X(kind, name, device, what) kind,
@@ -103,8 +107,23 @@ struct CaptureOptions {
   size_t max_events_per_core = 1'000'000;
 };
 
+// One collective as every participant ran it: the events of kind cc_* carry (core, seq) of one rank.
+struct CollectiveRecord {
+  uint64_t id = 0;  // instance-wide, from 1, in the order collectives were queued
+  device::CollectiveKind kind = device::CollectiveKind::all_reduce;
+  DType dtype = DType::f32;
+  uint64_t bytes = 0;              // the larger buffer of one rank (device/collective.h)
+  uint64_t bus_bytes = 0;          // what each rank's link carried (nccl-tests' bus bandwidth numerator)
+  std::vector<int> cores;          // ring order: rank r ran on cores[r]
+  std::vector<uint64_t> seqs;      // the item's sequence number on each rank's core
+  std::vector<int64_t> ready_ns;   // when each rank's core was ready for it
+  int64_t start_ns = 0, end_ns = 0;  // the collective itself, the same on every rank
+  uint64_t correlation = 0;
+};
+
 struct Captured {
   std::vector<Event> events;
+  std::vector<CollectiveRecord> collectives;
   std::vector<ExecutionTrace> traces;
   std::vector<uint64_t> dropped_events_per_core;
   std::vector<uint64_t> dropped_traces_per_core;
@@ -148,6 +167,22 @@ class Runtime {
   // Queues an execution with one HBM address per exe.io entry; returns its sequence number.
   uint64_t execute_schedule(int core, ExecutableId exe, std::vector<uint64_t> io_addresses,
                             uint64_t correlation = 0);
+  // Queues a collective on every participating core (rank r on cores[r], its input and output at
+  // inputs[r] and outputs[r]); returns each rank's sequence number. All ranks' items are queued under one
+  // lock, so every core meets collectives in the same order. The collective starts on the chip's
+  // collective engine when every core has reached it (work queued before it on each core has run); work
+  // queued after it on a core waits only if it touches the collective's buffers. `bytes`: see
+  // device/collective.h.
+  struct CollectiveRequest {
+    device::CollectiveKind kind = device::CollectiveKind::all_reduce;
+    DType dtype = DType::f32;
+    uint64_t bytes = 0;
+    std::vector<int> cores{};
+    std::vector<uint64_t> inputs{}, outputs{};
+    uint64_t correlation = 0;
+  };
+  std::vector<uint64_t> collective(const CollectiveRequest& request);
+
   // Whether item `seq` is complete at this host time (waits for the simulator to know; host time does
   // not move).
   bool is_completed(int core, uint64_t seq);
@@ -175,6 +210,7 @@ class Runtime {
  private:
   struct Item;
   struct CoreState;
+  struct Collective;
 
   CoreState& core_state(int core) const;
   uint64_t enqueue(CoreState& c, std::unique_ptr<Item> item, uint64_t correlation);  // returns the seq
@@ -184,6 +220,7 @@ class Runtime {
   void wait_for(CoreState& c, uint64_t seq, uint64_t correlation);
   void record(const Event& e);
   void record_trace(ExecutionTrace&& t);
+  void run_collective(CoreState& c, Item& item);
   uint32_t thread_index();
 
   device::Spec spec_;
@@ -199,6 +236,8 @@ class Runtime {
   Captured captured_;
   std::vector<uint64_t> events_per_core_;
   std::atomic<int64_t> simulation_wall_ns_{0};
+  std::mutex collectives_mutex_;  // queues a collective on all its cores at once
+  uint64_t next_collective_id_ = 1;
 };
 
 }  // namespace sightline::runtime

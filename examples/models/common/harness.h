@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -43,6 +44,9 @@ struct RunOptions {
   int row_limit = 12;
   bool timing_only = false;
   bool check_cpu = false;  // compare every variant's output with the eager model on cpu
+  std::string capture_cores = "0";  // NeuronConfig::capture_enabled_for_nc of every profile
+  int rank = 0;                     // this process's rank and the job's ranks (torchrun's RANK, WORLD_SIZE)
+  int world_size = 1;
 
   std::vector<std::string> variants() const {
     if (variant == "all") return {"eager", "sdpa", "compiled"};
@@ -68,6 +72,14 @@ inline void add_run_flags(CLI::App& app, RunOptions& o, const std::vector<std::s
   app.add_option("--row-limit", o.row_limit, "rows of each key_averages table");
   app.add_flag("--timing-only", o.timing_only,
                "simulate timing only: the same modeled times, results are not computed (much faster)");
+  // torchrun's environment is the default, read here at the program's edge.
+  if (const char* rank = std::getenv("RANK")) o.rank = std::atoi(rank);
+  if (const char* world = std::getenv("WORLD_SIZE")) o.world_size = std::atoi(world);
+  app.add_option("--rank", o.rank, "this process's rank in the job, recorded in its profiles (default: $RANK or 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--world-size", o.world_size, "ranks in the job (default: $WORLD_SIZE or 1); merge the ranks' "
+                 "profiles with `sightline merge`")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--check-cpu", o.check_cpu,
                "also run the eager model on cpu with the same weights and compare each variant's output with it "
                "(exit status 2 when a difference exceeds the dtype's tolerance)");
@@ -174,7 +186,9 @@ inline VariantResult profile_variant(const std::string& name, const ModelFn& fn,
                                      const RunOptions& o, Device device) {
   auto cfg = std::make_shared<neuron::NeuronConfig>();
   cfg->profile_output_dir = o.out_dir + "/" + name;
-  cfg->capture_enabled_for_nc = "0";
+  cfg->capture_enabled_for_nc = o.capture_cores;
+  cfg->rank = o.rank;
+  cfg->world_size = o.world_size;
   neuron::NeuronProfiler exporter(cfg);
   std::string written;
   profiler::ProfileOptions options;
@@ -222,6 +236,15 @@ inline void print_comparison(const std::vector<VariantResult>& results, const Ru
                r.span_us, r.switches, r.overhead_us, r.host_ms);
   }
   fmt::print("  * the active step on the modeled host clock, synchronize() included\n");
+  bool collectives = false;
+  for (const VariantResult& r : results) collectives = collectives || r.collectives > 0;
+  if (collectives) {
+    fmt::print("  {:<9} {:>11} {:>18} {:>17}\n", "variant", "collectives", "collective us**", "barrier wait us");
+    for (const VariantResult& r : results) {
+      fmt::print("  {:<9} {:>11} {:>18.1f} {:>17.1f}\n", r.name, r.collectives, r.collective_us, r.collective_wait_us);
+    }
+    fmt::print("  ** cc_running summed over the cores; device busy and span count every core's executions\n");
+  }
   const VariantResult* eager = nullptr;
   for (const VariantResult& r : results) {
     if (r.name == "eager") eager = &r;
@@ -243,18 +266,23 @@ inline void print_comparison(const std::vector<VariantResult>& results, const Ru
 inline double output_tolerance(DType dtype) { return dtype == DType::f32 ? 2e-3 : 1e-1; }
 
 // max |output - reference| for every variant; false when one exceeds the tolerance.
-inline bool check_against_cpu(const std::vector<VariantResult>& results, const Tensor& reference, DType dtype) {
+inline bool check_against(const std::vector<VariantResult>& results, const Tensor& reference, DType dtype,
+                          const std::string& what) {
   bool ok = true;
   const double tolerance = output_tolerance(dtype);
-  fmt::print("\n== check against the eager model on cpu (f32 reference, same weights) ==\n");
+  const Tensor expected = reference.to(Device::cpu()).to(DType::f32);
   for (const VariantResult& r : results) {
-    const double diff = amax(abs(r.output.to(Device::cpu()).to(DType::f32) - reference)).item();
+    const double diff = amax(abs(r.output.to(Device::cpu()).to(DType::f32) - expected)).item();
     const bool pass = std::isfinite(diff) && diff <= tolerance;
     ok = ok && pass;
-    fmt::print("  {:<9} max |{} - cpu| = {:.3g} (tolerance {:.0e}): {}\n", r.name, r.name, diff, tolerance,
+    fmt::print("  {:<9} max |{} - {}| = {:.3g} (tolerance {:.0e}): {}\n", r.name, r.name, what, diff, tolerance,
                pass ? "ok" : "FAILED");
   }
   return ok;
+}
+inline bool check_against_cpu(const std::vector<VariantResult>& results, const Tensor& reference, DType dtype) {
+  fmt::print("\n== check against the eager model on cpu (f32 reference, same weights) ==\n");
+  return check_against(results, reference, dtype, "cpu");
 }
 
 // The measured, never modeled, cost of the run.

@@ -64,6 +64,13 @@ struct RuntimeCostSpec {
   double first_load_ns = 0;         // first execution of an executable on a core
 };
 
+// Collectives between the cores of one chip (docs/hardware-model.md §1.8): a ring over the cores, each
+// step moving one chunk per link. A spec without this section runs no collectives.
+struct CollectiveSpec {
+  double link_bytes_per_ns = 0;  // one ring link (core to its neighbour), per direction
+  double step_latency_ns = 0;    // fixed cost of one ring step (hop latency, synchronisation)
+};
+
 // Host-side costs of the modeled host clock (core/host_clock.h; derivations in docs/host-model.md).
 struct HostCostSpec {
   double framework_op_ns = 0;    // one dispatched framework op
@@ -95,6 +102,7 @@ struct Spec {
   HbmSpec hbm;
   RuntimeCostSpec runtime;
   HostCostSpec host;
+  CollectiveSpec collective;
 
   uint32_t psum_bank_bytes() const { return psum_bytes_per_partition / psum_banks; }
   uint64_t sbuf_bytes() const { return uint64_t{sbuf_bytes_per_partition} * partitions; }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -102,6 +103,15 @@ struct ResourceLane {
   std::int64_t sort_index = 0;
 };
 
+// Kineto's distributedInfo: which rank of which job the trace is. The defaults are what Kineto writes
+// for a process that is not distributed.
+struct DistributedInfo {
+  std::string backend = "none";
+  int rank = 0;
+  int world_size = 1;
+  bool operator==(const DistributedInfo&) const = default;
+};
+
 // What one activity source hands over at the end of a trace.
 struct ActivityBatch {
   std::vector<FunctionEvent> events{};  // device events must have device_type privateuse1
@@ -112,6 +122,7 @@ struct ActivityBatch {
   // What the source left out and why (device work not complete when the trace stopped, work of
   // earlier steps); warned at stop, printed under the table, written in the trace.
   std::vector<std::string> notes{};
+  std::optional<DistributedInfo> distributed{};  // a source that knows the job's ranks says so
 };
 
 struct HostThread {
@@ -131,6 +142,7 @@ struct CollectedTrace {
   std::int64_t wall_clock_at_window_start_ns = 0;  // system clock, for absolute trace timestamps
   std::uint64_t dropped = 0;                       // records and activities lost to caps
   std::vector<std::string> notes{};                // what the sources left out and why
+  DistributedInfo distributed{};
 };
 
 struct TraceWindow {
