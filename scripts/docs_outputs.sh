@@ -11,13 +11,16 @@ build=${1:-build}
 out=${2:-$build/docs_outputs}
 rm -rf "$out"
 mkdir -p "$out"
+build=$(realpath "$build")
+out=$(realpath "$out")
+root=$PWD
 bin="$build/examples"
 sightline="$build/tools/sightline"
 started=$SECONDS
 step() { echo "[$((SECONDS - started)) s] $*"; }
 
 step "the RMSNorm study (README, docs/tutorial.md §2-6)"
-(cd "$out" && "$OLDPWD/$bin/rmsnorm/rmsnorm" --out profiles >study.txt)
+(cd "$out" && "$bin/rmsnorm/rmsnorm" --out profiles >study.txt)
 "$sightline" view "$out/profiles/naive" >"$out/view_naive.txt"
 "$sightline" view "$out/profiles/fused" --output-format summary-text >"$out/summary_fused.txt"
 
@@ -35,16 +38,24 @@ step "the CI gate's reports (docs/ci-gate.md, docs/formats.md)"
 
 step "Python (docs/python.md)"
 if [ -d "$build/python" ]; then
-  (cd "$out" && PYTHONPATH="$OLDPWD/$build/python" /usr/bin/python3 "$OLDPWD/examples/python/rmsnorm_naive.py" >python_naive.txt)
+  (cd "$out" && PYTHONPATH="$build/python" /usr/bin/python3 "$root/examples/python/rmsnorm_naive.py" >python_naive.txt)
 fi
 
 step "the models (docs/models.md, docs/tutorial.md §9)"
-"$bin/models/esm2/esm2" --config t6_8M --timing-only --out "$out/models" >"$out/esm2_t6_8M.txt"
-"$bin/models/esm2/esm2" --config t33_650M --timing-only --out "$out/models" >"$out/esm2_t33_650M.txt"
-"$sightline" view "$out/models/esm2_t33_650M/eager" >"$out/view_esm2_t33_eager.txt"
-"$sightline" view "$out/models/esm2_t33_650M/compiled" --output-format summary-text >"$out/summary_esm2_t33_compiled.txt"
-"$bin/models/llama/llama" --config tiny --out "$out/models" >"$out/llama_tiny.txt"
-"$bin/models/llama/llama" --config llama3_8b --timing-only --dtype bf16 --out "$out/models" >"$out/llama3_8b_bf16.txt"
+"$bin/models/esm2/esm2" --config t6_8M --timing-only --out "$out/esm2_t6_8M" >"$out/esm2_t6_8M.txt"
+"$bin/models/esm2/esm2" --config t33_650M --timing-only --out "$out/esm2_t33_650M" >"$out/esm2_t33_650M.txt"
+"$sightline" view "$out/esm2_t33_650M/eager" >"$out/view_esm2_t33_eager.txt"
+"$sightline" view "$out/esm2_t33_650M/compiled" --output-format summary-text >"$out/summary_esm2_t33_compiled.txt"
+"$bin/models/llama/llama" --config tiny --out "$out/llama_tiny" >"$out/llama_tiny.txt"
+"$bin/models/llama/llama" --config llama3_8b --timing-only --dtype bf16 --out "$out/llama3_8b" >"$out/llama3_8b_bf16.txt"
+"$bin/models/llama/llama" --config llama3_8b --timing-only --dtype bf16 --tp 8 --variant compiled \
+  --out "$out/llama3_8b_tp8" >"$out/llama3_8b_tp8.txt"
+"$bin/models/esm2/esm2" --config t33_650M --timing-only --dtype bf16 --out "$out/esm2_t33_650M_bf16" \
+  >"$out/esm2_t33_650M_bf16.txt"
+for tp in 1 2 8; do
+  "$bin/models/llama/llama" --config small --tokens 32 --check-cpu --tp "$tp" --out "$out/llama_small_tp$tp" \
+    >"$out/llama_small_tp$tp.txt"
+done
 
 step "every built-in against its floor (bench/README.md)"
 if [ -x "$build/bench/kernels/kernel_floors" ]; then
