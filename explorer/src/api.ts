@@ -176,9 +176,36 @@ export interface RooflineData {
 
 // `sightline view DIR --output-format summary-json`: flat metrics (numbers, plus a few strings such as
 // "bound" and "device"), the insights and the roofline.
+// One core of one rank at collectives (src/analysis/collectives.h: CollectiveLane, times in us).
+export interface CollectiveLaneData {
+  rank: number;
+  core: number;
+  collectives: number;
+  active_us: number; // cc_running
+  wait_us: number; // waiting for the slowest peer
+  busy_us: number; // nc_exec_running
+  span_us: number;
+  last_arrivals: number; // collectives this lane reached last (a straggler)
+  late_us: number;
+}
+
+// The server adds it to the summary of a profile that ran collectives (one rank, or ranks merged).
+export interface CollectivesData {
+  world_size: number;
+  collectives: number;
+  active_us: number;
+  wait_us: number;
+  collective_time_us: number;
+  bus_bytes: number;
+  bus_gbps: number; // achieved bus bandwidth, GB/s (bytes per ns)
+  link_gbps: number; // the spec's link peak
+  lanes: CollectiveLaneData[];
+}
+
 export interface SummaryAnswer {
   insights: Insight[];
   roofline: RooflineData;
+  collectives?: CollectivesData;
   [metric: string]: unknown;
 }
 

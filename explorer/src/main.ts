@@ -65,6 +65,7 @@ const hook = {
   get view() { return session?.timeline.view; },
   get bounds() { return session?.timeline.bounds; },
   get tab() { return session?.tab; },
+  get drawnLanes() { return session?.timeline.drawnLanes; },
   get ruler() { return session?.timeline.lastRuler; },
   arrows: () => session?.timeline.arrows.map((a) => `${a.from.name}#${a.from.id} -${a.category}-> ${a.to.name}#${a.to.id}`).sort(),
   get operatorRows() { return session?.operatorRows ? { count: session.operatorRows.count, ...session.operatorRows.rendered } : undefined; },

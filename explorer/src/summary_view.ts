@@ -1,6 +1,6 @@
 // The Summary page of one profile: ranked insights with their evidence and fix, key metrics with
-// units, per-engine active time as bars, MFU/MBU, and the arithmetic intensity against the ridge point
-// (docs/hardware-model.md §4.2, Summary Viewer).
+// units, per-engine active time as bars, MFU/MBU, the arithmetic intensity against the ridge point
+// (docs/hardware-model.md §4.2, Summary Viewer), and the collectives per core and rank when it ran some.
 
 import type { SummaryAnswer } from './api';
 import { escapeHtml } from './html';
@@ -39,10 +39,23 @@ export function renderSummary(container: HTMLElement, summary: SummaryAnswer): v
     return rows ? `<div class="metric-group"><h3>${group.title}</h3><table class="grid">${rows}</table></div>` : '';
   }).join('');
 
+  const cc = summary.collectives;
+  const collectives = cc ? `<section data-testid="collectives"><h2>Collectives</h2>
+      <p class="muted">${cc.collectives} collective(s) over ${cc.lanes.length} core(s) of ${cc.world_size} rank(s):
+        active ${formatDuration(cc.active_us)} (cc_running), waiting for peers ${formatDuration(cc.wait_us)};
+        bus bandwidth ${cc.bus_gbps.toFixed(1)} GB/s of the ${cc.link_gbps.toFixed(1)} GB/s link peak.</p>
+      <table class="grid"><tr><th>Rank</th><th>Core</th><th>Collectives</th><th>Active</th><th>Wait</th><th>Busy</th>
+        <th>Span</th><th>Last arrivals</th><th>Late</th></tr>${cc.lanes.map((l) => `<tr data-rank="${l.rank}" data-core="${l.core}">
+        <td class="num">${l.rank}</td><td class="num">${l.core}</td><td class="num">${l.collectives}</td>
+        <td class="num">${formatDuration(l.active_us)}</td><td class="num">${formatDuration(l.wait_us)}</td>
+        <td class="num">${formatDuration(l.busy_us)}</td><td class="num">${formatDuration(l.span_us)}</td>
+        <td class="num">${l.last_arrivals}</td><td class="num">${formatDuration(l.late_us)}</td></tr>`).join('')}</table></section>` : '';
+
   container.innerHTML = `<div class="summary" data-testid="summary">
     <section><h2>Insights</h2>${insights.length > 0
       ? `<ol class="insights" data-testid="insights">${insightItems}</ol>`
       : '<p class="muted" data-testid="insights">No findings: nothing in this profile crossed an insight threshold.</p>'}</section>
+    ${collectives}
     <section class="summary-columns">
       <div><h2>Engines</h2><p class="muted">Active time as a share of the device time.</p>
         <div class="bars" data-testid="engine-bars">${bars || '<p class="muted">No engine metrics.</p>'}</div>

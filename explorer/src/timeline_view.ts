@@ -153,6 +153,11 @@ export class TimelineView {
     if (this.selected) this.setView(focusOn(this.selected.ts, this.selected.dur, this.bounds));
   }
 
+  // The group headers and the lanes in drawing order (the labels are on the canvas; tests read them here).
+  get drawnLanes(): { groups: string[]; lanes: string[] } {
+    return { groups: this.layout.groups.map((g) => g.group.label), lanes: this.layout.lanes.map((l) => l.lane.name) };
+  }
+
   // The flow arrows drawn (the selection's dependency tree).
   get arrows(): readonly FlowArrow[] {
     return this.flows;

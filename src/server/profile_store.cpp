@@ -18,6 +18,7 @@
 #include <system_error>
 #include <utility>
 
+#include "analysis/collectives.h"
 #include "analysis/compare.h"
 #include "analysis/profile_dir.h"
 #include "analysis/report.h"
@@ -212,6 +213,24 @@ void write_pair_trace(const fs::path& path, const device::Executable& exe, const
   profiler::export_chrome_trace(collected, path.string(), options);
 }
 
+// The collective table of `sightline view` (analysis/collectives.h) as the Summary page shows it.
+json collectives_json(const analysis::ProfileDir& profile) {
+  const formats::ManifestDistributed& distributed = *profile.manifest.distributed;
+  const analysis::CollectiveSummary s = analysis::collective_summary(
+      {{static_cast<int>(distributed.rank), (fs::path(profile.path) / "trace.json").string()}},
+      distributed.link_bytes_per_ns);
+  json lanes = json::array();
+  for (const analysis::CollectiveLane& l : s.lanes) {
+    lanes.push_back({{"rank", l.rank}, {"core", l.core}, {"collectives", l.collectives},
+                     {"active_us", l.active_ns / 1000}, {"wait_us", l.wait_ns / 1000}, {"busy_us", l.busy_ns / 1000},
+                     {"span_us", l.span_ns / 1000}, {"last_arrivals", l.last_arrivals}, {"late_us", l.late_ns / 1000}});
+  }
+  return {{"world_size", distributed.world_size}, {"collectives", s.collectives}, {"active_us", s.active_ns / 1000},
+          {"wait_us", s.wait_ns / 1000}, {"collective_time_us", s.collective_time_ns / 1000},
+          {"bus_bytes", s.bus_bytes}, {"bus_gbps", s.bus_bytes_per_ns}, {"link_gbps", s.link_bytes_per_ns},
+          {"lanes", lanes}};
+}
+
 }  // namespace
 
 ProfileStore::ProfileStore(fs::path root) {
@@ -333,11 +352,18 @@ json ProfileStore::summary(std::string_view name) {
   const uint64_t generation = generation_of(name);
   // The summary and the roofline read the captured executions only, never trace.json (one
   // population, analysis/insights.h): a profile of a million events answers as fast as a small one.
-  const analysis::ProfileDir profile = load_analysis(name, /*with_trace=*/false);
+  // Collectives are only in trace.json (cc_running and cc_exec_barrier on the CC lanes): a profile
+  // that ran some (one rank, or ranks merged) is read with it, for the collective_wait insight and the
+  // per-lane table, as `sightline view` reports them.
+  analysis::ProfileDir profile = load_analysis(name, /*with_trace=*/false);
+  const auto& distributed = profile.manifest.distributed;
+  const bool collectives = distributed && distributed->collectives > 0;
+  if (collectives) profile = load_analysis(name, /*with_trace=*/true);
   json out;
   try {
     out = json::parse(analysis::report_summary_json(profile));
     out["roofline"] = roofline_json(analysis::roofline(profile));
+    if (collectives) out["collectives"] = collectives_json(profile);
   } catch (const Error& error) {
     throw RequestError(422, fmt::format("profile '{}' cannot be summarized: {}", name, error.what()));
   }

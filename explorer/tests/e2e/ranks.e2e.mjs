@@ -1,0 +1,140 @@
+// End-to-end test of a merged multi-rank profile in the Explorer: two ranks of the tiny Llama, each
+// tensor parallel over two NeuronCores, profiled by one process each and merged by `sightline merge`
+// (run-e2e.sh makes it). Usage: node tests/e2e/ranks.e2e.mjs BASE_URL PROFILE   (PROFILE: the merged
+// profile's name under the served directory). Checks that the timeline lists every rank's lanes
+// (rank<r>/...) with each core's collective lane (CC:k), that the collectives line up across ranks and
+// cores, that search finds a cc_running and its details show the collective's arguments, and that the
+// summary reports the collectives per rank and core (and the collective_wait insight when the server
+// finds one). Screenshots go to test-results/.
+import { mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { launchBrowser } from './browser.mjs';
+
+const [baseUrl, profile] = process.argv.slice(2);
+if (!baseUrl || !profile) {
+  console.error('usage: ranks.e2e.mjs BASE_URL PROFILE');
+  process.exit(2);
+}
+const here = dirname(fileURLToPath(import.meta.url));
+const results = join(here, '..', '..', 'test-results');
+mkdirSync(results, { recursive: true });
+
+function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+  console.log(`ok - ${message}`);
+}
+
+const { context, close } = await launchBrowser('sightline-ranks-e2e');
+let failed = false;
+try {
+  const page = context.pages()[0] ?? (await context.newPage());
+  const consoleErrors = [];
+  page.on('pageerror', (error) => consoleErrors.push(String(error)));
+  page.setDefaultTimeout(15000);
+  const shot = (name) => page.screenshot({ path: join(results, name), fullPage: true });
+  const api = (path) => page.evaluate(async (p) => {
+    const response = await fetch(p);
+    if (!response.ok) throw new Error(`${p}: ${response.status} ${await response.text()}`);
+    return response.json();
+  }, path);
+
+  await page.goto(`${baseUrl}#/p/${profile}`);
+  await page.waitForSelector('[data-testid="system-timeline"]');
+  await page.waitForFunction(() => (window.__explorer.drawnLanes?.lanes.length ?? 0) > 0);
+
+  // What the server knows of the merge: the world size and, per rank and core, the collectives.
+  const summary = await api(`/api/profiles/${profile}/summary`);
+  const cc = summary.collectives;
+  check(cc !== undefined && cc.world_size === 2 && cc.collectives > 0,
+    `the summary of the merged profile has its collectives (${cc && `${cc.collectives} over world size ${cc.world_size}`})`);
+  const ranks = [...new Set(cc.lanes.map((l) => l.rank))].sort();
+  check(ranks.length === cc.world_size, `the collective table has every rank (${ranks.join(', ')})`);
+
+  // ---- 1. Every rank's lanes on one timeline: framework, runtime and hardware, and each core's CC lane.
+  const { groups, lanes } = await page.evaluate(() => window.__explorer.drawnLanes);
+  for (const rank of ranks) {
+    const own = lanes.filter((name) => name.startsWith(`rank${rank}/`));
+    check(own.some((name) => name.includes('/framework/')) && own.some((name) => name.includes('/neuron_rt/')) &&
+      own.some((name) => name.includes('/neuron_hw/')),
+    `rank ${rank} has framework, runtime and hardware lanes (${own.length} lanes)`);
+    check(groups.some((label) => label.startsWith(`rank${rank}/`)), `rank ${rank} has its own lane groups`);
+    for (const core of cc.lanes.filter((l) => l.rank === rank).map((l) => l.core)) {
+      check(own.some((name) => name.endsWith(`/neuron_hw/CC:${core}`)) && own.some((name) => name.endsWith(`/neuron_hw/NC:${core}`)),
+        `rank ${rank} core ${core} has its collective lane CC:${core} beside NC:${core}`);
+    }
+  }
+  check(lanes.every((name) => /^rank\d+\//.test(name)), 'every lane is under a rank');
+  await shot('ranks-01-timeline.png');
+
+  // ---- 2. The collectives line up: each collective ends on every core of every rank together.
+  const matches = (await api(`/api/profiles/${profile}/search?q=cc_running&limit=1000`)).matches;
+  check(matches.length === cc.collectives * cc.lanes.length,
+    `cc_running: ${matches.length} events, one per collective (${cc.collectives}) and core of each rank (${cc.lanes.length})`);
+  const byCollective = new Map();
+  for (const match of matches) {
+    const details = await api(`/api/profiles/${profile}/events/${match.id}`);
+    const id = details.args['collective id'];
+    if (!byCollective.has(id)) byCollective.set(id, []);
+    byCollective.get(id).push({ lane: match.lane_name, end: match.ts + match.dur });
+  }
+  for (const [id, runs] of byCollective) {
+    const ends = runs.map((r) => r.end);
+    const lanesOf = new Set(runs.map((r) => r.lane));
+    check(lanesOf.size === cc.lanes.length && Math.max(...ends) - Math.min(...ends) < 1e-3,
+      `collective ${id} ends together on all ${lanesOf.size} CC lanes (spread ${(Math.max(...ends) - Math.min(...ends)).toFixed(4)} us)`);
+  }
+
+  // ---- 3. Search finds a collective, selects it, and its details show the collective's arguments.
+  await page.fill('#search', 'cc_running');
+  await page.press('#search', 'Enter');
+  await page.waitForFunction((id) => window.__explorer.selected?.id === id &&
+    document.querySelector('[data-testid="selected-name"]')?.textContent === 'cc_running', matches[0].id);
+  const first = await api(`/api/profiles/${profile}/events/${matches[0].id}`);
+  for (const arg of ['collective', 'collective id', 'algorithm', 'group size', 'bus bytes']) {
+    const shown = await page.textContent(`[data-testid="details"] dd[data-arg="${arg}"]`);
+    const value = first.args[arg];
+    check(value !== undefined && shown === (typeof value === 'string' ? JSON.stringify(value) : String(value)),
+      `the details show the collective's ${arg} (${shown})`);
+  }
+  const laneShown = await page.textContent('[data-testid="details"] dl');
+  check(laneShown.includes(first.lane_name), `the details name its lane (${first.lane_name})`);
+  // Enter steps to the first collective of the last rank.
+  const last = ranks.at(-1);
+  const index = matches.findIndex((m) => m.lane_name.startsWith(`rank${last}/`));
+  for (let i = 1; i <= index; i++) await page.press('#search', 'Enter');
+  await page.waitForFunction((id) => window.__explorer.selected?.id === id, matches[index].id);
+  check((await page.evaluate(() => window.__explorer.selected.lane_name)).startsWith(`rank${last}/`),
+    `Enter reaches rank ${last}'s collective (${matches[index].lane_name})`);
+  await page.mouse.move(5, 5);
+  await shot('ranks-02-collective.png');
+
+  // ---- 4. The summary: the collectives per rank and core, and the collective_wait insight if it fired.
+  await page.click('#tabs button[data-tab="summary"]');
+  await page.waitForSelector('[data-testid="collectives"] tr[data-rank]');
+  const rows = await page.$$eval('[data-testid="collectives"] tr[data-rank]',
+    (trs) => trs.map((tr) => `${tr.dataset.rank}/${tr.dataset.core}`));
+  check(rows.length === cc.lanes.length && cc.lanes.every((l) => rows.includes(`${l.rank}/${l.core}`)),
+    `the summary's collectives table has every rank and core (${rows.join(', ')})`);
+  const text = await page.textContent('[data-testid="collectives"]');
+  check(text.includes(`${cc.collectives} collective(s)`) && text.includes('link peak'),
+    'the collectives section says how many ran and the bandwidth against the link peak');
+  const waits = summary.insights.filter((i) => i.id === 'collective_wait');
+  if (waits.length > 0) {
+    check(await page.isVisible('[data-insight="collective_wait"]'), `the collective_wait insight is shown (${waits[0].title})`);
+  } else {
+    const share = Math.max(...cc.lanes.map((l) => (l.span_us > 0 ? l.wait_us / l.span_us : 0)));
+    check(!(await page.isVisible('[data-insight="collective_wait"]')),
+      `no collective_wait insight, as the server found none (the longest wait is ${(100 * share).toFixed(1)}% of its core's span)`);
+  }
+  await shot('ranks-03-summary.png');
+  check(consoleErrors.length === 0, `no uncaught page errors (${consoleErrors.join('; ')})`);
+} catch (error) {
+  failed = true;
+  console.error(`not ok - ${error instanceof Error ? error.stack : error}`);
+  for (const page of context.pages()) await page.screenshot({ path: join(results, 'ranks-failure.png'), fullPage: true }).catch(() => {});
+} finally {
+  await close();
+}
+console.log(failed ? 'ranks e2e FAILED' : 'ranks e2e passed');
+process.exit(failed ? 1 : 0);
