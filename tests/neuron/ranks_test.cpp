@@ -12,6 +12,7 @@
 #include "analysis/profile_dir.h"
 #include "collective_util.h"
 #include "formats/manifest.h"
+#include "server/profile_store.h"
 #include "sightline/parallel.h"
 #include "study_util.h"
 
@@ -49,6 +50,18 @@ TEST(Ranks, SummaryStragglersAndMerge) {
   bool insight = false;
   for (const analysis::Insight& i : analysis::insights(rank0)) insight = insight || i.id == "collective_wait";
   EXPECT_TRUE(insight);
+  // The Explorer's summary (sightline serve) says the same: its collective table and the insight.
+  const fs::path served0 = fs::path(dir0).lexically_normal();
+  server::ProfileStore store0(served0.parent_path());
+  const nlohmann::json summary0 = store0.summary(served0.filename().string());
+  ASSERT_TRUE(summary0.contains("collectives"));
+  EXPECT_EQ(summary0["collectives"]["collectives"], s.collectives);
+  EXPECT_EQ(summary0["collectives"]["lanes"].size(), s.lanes.size());
+  EXPECT_DOUBLE_EQ(summary0["collectives"]["wait_us"].get<double>(), s.wait_ns / 1000);
+  EXPECT_EQ(summary0["collectives"]["lanes"][1]["last_arrivals"], 1);
+  bool served_insight = false;
+  for (const auto& i : summary0["insights"]) served_insight = served_insight || i["id"] == "collective_wait";
+  EXPECT_TRUE(served_insight);
 
   // Two ranks merged: every rank's lanes, collectives ending together.
   const analysis::MergeResult merged = analysis::merge_profiles({dir1, dir0}, (root / "merged").string());
@@ -73,6 +86,11 @@ TEST(Ranks, SummaryStragglersAndMerge) {
   // The merged directory is a profile the readers (and the Explorer's) accept.
   const analysis::ProfileDir profile = analysis::profile_dir_load((root / "merged").string());
   EXPECT_TRUE(profile.trace.has_value());
+  server::ProfileStore store(root);
+  const nlohmann::json summary = store.summary("merged");
+  ASSERT_TRUE(summary.contains("collectives"));
+  EXPECT_EQ(summary["collectives"]["world_size"], 2);
+  EXPECT_EQ(summary["collectives"]["lanes"].size(), merged.collectives.lanes.size());
   EXPECT_THAT(analysis::merge_report_text(merged), HasSubstr("rank 1:"));
   EXPECT_THAT([&] { analysis::merge_profiles({dir0, dir0}, (root / "twice").string()); },
               ::testing::ThrowsMessage<Error>(HasSubstr("are both rank 0")));
