@@ -226,13 +226,21 @@ std::optional<kernels::ActFunc> activation_of(const RowStep& s) {
   return std::nullopt;
 }
 
-// Where the row loop cuts a tile's steps into two stages (pipeline_staged, eager_internal.h), or 0 to
-// run them as one: after the last Scalar-engine activation that a Vector step follows, so the next
-// tile's first steps run on the Vector engine while the Scalar engine works on this tile (softmax's
-// exp, layer_norm's rsqrt). Only the first stage may read the loaded row tiles (the next loads run
-// ahead into their buffers), and a tile's values must not share buffers with the next tile's.
-size_t stage_split(const RowProgram& p, const Plan& plan) {
-  if (plan.buffers < 2) return 0;
+// Where the row loop cuts a tile's steps into two stages (pipeline_staged, eager_internal.h): stage 0
+// runs the steps before `step` (and, when `within`, step `step`'s statistics half), stage 1 the rest;
+// step 0 and not within: one stage. The cut goes after the last Scalar-engine activation that a step
+// follows (softmax's exp, layer_norm's rsqrt) or inside the last rms_norm (its sum of squares and
+// rsqrt on the Scalar engine, then the scaling on the Vector engine), so the next tile's first steps
+// run on the Vector engine while the Scalar engine works on this tile. Only the first stage may read
+// the loaded row tiles (the next loads run ahead into their buffers), and a tile's values must not
+// share buffers with the next tile's.
+struct Split {
+  size_t step = 0;
+  bool within = false;
+};
+
+Split stage_split(const RowProgram& p, const Plan& plan) {
+  if (plan.buffers < 2) return {};
   size_t inputs_read_until = 0;  // steps before this read every per-tile input they need
   for (size_t k = 0; k < p.steps.size(); ++k) {
     for (int a : p.steps[k].args) {
@@ -241,10 +249,11 @@ size_t stage_split(const RowProgram& p, const Plan& plan) {
         inputs_read_until = k + 1;
     }
   }
-  for (size_t k = p.steps.size() - 1; k >= std::max<size_t>(inputs_read_until, 1); --k) {
-    if (activation_of(p.steps[k - 1])) return k;
+  for (size_t k = p.steps.size(); k-- > std::max<size_t>(inputs_read_until, 1);) {
+    if (p.steps[k].op == OpId::rms_norm) return {k, true};
+    if (activation_of(p.steps[k - 1])) return {k, false};
   }
-  return 0;
+  return {};
 }
 
 // Per step: a row sum (or mean) of the previous step's full-row activation, which that activation
@@ -346,8 +355,9 @@ class Emitter {
         loaded[t].push_back(ap);
       }
     };
-    const size_t split = stage_split(p_, plan_);
-    const size_t stages = split ? 2 : 1;
+    const Split split = stage_split(p_, plan_);
+    const size_t stages = split.step || split.within ? 2 : 1;
+    split_stats_.assign(tiles.size(), Tile{});
     auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
       if (st == 0) {
@@ -355,8 +365,16 @@ class Emitter {
       }
       current_ = slots[t];
       for (size_t o = 0; o < tiled.size(); ++o) tile_input_[tiled[o]] = loaded[t][o];
-      const size_t first = st == 0 ? 0 : split, last = st + 1 == stages ? p_.steps.size() : split;
-      for (size_t k = first; k < last; ++k) step(k, tile.partitions, tile.free);
+      if (stages == 1) {
+        for (size_t k = 0; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
+      } else if (st == 0) {
+        for (size_t k = 0; k < split.step; ++k) step(k, tile.partitions, tile.free);
+        if (split.within) step(split.step, tile.partitions, tile.free, Half::first, t);
+      } else {
+        size_t k = split.step;
+        if (split.within) step(k++, tile.partitions, tile.free, Half::second, t);
+        for (; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
+      }
       if (st + 1 < stages) return;
       const uint32_t w = root.wide ? tile.free : 1;
       const int64_t col_stride = out_strides.back();
@@ -424,8 +442,11 @@ class Emitter {
 
   bool wide(int v) const { return plan_.values[static_cast<size_t>(v)].wide; }
 
-  // Step k on this tile's values, through the op's tile-level emitter.
-  void step(size_t k, uint16_t p, uint32_t f) {
+  enum class Half : uint8_t { whole, first, second };
+
+  // Step k on this tile's values, through the op's tile-level emitter; a half of an rms_norm step
+  // (stage_split) through its split emitters, with the tile's statistics kept between them.
+  void step(size_t k, uint16_t p, uint32_t f, Half half = Half::whole, size_t tile = 0) {
     const RowStep& s = p_.steps[k];
     b_.set_source_op(op_name(s.op));
     const size_t y = p_.inputs.size() + k;
@@ -436,6 +457,21 @@ class Emitter {
     if (k + 1 < p_.steps.size() && folded_[k + 1]) {
       b_.activate(*activation_of(s), value(y, p, f), value(static_cast<size_t>(s.args[0]), p, f), 1.0f, 0.0f,
                   value(y + 1, p, f));
+      return;
+    }
+    if (half != Half::whole) {
+      SIGHTLINE_ASSERT_MSG(s.op == OpId::rms_norm, "row step {} ({}) has no split emitters", k, op_name(s.op));
+      const AccessPattern x = value(static_cast<size_t>(s.args[0]), p, f);
+      if (half == Half::first) {
+        split_stats_[tile] = stats_.next();
+        kernels::emit_rms_norm_stats(b_, value(y, p, f), x, split_stats_[tile], p, static_cast<uint32_t>(p_.cols),
+                                     static_cast<float>(s.attrs.eps));
+      } else {
+        const bool weighted = s.args.size() > 1 && s.args[1] != kNoValue;
+        kernels::emit_rms_norm_scale(b_, value(y, p, f), x,
+                                     weighted ? value(static_cast<size_t>(s.args[1]), p, f) : AccessPattern{},
+                                     split_stats_[tile], p);
+      }
       return;
     }
     kernels::TileOp t;
@@ -463,6 +499,7 @@ class Emitter {
   std::vector<TilePool> input_pools_, slot_pools_;
   TilePool stats_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
+  std::vector<Tile> split_stats_;          // per tile: the statistics of a split rms_norm step
   std::vector<AccessPattern> tile_input_;  // this tile's loaded per-tile inputs
 };
 

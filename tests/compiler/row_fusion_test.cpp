@@ -41,7 +41,8 @@ std::vector<Tensor> scaled_softmax(const std::vector<Tensor>& a) {
 }
 
 // The textbook softmax and layer_norm: the row loop cuts their steps into two stages after the Scalar
-// engine's exp / rsqrt (stage_split, compiler/row_kernel.cpp), interleaved across row tiles.
+// engine's exp / inside the rms_norm the layer_norm's variance becomes (stage_split,
+// compiler/row_kernel.cpp), interleaved across row tiles.
 std::vector<Tensor> naive_softmax(const std::vector<Tensor>& a) {
   const Tensor e = exp(a[0] - amax(a[0], {-1}, true));
   return {e / sum(e, {-1}, true)};
