@@ -1,6 +1,7 @@
 #include "compiler/row_kernel.h"
 
 #include <algorithm>
+#include <optional>
 #include <variant>
 
 #include <fmt/format.h>
@@ -216,6 +217,62 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_byt
           : "");
 }
 
+// The Scalar-engine activation a step computes (a unary activation, or x * x as square), if any.
+std::optional<kernels::ActFunc> activation_of(const RowStep& s) {
+  kernels::ActFunc func{};
+  if (s.op != OpId::to_copy && kernels::unary_activation(s.op, s.attrs, func)) return func;
+  if (s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 && s.args[0] == s.args[1])
+    return kernels::ActFunc::square;
+  return std::nullopt;
+}
+
+// Where the row loop cuts a tile's steps into two stages (pipeline_staged, eager_internal.h): stage 0
+// runs the steps before `step` (and, when `within`, step `step`'s statistics half), stage 1 the rest;
+// step 0 and not within: one stage. The cut goes after the last Scalar-engine activation that a step
+// follows (softmax's exp, layer_norm's rsqrt) or inside the last rms_norm (its sum of squares and
+// rsqrt on the Scalar engine, then the scaling on the Vector engine), so the next tile's first steps
+// run on the Vector engine while the Scalar engine works on this tile. Only the first stage may read
+// the loaded row tiles (the next loads run ahead into their buffers), and a tile's values must not
+// share buffers with the next tile's.
+struct Split {
+  size_t step = 0;
+  bool within = false;
+};
+
+Split stage_split(const RowProgram& p, const Plan& plan) {
+  if (plan.buffers < 2) return {};
+  size_t inputs_read_until = 0;  // steps before this read every per-tile input they need
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    for (int a : p.steps[k].args) {
+      if (a >= 0 && static_cast<size_t>(a) < p.inputs.size() &&
+          plan.values[static_cast<size_t>(a)].source == Source::per_tile)
+        inputs_read_until = k + 1;
+    }
+  }
+  for (size_t k = p.steps.size(); k-- > std::max<size_t>(inputs_read_until, 1);) {
+    if (p.steps[k].op == OpId::rms_norm) return {k, true};
+    if (activation_of(p.steps[k - 1])) return {k, false};
+  }
+  return {};
+}
+
+// Per step: a row sum (or mean) of the previous step's full-row activation, which that activation
+// accumulates as it writes its row (the Scalar engine's accumulate output) instead of a second pass
+// over the row on the Vector engine. The last step keeps its own reduction (its dtype is the
+// output's, not the accumulator's f32).
+std::vector<bool> folded_sums(const RowProgram& p, const Plan& plan) {
+  std::vector<bool> folded(p.steps.size(), false);
+  for (size_t k = 1; k + 1 < p.steps.size(); ++k) {
+    const RowStep& s = p.steps[k];
+    const size_t prev = p.inputs.size() + k - 1;
+    if ((s.op != OpId::sum && s.op != OpId::mean) || s.args.size() != 1 ||
+        s.args[0] != static_cast<int>(prev) || !plan.values[prev].wide || plan.chunk < p.cols)
+      continue;
+    folded[k] = activation_of(p.steps[k - 1]).has_value();
+  }
+  return folded;
+}
+
 struct RowTile {
   std::vector<int64_t> offset;  // per nest operand: per-tile inputs, then the output
   uint16_t partitions = 1;
@@ -225,7 +282,8 @@ struct RowTile {
 
 class Emitter {
  public:
-  Emitter(KernelBuilder& b, const RowProgram& p, const Plan& plan) : b_(b), p_(p), plan_(plan) {}
+  Emitter(KernelBuilder& b, const RowProgram& p, const Plan& plan)
+      : b_(b), p_(p), plan_(plan), folded_(folded_sums(p, plan)) {}
 
   void run(const RowOperand& out) {
     const size_t inputs = p_.inputs.size();
@@ -276,8 +334,10 @@ class Emitter {
     });
     allocate();
     // Software pipeline: the loads of the next buffers-1 tiles go out before this tile's compute and
-    // store, so no DMA queue holds a load behind a store that waits for compute.
+    // store, so no DMA queue holds a load behind a store that waits for compute; with a stage split the
+    // steps after it are emitted one tile later (pipeline_staged).
     std::vector<std::vector<AccessPattern>> loaded(tiles.size());
+    std::vector<std::vector<Tile>> slots(tiles.size());
     auto load = [&](size_t t) {
       const RowTile& tile = tiles[t];
       for (size_t o = 0; o < tiled.size(); ++o) {
@@ -295,15 +355,27 @@ class Emitter {
         loaded[t].push_back(ap);
       }
     };
-    const size_t ahead = static_cast<size_t>(plan_.buffers) - 1;
-    for (size_t t = 0; t < std::min(ahead, tiles.size()); ++t) load(t);
-    for (size_t t = 0; t < tiles.size(); ++t) {
-      if (t + ahead < tiles.size()) load(t + ahead);
+    const Split split = stage_split(p_, plan_);
+    const size_t stages = split.step || split.within ? 2 : 1;
+    split_stats_.assign(tiles.size(), Tile{});
+    auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
-      current_.clear();
-      for (TilePool& pool : slot_pools_) current_.push_back(pool.next());
+      if (st == 0) {
+        for (TilePool& pool : slot_pools_) slots[t].push_back(pool.next());
+      }
+      current_ = slots[t];
       for (size_t o = 0; o < tiled.size(); ++o) tile_input_[tiled[o]] = loaded[t][o];
-      for (size_t k = 0; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
+      if (stages == 1) {
+        for (size_t k = 0; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
+      } else if (st == 0) {
+        for (size_t k = 0; k < split.step; ++k) step(k, tile.partitions, tile.free);
+        if (split.within) step(split.step, tile.partitions, tile.free, Half::first, t);
+      } else {
+        size_t k = split.step;
+        if (split.within) step(k++, tile.partitions, tile.free, Half::second, t);
+        for (; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
+      }
+      if (st + 1 < stages) return;
       const uint32_t w = root.wide ? tile.free : 1;
       const int64_t col_stride = out_strides.back();
       b_.set_source_op(op_name(p_.steps.back().op));
@@ -313,7 +385,9 @@ class Emitter {
                                tile.partitions, row_stride.back(), {{w, static_cast<int32_t>(col_stride)}}),
           value(p_.inputs.size() + p_.steps.size() - 1, tile.partitions, tile.free));
       loaded[t].clear();
-    }
+      slots[t].clear();
+    };
+    kernels::pipeline_staged(tiles.size(), static_cast<size_t>(plan_.buffers) - 1, stages, load, stage);
   }
 
   void release() {
@@ -368,10 +442,38 @@ class Emitter {
 
   bool wide(int v) const { return plan_.values[static_cast<size_t>(v)].wide; }
 
-  // Step k on this tile's values, through the op's tile-level emitter.
-  void step(size_t k, uint16_t p, uint32_t f) {
+  enum class Half : uint8_t { whole, first, second };
+
+  // Step k on this tile's values, through the op's tile-level emitter; a half of an rms_norm step
+  // (stage_split) through its split emitters, with the tile's statistics kept between them.
+  void step(size_t k, uint16_t p, uint32_t f, Half half = Half::whole, size_t tile = 0) {
     const RowStep& s = p_.steps[k];
     b_.set_source_op(op_name(s.op));
+    const size_t y = p_.inputs.size() + k;
+    if (folded_[k]) {  // summed by step k - 1
+      kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
+      return;
+    }
+    if (k + 1 < p_.steps.size() && folded_[k + 1]) {
+      b_.activate(*activation_of(s), value(y, p, f), value(static_cast<size_t>(s.args[0]), p, f), 1.0f, 0.0f,
+                  value(y + 1, p, f));
+      return;
+    }
+    if (half != Half::whole) {
+      SIGHTLINE_ASSERT_MSG(s.op == OpId::rms_norm, "row step {} ({}) has no split emitters", k, op_name(s.op));
+      const AccessPattern x = value(static_cast<size_t>(s.args[0]), p, f);
+      if (half == Half::first) {
+        split_stats_[tile] = stats_.next();
+        kernels::emit_rms_norm_stats(b_, value(y, p, f), x, split_stats_[tile], p, static_cast<uint32_t>(p_.cols),
+                                     static_cast<float>(s.attrs.eps));
+      } else {
+        const bool weighted = s.args.size() > 1 && s.args[1] != kNoValue;
+        kernels::emit_rms_norm_scale(b_, value(y, p, f), x,
+                                     weighted ? value(static_cast<size_t>(s.args[1]), p, f) : AccessPattern{},
+                                     split_stats_[tile], p);
+      }
+      return;
+    }
     kernels::TileOp t;
     t.op = s.op;
     t.attrs = &s.attrs;
@@ -391,11 +493,13 @@ class Emitter {
   KernelBuilder& b_;
   const RowProgram& p_;
   const Plan& plan_;
+  const std::vector<bool> folded_;  // folded_sums
   std::vector<Tile> invariant_;
   std::vector<int> invariant_index_;
   std::vector<TilePool> input_pools_, slot_pools_;
   TilePool stats_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
+  std::vector<Tile> split_stats_;          // per tile: the statistics of a split rms_norm step
   std::vector<AccessPattern> tile_input_;  // this tile's loaded per-tile inputs
 };
 

@@ -64,6 +64,23 @@ void pipeline(size_t count, size_t ahead, Load&& load, Body&& body) {
   }
 }
 
+// pipeline() with each item's body cut into `stages` parts: item i's stage s is emitted in step i + s,
+// after item i + 1's stage s - 1 (the newest item first), so engines that each run their instructions
+// in order work on neighbouring items at once (a Vector step waiting for the Scalar engine would
+// otherwise hold up the next item's first one). Only stage 0 may read what load() wrote: the next
+// loads run ahead into its buffer. Whatever a later stage reads must come from a ring of at least two
+// buffers per item in flight.
+template <typename Load, typename Stage>
+void pipeline_staged(size_t count, size_t ahead, size_t stages, Load&& load, Stage&& stage) {
+  auto step = [&](size_t s) {
+    for (size_t st = 0; st < stages; ++st) {
+      if (st <= s && s - st < count) stage(st, s - st);
+    }
+  };
+  pipeline(count, ahead, load, step);
+  for (size_t s = count; s + 1 < count + stages; ++s) step(s);
+}
+
 // All blocks of `nest` (for_each_block), for kernels that pipeline over them.
 std::vector<Block> collect_blocks(const LoopNest& nest, uint16_t max_partitions, uint32_t max_free);
 

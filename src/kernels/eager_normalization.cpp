@@ -45,11 +45,9 @@ RowLayout row_layout(const TensorDesc& in, const TensorDesc& out) {
 }
 
 // Shared skeleton: per row tile i, `stage(s, i, x, y, p)` for s = 0 .. stages - 1 computes y from x;
-// loads and stores around them. Tile i's stage s is emitted in step i + s, after tile i + 1's stage
-// s - 1, so the engines work on neighbouring tiles at once: each engine runs its instructions in
-// order, and a tile's Vector step that waits for the Scalar engine would otherwise hold up the next
-// tile's first one. Only stage 0 may read x (later loads run ahead into its buffer). With fewer
-// buffers than stages a tile's stages run back to back.
+// loads and stores around them. The stages of neighbouring tiles are interleaved (pipeline_staged,
+// eager_internal.h), so only stage 0 may read x. With fewer buffers than stages a tile's stages run
+// back to back.
 template <typename Stage>
 void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage&& stage) {
   KernelBuilder& b = c.b;
@@ -95,31 +93,23 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
                         {{n, static_cast<int32_t>(l.out_col_stride)}}),
             outputs[i]);
   };
-  // Step `step` runs stage s of tile step - s, the newest tile first.
-  auto run_step = [&](size_t step) {
-    for (size_t st = 0; st < stages; ++st) {
-      if (st <= step && step - st < tiles.size()) run_stage(st, step - st);
-    }
-  };
-  // A load may only run ahead into a buffer no earlier tile still uses.
-  pipeline(
-      tiles.size(), buffers - 1,
+  // A load may only run ahead into a buffer no earlier tile still uses; only stage 0 reads x.
+  pipeline_staged(
+      tiles.size(), buffers - 1, overlap ? stages : 1,
       [&](size_t i) {
         loaded[i] = x_pool.next().rows(tiles[i].p);
         b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
                                       {{n, static_cast<int32_t>(l.in_col_stride)}}));
       },
-      [&](size_t i) {
-        outputs[i] = y_pool.next().rows(tiles[i].p);
+      [&](size_t st, size_t i) {
         if (!overlap) {
-          for (size_t st = 0; st < stages; ++st) run_stage(st, i);
+          outputs[i] = y_pool.next().rows(tiles[i].p);
+          for (size_t s = 0; s < stages; ++s) run_stage(s, i);
           return;
         }
-        run_step(i);
+        if (st == 0) outputs[i] = y_pool.next().rows(tiles[i].p);
+        run_stage(st, i);
       });
-  if (overlap) {
-    for (size_t step = tiles.size(); step + 1 < tiles.size() + stages; ++step) run_step(step);
-  }
 }
 
 // A [n] parameter broadcast to every partition (partition stride 0), loaded once.

@@ -222,26 +222,25 @@ void build_softmax(EagerContext& c) {
                         {{f, static_cast<int32_t>(out_col_stride)}}),
             st[i].y);
   };
-  pipeline(
-      tiles.size(), x_buffers - 1,
+  pipeline_staged(
+      tiles.size(), x_buffers - 1, overlap ? 2 : 1,
       [&](size_t i) {
         st[i].x = x_pool.next().rows(tiles[i].p);
         b.load(st[i].x, hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, in_row_stride,
                                     {{f, static_cast<int32_t>(in_col_stride)}}));
       },
-      [&](size_t i) {
+      [&](size_t stage, size_t i) {
+        if (stage == 1) {
+          finish(i);
+          return;
+        }
         const uint16_t p = tiles[i].p;
         st[i].work = work_pool.next().rows(p);
         st[i].y = y_pool.next().rows(p);
         st[i].stats = stat_pool.next();
         emit_softmax_exp(b, c.op, st[i].y, st[i].x, st[i].work, st[i].stats, p);
-        if (!overlap) {
-          finish(i);
-        } else if (i > 0) {
-          finish(i - 1);
-        }
+        if (!overlap) finish(i);
       });
-  if (overlap && !tiles.empty()) finish(tiles.size() - 1);
 }
 
 }  // namespace sightline::kernels

@@ -201,10 +201,20 @@ void emit_softmax_scale(KernelBuilder& b, OpId op, const AccessPattern& y, const
 //                     VectorE  y = x * rstd, y *= weight
 void emit_rms_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const AccessPattern& weight,
                    const Tile& stats, uint16_t p, uint32_t n, float eps) {
+  emit_rms_norm_stats(b, y, x, stats, p, n, eps);
+  emit_rms_norm_scale(b, y, x, weight, stats, p);
+}
+
+void emit_rms_norm_stats(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                         uint16_t p, uint32_t n, float eps) {
   const AccessPattern sum_sq = stats.column(p, 0), rstd = stats.column(p, 1);
-  b.activate(ActFunc::square, y, x, 1.0f, 0.0f, sum_sq);  // y is scratch until overwritten below
+  b.activate(ActFunc::square, y, x, 1.0f, 0.0f, sum_sq);  // y is scratch until _scale overwrites it
   b.activate(ActFunc::rsqrt, rstd, sum_sq, 1.0f / static_cast<float>(n), eps);
-  b.tensor_scalar(AluOp::multiply, y, x, rstd);
+}
+
+void emit_rms_norm_scale(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
+                         const AccessPattern& weight, const Tile& stats, uint16_t p) {
+  b.tensor_scalar(AluOp::multiply, y, x, stats.column(p, 1));
   if (weight.present()) b.tensor_tensor(AluOp::multiply, y, y, weight);
 }
 

@@ -104,6 +104,12 @@ void emit_softmax_scale(KernelBuilder& b, OpId op, const AccessPattern& y, const
 // weight / bias: absent patterns when the op has none.
 void emit_rms_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const AccessPattern& weight,
                    const Tile& stats, uint16_t p, uint32_t n, float eps);
+// emit_rms_norm in two halves (see emit_softmax_exp): _stats leaves rstd in stats (y as scratch),
+// _scale writes y from x and it.
+void emit_rms_norm_stats(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                         uint16_t p, uint32_t n, float eps);
+void emit_rms_norm_scale(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
+                         const AccessPattern& weight, const Tile& stats, uint16_t p);
 void emit_layer_norm(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
                      const AccessPattern& weight, const AccessPattern& bias, const Tile& stats, uint16_t p,
                      float eps);
