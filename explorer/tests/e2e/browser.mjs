@@ -1,10 +1,24 @@
 // Headless Debian chromium through playwright-core, as the end-to-end test and the browser benchmark
 // (bench/explorer/frame_bench.mjs) drive it: a throwaway profile directory, a fixed viewport, device
 // scale 1 and no background traffic. SIGHTLINE_CHROMIUM overrides the chromium binary.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+
+// Where the end-to-end tests write their screenshots (explorer/test-results), created on first use.
+export function resultsDir() {
+  const dir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'test-results');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+// One checked behaviour of an end-to-end test: throws with the message when it does not hold.
+export function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+  console.log(`ok - ${message}`);
+}
 
 export const VIEWPORT = { width: 1600, height: 1000 };
 

@@ -6,25 +6,17 @@
 // the roofline, Compare naive vs fused, and uploads from the browser (the fused directory under a new
 // name, and a malformed pair that the server refuses). PROFILE_ROOT is the served directory, where the
 // fused profile's files are read from for the upload. Screenshots go to test-results/.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { join } from 'node:path';
+import { check, launchBrowser, resultsDir } from './browser.mjs';
 
 const [baseUrl, profileRoot] = process.argv.slice(2);
 if (!baseUrl || !profileRoot) {
   console.error('usage: explorer.e2e.mjs BASE_URL PROFILE_ROOT');
   process.exit(2);
 }
-const here = dirname(fileURLToPath(import.meta.url));
-const results = join(here, '..', '..', 'test-results');
-mkdirSync(results, { recursive: true });
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-  console.log(`ok - ${message}`);
-}
+const results = resultsDir();
 
 const { context, close } = await launchBrowser('sightline-e2e');
 let failed = false;

@@ -7,7 +7,7 @@
 import { cpSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { check, launchBrowser, resultsDir } from './browser.mjs';
 
 const [baseUrl, profileRoot] = process.argv.slice(2);
 if (!baseUrl || !profileRoot) {
@@ -15,12 +15,7 @@ if (!baseUrl || !profileRoot) {
   process.exit(2);
 }
 const here = dirname(fileURLToPath(import.meta.url));
-const results = join(here, '..', '..', 'test-results');
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-  console.log(`ok - ${message}`);
-}
+const results = resultsDir();
 
 // naive-wait: the naive profile with 0.6 s of waiting added to the step (text edits: the trace's 64-bit
 // ids must not go through JSON.parse).

@@ -9,24 +9,16 @@
 // 2. One population: on "large", whose trace.json holds far more executions than were captured, the
 //    summary's insights count the executions its metrics count (they counted the trace's before).
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { check, launchBrowser, resultsDir } from './browser.mjs';
 
 const [baseUrl, profileRoot, sightline, studyLog] = process.argv.slice(2);
 if (!baseUrl || !profileRoot || !sightline || !studyLog) {
   console.error('usage: numbers.e2e.mjs BASE_URL PROFILE_ROOT SIGHTLINE STUDY_LOG');
   process.exit(2);
 }
-const here = dirname(fileURLToPath(import.meta.url));
-const results = join(here, '..', '..', 'test-results');
-mkdirSync(results, { recursive: true });
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-  console.log(`ok - ${message}`);
-}
+const results = resultsDir();
 
 // A key_averages text table as cells. The dashed separator gives each column's width; a cell is padded
 // to its width (right-aligned; Source Location left) and followed by two spaces, and one wider than its

@@ -6,24 +6,15 @@
 // cores, that search finds a cc_running and its details show the collective's arguments, and that the
 // summary reports the collectives per rank and core (and the collective_wait insight when the server
 // finds one). Screenshots go to test-results/.
-import { mkdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { join } from 'node:path';
+import { check, launchBrowser, resultsDir } from './browser.mjs';
 
 const [baseUrl, profile] = process.argv.slice(2);
 if (!baseUrl || !profile) {
   console.error('usage: ranks.e2e.mjs BASE_URL PROFILE');
   process.exit(2);
 }
-const here = dirname(fileURLToPath(import.meta.url));
-const results = join(here, '..', '..', 'test-results');
-mkdirSync(results, { recursive: true });
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-  console.log(`ok - ${message}`);
-}
+const results = resultsDir();
 
 const { context, close } = await launchBrowser('sightline-ranks-e2e');
 let failed = false;
