@@ -113,7 +113,9 @@ try {
     new Set(labels).size === labels.length && labels.every((l) => /^\+\d+ ns$/.test(l)),
     `400 ns visible at 12.326 ms: base ${zoomed.base?.label} and offsets ${labels.join(' ')}`);
   await page.evaluate(() => { location.hash = '#/p/naive-wait?start=0.000&end=520.000'; });
-  await waitView(() => Math.abs(window.__explorer.view.end - 520) < 1e-3 && window.__explorer.ruler?.ticks.at(-1)?.time > 400);
+  // Wait for the ruler of this view: the previous one's ticks (near 12326 us) also pass "> 400".
+  await waitView(() => Math.abs(window.__explorer.view.end - 520) < 1e-3 && window.__explorer.ruler?.ticks[0]?.time < 50 &&
+    window.__explorer.ruler.ticks.at(-1).time > 400 && window.__explorer.ruler.ticks.at(-1).time <= 520);
   const wide = (await explorer(() => window.__explorer.ruler)).ticks.map((t) => t.label);
   check(wide.includes('0 ns') && wide.includes('100 us') && !wide.some((l) => /\.\d*0 us$/.test(l)),
     `a 520 us view reads ${wide.join(' ')}`);
