@@ -1,3 +1,6 @@
+#include <bit>
+#include <cmath>
+#include <numbers>
 #include <limits>
 #include <memory>
 
@@ -61,6 +64,27 @@ TEST(Tensor, RandomIsSeededAndDistributed) {
   var /= static_cast<double>(n.size());
   EXPECT_NEAR(m, 0.0, 0.02);
   EXPECT_NEAR(var, 1.0, 0.03);
+}
+
+// Generator::next_normal takes its sine and cosine from a fast polynomial and falls back to libm only
+// where the float rounding is in doubt: every float must be that of libm's Box-Muller on the same
+// uniforms (what the generator has always drawn), and randn must give those floats.
+TEST(Tensor, NextNormalRoundsAsLibmBoxMuller) {
+  Generator fast(7), uniforms(7);
+  for (int i = 0; i < 2000000; ++i) {
+    double u1 = uniforms.next_uniform();
+    while (u1 <= 0.0) u1 = uniforms.next_uniform();
+    const double u2 = uniforms.next_uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * std::numbers::pi * u2;
+    const float first = static_cast<float>(r * std::cos(theta)), second = static_cast<float>(r * std::sin(theta));
+    ASSERT_EQ(std::bit_cast<uint32_t>(static_cast<float>(fast.next_normal())), std::bit_cast<uint32_t>(first)) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(static_cast<float>(fast.next_normal())), std::bit_cast<uint32_t>(second)) << i;
+  }
+  EXPECT_EQ(fast.next_u64(), uniforms.next_u64());  // both end in the same state
+  Generator g1(3), g2(3);
+  const auto x = values(randn({1001}, {}, &g1));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], static_cast<float>(g2.next_normal())) << i;
 }
 
 TEST(Tensor, ViewsShareStorage) {
