@@ -306,39 +306,70 @@ void matmul_rows(const float* const* stationary, const float* const* moving, flo
 
 #if defined(__x86_64__)
 #define SIGHTLINE_AVX2_PATHS 1  // AVX2 and AVX-512 code, chosen at run time by __builtin_cpu_supports
-// The same additions in the same order as matmul_rows (one multiply, then one add, each rounded: AVX2
-// without FMA, so the bits are those of the scalar loop), with 4 rows x 16 columns of accumulators held
-// in registers for the whole k loop instead of loaded and stored once per p.
-__attribute__((target("avx2"))) void matmul_rows_avx2(const float* const* stationary,
-                                                       const float* const* moving, float* const* out,
-                                                       size_t k, size_t n, size_t i0, size_t i1) {
+// The same additions in the same order as matmul_rows (one multiply, then one add, each rounded: the
+// device layer is compiled with -ffp-contract=off, so no target fuses them, and the bits are those of the
+// scalar loop), with 4 rows x 2 vectors of Lanes columns of accumulators held in registers for the whole
+// k loop instead of loaded and stored once per p. One body for every vector width: it is inlined into a
+// function per target (below), which gives the vector type its registers.
+template <int Lanes>
+struct FloatVector;
+template <>
+struct FloatVector<8> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct FloatVector<16> {
+  typedef float type __attribute__((vector_size(64)));
+};
+
+template <int Lanes>
+__attribute__((always_inline)) inline void matmul_rows_simd(const float* const* stationary,
+                                                            const float* const* moving, float* const* out,
+                                                            size_t k, size_t n, size_t i0, size_t i1) {
+  using Vec = typename FloatVector<Lanes>::type;
+  constexpr size_t kWidth = 2 * Lanes;
   size_t i = i0;
   for (; i + 4 <= i1; i += 4) {
     float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
     size_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      __m256 c[4][2];
+    for (; j + kWidth <= n; j += kWidth) {
+      Vec c[4][2];
       for (int r = 0; r < 4; ++r) {
-        c[r][0] = _mm256_loadu_ps(o[r] + j);
-        c[r][1] = _mm256_loadu_ps(o[r] + j + 8);
+        std::memcpy(&c[r][0], o[r] + j, sizeof(Vec));
+        std::memcpy(&c[r][1], o[r] + j + Lanes, sizeof(Vec));
       }
       for (size_t p = 0; p < k; ++p) {
-        const __m256 b0 = _mm256_loadu_ps(moving[p] + j), b1 = _mm256_loadu_ps(moving[p] + j + 8);
+        Vec b0, b1;
+        std::memcpy(&b0, moving[p] + j, sizeof(Vec));
+        std::memcpy(&b1, moving[p] + j + Lanes, sizeof(Vec));
         const float* s = stationary[p] + i;
         for (int r = 0; r < 4; ++r) {
-          const __m256 w = _mm256_broadcast_ss(s + r);
-          c[r][0] = _mm256_add_ps(c[r][0], _mm256_mul_ps(w, b0));
-          c[r][1] = _mm256_add_ps(c[r][1], _mm256_mul_ps(w, b1));
+          Vec w;
+          for (int l = 0; l < Lanes; ++l) w[l] = s[r];
+          c[r][0] = c[r][0] + w * b0;
+          c[r][1] = c[r][1] + w * b1;
         }
       }
       for (int r = 0; r < 4; ++r) {
-        _mm256_storeu_ps(o[r] + j, c[r][0]);
-        _mm256_storeu_ps(o[r] + j + 8, c[r][1]);
+        std::memcpy(o[r] + j, &c[r][0], sizeof(Vec));
+        std::memcpy(o[r] + j + Lanes, &c[r][1], sizeof(Vec));
       }
     }
     if (j < n) matmul_rows(stationary, moving, out, k, n, i, i + 4, j);
   }
   if (i < i1) matmul_rows(stationary, moving, out, k, n, i, i1, 0);
+}
+
+__attribute__((target("avx2"))) void matmul_rows_avx2(const float* const* stationary,
+                                                       const float* const* moving, float* const* out,
+                                                       size_t k, size_t n, size_t i0, size_t i1) {
+  matmul_rows_simd<8>(stationary, moving, out, k, n, i0, i1);
+}
+
+__attribute__((target("avx512f"))) void matmul_rows_avx512(const float* const* stationary,
+                                                           const float* const* moving, float* const* out,
+                                                           size_t k, size_t n, size_t i0, size_t i1) {
+  matmul_rows_simd<16>(stationary, moving, out, k, n, i0, i1);
 }
 #endif
 
@@ -394,42 +425,6 @@ __attribute__((target("avx2"))) void transpose_f32_avx2(uint8_t* dst, int64_t ds
     const int64_t from = p < p_end ? i_end : 0;
     for (int64_t i = from; i < n; ++i) std::memcpy(dst + p * dst_stride + i * 4, src + i * src_stride + p * 4, 4);
   }
-}
-#endif
-
-#ifdef SIGHTLINE_AVX2_PATHS
-// The same with 16-lane registers: 4 rows x 32 columns of accumulators (functional.cpp is compiled with
-// -ffp-contract=off, so the multiply and the add stay two roundings, as in the scalar loop).
-__attribute__((target("avx512f"))) void matmul_rows_avx512(const float* const* stationary,
-                                                           const float* const* moving, float* const* out,
-                                                           size_t k, size_t n, size_t i0, size_t i1) {
-  size_t i = i0;
-  for (; i + 4 <= i1; i += 4) {
-    float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
-    size_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-      __m512 c[4][2];
-      for (int r = 0; r < 4; ++r) {
-        c[r][0] = _mm512_loadu_ps(o[r] + j);
-        c[r][1] = _mm512_loadu_ps(o[r] + j + 16);
-      }
-      for (size_t p = 0; p < k; ++p) {
-        const __m512 b0 = _mm512_loadu_ps(moving[p] + j), b1 = _mm512_loadu_ps(moving[p] + j + 16);
-        const float* s = stationary[p] + i;
-        for (int r = 0; r < 4; ++r) {
-          const __m512 w = _mm512_set1_ps(s[r]);
-          c[r][0] = _mm512_add_ps(c[r][0], _mm512_mul_ps(w, b0));
-          c[r][1] = _mm512_add_ps(c[r][1], _mm512_mul_ps(w, b1));
-        }
-      }
-      for (int r = 0; r < 4; ++r) {
-        _mm512_storeu_ps(o[r] + j, c[r][0]);
-        _mm512_storeu_ps(o[r] + j + 16, c[r][1]);
-      }
-    }
-    if (j < n) matmul_rows(stationary, moving, out, k, n, i, i + 4, j);
-  }
-  if (i < i1) matmul_rows(stationary, moving, out, k, n, i, i1, 0);
 }
 #endif
 
