@@ -374,6 +374,28 @@ __attribute__((target("avx512f"))) void matmul_rows_avx512(const float* const* s
 #endif
 
 #ifdef SIGHTLINE_AVX2_PATHS
+// memcpy with non-temporal stores, for a DMA row into HBM from on-chip memory: the destination is not
+// read again soon (the next instruction works on SBUF), so writing around the cache saves reading every
+// destination line first and leaves the cache to the tiles. The caller fences once per instruction.
+__attribute__((target("avx2"))) void copy_streaming(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  const size_t head = std::min(bytes, (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32);
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+#endif
+
+#ifdef SIGHTLINE_AVX2_PATHS
 // dst[p][i] = src[i][p] for 4-byte elements: partitions p in [0, partitions) are adjacent in a source
 // row (src + i * src_stride), each destination partition row is contiguous. 8 x 8 blocks are moved
 // through registers (eight loads, a register transpose, eight stores; bits are only moved, never
@@ -795,12 +817,27 @@ void FunctionalExecutor::dma(const Instruction& in) {
     const int64_t row_bytes = int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype));
     bytes_.resize(static_cast<size_t>(row_bytes));
     if (transpose_rows(src, dst)) return;
+#ifdef SIGHTLINE_AVX2_PATHS
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    // On chip to HBM cannot overlap; rows of a few KiB are what streaming stores are for.
+    const bool stream = avx2 && src.chip != nullptr && dst.chip == nullptr && row_bytes >= 4096;
+#else
+    constexpr bool stream = false;
+#endif
     for (uint32_t p = 0; p < src.partitions; ++p) {
       uint8_t* from = src.data + p * src.partition_stride;
       uint8_t* to = dst.data + p * dst.partition_stride;
       if (src.contiguous && dst.contiguous) {  // one memcpy per descriptor row
         check(src, p, 0, row_bytes);
+#ifdef SIGHTLINE_AVX2_PATHS
+        if (stream) {
+          copy_streaming(to, from, static_cast<size_t>(row_bytes));
+        } else {
+          std::memmove(to, from, static_cast<size_t>(row_bytes));
+        }
+#else
         std::memmove(to, from, static_cast<size_t>(row_bytes));
+#endif
         mark(dst, p, 0, row_bytes);
         continue;
       }
@@ -817,6 +854,9 @@ void FunctionalExecutor::dma(const Instruction& in) {
         store_bytes(dst, p, bytes_.data());
       }
     }
+#ifdef SIGHTLINE_AVX2_PATHS
+    if (stream) _mm_sfence();  // the streamed rows are visible before the instruction completes
+#endif
     return;
   }
   a_.resize(src.elements);

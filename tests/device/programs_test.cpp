@@ -69,6 +69,9 @@ void check_rms_norm(const Spec& spec, uint32_t rows, uint32_t cols) {
 }
 
 TEST(DevicePrograms, RmsNormTrn2) { check_rms_norm(Spec::builtin("trn2"), 384, 1000); }
+// Rows of 4120 bytes: the stores to HBM take the streaming copy (rows of 4 KiB and more), with rows
+// that start off a 32-byte boundary and end inside one.
+TEST(DevicePrograms, RmsNormTrn2WideRowsStreamedToHbm) { check_rms_norm(Spec::builtin("trn2"), 256, 1030); }
 TEST(DevicePrograms, RmsNormTrn1RowsNotAMultipleOf128) { check_rms_norm(Spec::builtin("trn1"), 300, 256); }
 
 }  // namespace
