@@ -184,7 +184,7 @@ uint64_t HbmMemory::allocate(uint64_t bytes) {
   const uint64_t limit = next == blocks_.end() ? capacity_ : next->first;
   if (limit - cursor < size) {
     largest_gap = std::max(largest_gap, limit - cursor);
-    if (pooled_ + block_bytes <= kPoolBytes) {
+    if (block_bytes <= kLargestPooledBlock && pooled_ + block_bytes <= kPoolBytes) {
       pooled_ += block_bytes;
       pool_.emplace(block_bytes, std::move(backing));
     }
@@ -206,7 +206,7 @@ void HbmMemory::free(uint64_t address) {
                   address);
   used_ -= it->second.size;
   const uint64_t block_bytes = it->second.bytes->data.size;
-  if (pooled_ + block_bytes <= kPoolBytes) {
+  if (block_bytes <= kLargestPooledBlock && pooled_ + block_bytes <= kPoolBytes) {
     pooled_ += block_bytes;
     pool_.emplace(block_bytes, std::move(it->second.bytes));
   } else {

@@ -101,13 +101,16 @@ class OnChipMemory {
 //
 // Host backing blocks come in size classes (four per power of two) and are pooled when freed, up to
 // kPoolBytes, so that a runtime that allocates and frees tensors of the same sizes again and again
-// reuses memory that is already faulted in; a reused block forgets its writes in O(1). Blocks the pool
-// does not keep are released after the allocation lock is dropped.
+// reuses memory that is already faulted in; a reused block forgets its writes in O(1). Blocks larger
+// than kLargestPooledBlock are not kept (two freed 512 MiB tensors held for reuse would add 1 GiB to a
+// large run's host memory, to save page faults that cost little beside the work on such a tensor).
+// Blocks the pool does not keep are released after the allocation lock is dropped.
 class HbmMemory {
  public:
   // Allocations are aligned so that distinct tensors never share a DMA burst.
   static constexpr uint64_t kAlignment = 64;
   static constexpr uint64_t kPoolBytes = uint64_t{1} << 30;
+  static constexpr uint64_t kLargestPooledBlock = uint64_t{128} << 20;
 
   explicit HbmMemory(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 

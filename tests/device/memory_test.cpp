@@ -74,6 +74,15 @@ TEST(DeviceMemory, HbmRejectsSizesThatOverflow) {
   EXPECT_EQ(hbm.allocate(64), 0u);  // the table was left as it was
 }
 
+TEST(DeviceMemory, LargeHbmBlocksAreReleasedNotPooled) {
+  HbmMemory hbm(uint64_t{4} << 30);
+  const uint64_t small = HbmMemory::kLargestPooledBlock, large = 2 * HbmMemory::kLargestPooledBlock;
+  hbm.free(hbm.allocate(large));
+  EXPECT_EQ(hbm.pooled_bytes(), 0u);
+  hbm.free(hbm.allocate(small));
+  EXPECT_EQ(hbm.pooled_bytes(), HbmMemory::size_class(small));
+}
+
 TEST(DeviceMemory, ReusedHbmBlocksForgetTheirWrites) {
   HbmMemory hbm(uint64_t{1} << 30);
   const uint64_t bytes = 1 << 20;
