@@ -91,7 +91,8 @@ struct CompileReport {
   int graph_break_count = 0;  // eager ops between them
   int op_count = 0;           // ops of the graphs as captured (before the passes), eager ops excluded
   std::vector<GraphBreak> breaks;
-  // "Graph Count: 2\nGraph Break Count: 1\nOp Count: 5\nBreak Reasons:\n  1. aten::topk (op 3): ...\n"
+  // "Graph Count: 2\nGraph Break Count: 1\nOp Count: 6\nBreak Reasons:\n  1. aten::topk (op 2 of the function;
+  // graphs before it: 1): aten::topk returns 2 tensors and a graph node has one output\n"
   std::string to_string() const;
 };
 

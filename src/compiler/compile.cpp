@@ -343,7 +343,7 @@ std::string CompileReport::to_string() const {
                                  graph_break_count, op_count);
   if (!breaks.empty()) text += "Break Reasons:\n";
   for (size_t i = 0; i < breaks.size(); ++i) {
-    text += fmt::format("  {}. {} (op {} of the function, after graph {}): {}\n", i + 1, breaks[i].op,
+    text += fmt::format("  {}. {} (op {} of the function; graphs before it: {}): {}\n", i + 1, breaks[i].op,
                         breaks[i].op_index, breaks[i].graph, breaks[i].reason);
   }
   return text;
