@@ -29,7 +29,8 @@
 namespace sightline {
 
 // A kernel writes the result of `call` into `out`, which the dispatcher allocated on the backend's
-// device with the shape and dtype of infer_meta(call). Inputs may be non-contiguous and broadcast.
+// device with the shape and dtype of infer_meta(call). Inputs may be non-contiguous and broadcast. An op
+// of several outputs (topk) writes the others into call.more_outputs, allocated the same way.
 using Kernel = void (*)(const OpCall& call, Tensor& out);
 
 class Backend {
@@ -87,5 +88,8 @@ void set_dispatch_observer(const DispatchObserver* observer);
 
 // Runs one op: the path every op function in ops.h takes.
 Tensor dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
+// Runs an op of any number of outputs (op_info(op).outputs) and returns them all, in order; the observer
+// sees one op, with output 0 as its `out`. dispatch() of such an op is an error naming this function.
+std::vector<Tensor> dispatch_outputs(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
 
 }  // namespace sightline

@@ -23,6 +23,13 @@
 // other); so is a neuron graph that holds an op without a device kernel, after a warning on stderr
 // naming it.
 //
+// Graph breaks, as torch.compile makes them: an op the graph cannot hold (one of several outputs, such
+// as topk) splits the function there. The ops before it are one compiled graph, the op runs eagerly,
+// and the ops after it are another graph; the results are those of the eager run. explain() reports
+// the graphs and each break with its reason and op (torch._dynamo.explain); each eager op of a call runs
+// inside a "Graph Break: <op>" scope of the profile's framework lane. CompileOptions::fullgraph makes a
+// break an error with the same reason, as torch.compile(fullgraph=True).
+//
 // What cannot be captured is an error (sightline::Error), never a silent wrong result:
 //   * reading a tensor's value on the host inside the function (item(), to_string(), .to(cpu), a branch
 //     on data): the message names the op that produced the value; move the read outside;
@@ -65,6 +72,28 @@ struct CompileOptions {
   // Applied even with optimize = false (it is the program's numerics, not an optimization); part of the
   // executable's cache key.
   Autocast autocast = Autocast::none;
+  // true: a graph break is an error (sightline::Error) with its reason, as torch.compile(fullgraph=True);
+  // false: the function is split into graphs around the ops the graph cannot hold.
+  bool fullgraph = false;
+};
+
+// One graph break: the op that runs eagerly and why the graph cannot hold it.
+struct GraphBreak {
+  std::string op;      // "aten::topk"
+  std::string reason;  // the text fullgraph's error carries
+  int op_index = 0;    // which op of the function it is (0: the first op it dispatched)
+  int graph = 0;       // how many graphs run before it
+};
+
+// What compile() made of a function for one signature, as torch._dynamo.explain reports it.
+struct CompileReport {
+  int graph_count = 0;        // compiled graphs (no empty ones: a break as the first op makes none before it)
+  int graph_break_count = 0;  // eager ops between them
+  int op_count = 0;           // ops of the graphs as captured (before the passes), eager ops excluded
+  std::vector<GraphBreak> breaks;
+  // "Graph Count: 2\nGraph Break Count: 1\nOp Count: 6\nBreak Reasons:\n  1. aten::topk (op 2 of the function;
+  // graphs before it: 1): aten::topk returns 2 tensors and a graph node has one output\n"
+  std::string to_string() const;
 };
 
 struct CompileStats {
@@ -90,8 +119,11 @@ class CompiledFunction {
   Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& c) const;
 
   CompileStats stats() const;
-  // The optimized graph for the signature of `inputs`, compiling it if needed (the golden-file format).
+  // The optimized graph for the signature of `inputs`, compiling it if needed (the golden-file format);
+  // with graph breaks, each graph and each break in order.
   std::string graph_dump(const std::vector<Tensor>& inputs) const;
+  // The graphs and graph breaks for the signature of `inputs`, compiling it if needed.
+  CompileReport explain(const std::vector<Tensor>& inputs) const;
 
  private:
   std::shared_ptr<CompiledFunctionState> state_;

@@ -35,71 +35,74 @@ std::string_view op_kind_name(OpKind kind);
 //   none:       0 (movement)
 enum class CostRule : uint8_t { per_output, per_input, matmul, attention, none };
 
-// X(id, profiler name, tensor arity, kind, cost rule, k, is_view)
+// X(id, profiler name, tensor arity, kind, cost rule, k, is_view, outputs)
 // Ops marked is_view only rewrite metadata: they run the same code for every backend and never look
-// up a kernel.
+// up a kernel. `outputs` is the number of tensors the op returns (topk: values and indices); an op of
+// more than one is run by dispatch_outputs (sightline/backend.h). New ops go at the end (OpId values
+// stay stable).
 #define SIGHTLINE_OP_TABLE(X)                                                     \
-  X(add, "aten::add", 2, elementwise, per_output, 1, false)                       \
-  X(sub, "aten::sub", 2, elementwise, per_output, 1, false)                       \
-  X(rsub, "aten::rsub", 2, elementwise, per_output, 1, false)                     \
-  X(mul, "aten::mul", 2, elementwise, per_output, 1, false)                       \
-  X(div, "aten::div", 2, elementwise, per_output, 1, false)                       \
-  X(maximum, "aten::maximum", 2, elementwise, per_output, 1, false)               \
-  X(minimum, "aten::minimum", 2, elementwise, per_output, 1, false)               \
-  X(eq, "aten::eq", 2, elementwise, per_output, 1, false)                         \
-  X(ne, "aten::ne", 2, elementwise, per_output, 1, false)                         \
-  X(lt, "aten::lt", 2, elementwise, per_output, 1, false)                         \
-  X(le, "aten::le", 2, elementwise, per_output, 1, false)                         \
-  X(gt, "aten::gt", 2, elementwise, per_output, 1, false)                         \
-  X(ge, "aten::ge", 2, elementwise, per_output, 1, false)                         \
-  X(where, "aten::where", 3, elementwise, per_output, 1, false)                   \
-  X(masked_fill, "aten::masked_fill", 2, elementwise, per_output, 1, false)       \
-  X(neg, "aten::neg", 1, elementwise, per_output, 1, false)                       \
-  X(abs, "aten::abs", 1, elementwise, per_output, 1, false)                       \
-  X(exp, "aten::exp", 1, elementwise, per_output, 1, false)                       \
-  X(log, "aten::log", 1, elementwise, per_output, 1, false)                       \
-  X(sqrt, "aten::sqrt", 1, elementwise, per_output, 1, false)                     \
-  X(rsqrt, "aten::rsqrt", 1, elementwise, per_output, 1, false)                   \
-  X(reciprocal, "aten::reciprocal", 1, elementwise, per_output, 1, false)         \
-  X(pow, "aten::pow", 1, elementwise, per_output, 1, false)                       \
-  X(tanh, "aten::tanh", 1, elementwise, per_output, 1, false)                     \
-  X(sigmoid, "aten::sigmoid", 1, elementwise, per_output, 1, false)               \
-  X(relu, "aten::relu", 1, elementwise, per_output, 1, false)                     \
-  X(silu, "aten::silu", 1, elementwise, per_output, 2, false)                     \
-  X(gelu, "aten::gelu", 1, elementwise, per_output, 8, false)                     \
-  X(erf, "aten::erf", 1, elementwise, per_output, 1, false)                       \
-  X(sin, "aten::sin", 1, elementwise, per_output, 1, false)                       \
-  X(cos, "aten::cos", 1, elementwise, per_output, 1, false)                       \
-  X(to_copy, "aten::_to_copy", 1, elementwise, none, 0, false)                    \
-  X(fill, "aten::fill_", 0, elementwise, none, 0, false)                          \
-  X(sum, "aten::sum", 1, reduction, per_input, 1, false)                          \
-  X(mean, "aten::mean", 1, reduction, per_input, 1, false)                        \
-  X(amax, "aten::amax", 1, reduction, per_input, 1, false)                        \
-  X(softmax, "aten::softmax", 1, reduction, per_input, 5, false)                  \
-  X(log_softmax, "aten::log_softmax", 1, reduction, per_input, 5, false)          \
-  X(cumsum, "aten::cumsum", 1, reduction, per_input, 1, false)                    \
-  X(argmax, "aten::argmax", 1, reduction, per_input, 1, false)                    \
-  X(matmul, "aten::matmul", 2, matmul, matmul, 2, false)                          \
-  X(linear, "aten::linear", 3, matmul, matmul, 2, false)                          \
-  X(rms_norm, "aten::rms_norm", 2, normalization, per_input, 4, false)            \
-  X(layer_norm, "aten::layer_norm", 3, normalization, per_input, 8, false)        \
-  X(scaled_dot_product_attention, "aten::scaled_dot_product_attention", 4, attention, attention, 7, false) \
-  X(contiguous, "aten::contiguous", 1, movement, none, 0, false)                  \
-  X(copy, "aten::copy_", 1, movement, none, 0, false)                             \
-  X(cat, "aten::cat", -1, movement, none, 0, false)                               \
-  X(embedding, "aten::embedding", 2, movement, none, 0, false)                    \
-  X(view, "aten::view", 1, movement, none, 0, true)                               \
-  X(reshape, "aten::reshape", 1, movement, none, 0, true)                         \
-  X(transpose, "aten::transpose", 1, movement, none, 0, true)                     \
-  X(permute, "aten::permute", 1, movement, none, 0, true)                         \
-  X(slice, "aten::slice", 1, movement, none, 0, true)                             \
-  X(expand, "aten::expand", 1, movement, none, 0, true)                           \
-  X(unsqueeze, "aten::unsqueeze", 1, movement, none, 0, true)                     \
-  X(squeeze, "aten::squeeze", 1, movement, none, 0, true)                         \
-  X(select, "aten::select", 1, movement, none, 0, true)
+  X(add, "aten::add", 2, elementwise, per_output, 1, false, 1)                       \
+  X(sub, "aten::sub", 2, elementwise, per_output, 1, false, 1)                       \
+  X(rsub, "aten::rsub", 2, elementwise, per_output, 1, false, 1)                     \
+  X(mul, "aten::mul", 2, elementwise, per_output, 1, false, 1)                       \
+  X(div, "aten::div", 2, elementwise, per_output, 1, false, 1)                       \
+  X(maximum, "aten::maximum", 2, elementwise, per_output, 1, false, 1)               \
+  X(minimum, "aten::minimum", 2, elementwise, per_output, 1, false, 1)               \
+  X(eq, "aten::eq", 2, elementwise, per_output, 1, false, 1)                         \
+  X(ne, "aten::ne", 2, elementwise, per_output, 1, false, 1)                         \
+  X(lt, "aten::lt", 2, elementwise, per_output, 1, false, 1)                         \
+  X(le, "aten::le", 2, elementwise, per_output, 1, false, 1)                         \
+  X(gt, "aten::gt", 2, elementwise, per_output, 1, false, 1)                         \
+  X(ge, "aten::ge", 2, elementwise, per_output, 1, false, 1)                         \
+  X(where, "aten::where", 3, elementwise, per_output, 1, false, 1)                   \
+  X(masked_fill, "aten::masked_fill", 2, elementwise, per_output, 1, false, 1)       \
+  X(neg, "aten::neg", 1, elementwise, per_output, 1, false, 1)                       \
+  X(abs, "aten::abs", 1, elementwise, per_output, 1, false, 1)                       \
+  X(exp, "aten::exp", 1, elementwise, per_output, 1, false, 1)                       \
+  X(log, "aten::log", 1, elementwise, per_output, 1, false, 1)                       \
+  X(sqrt, "aten::sqrt", 1, elementwise, per_output, 1, false, 1)                     \
+  X(rsqrt, "aten::rsqrt", 1, elementwise, per_output, 1, false, 1)                   \
+  X(reciprocal, "aten::reciprocal", 1, elementwise, per_output, 1, false, 1)         \
+  X(pow, "aten::pow", 1, elementwise, per_output, 1, false, 1)                       \
+  X(tanh, "aten::tanh", 1, elementwise, per_output, 1, false, 1)                     \
+  X(sigmoid, "aten::sigmoid", 1, elementwise, per_output, 1, false, 1)               \
+  X(relu, "aten::relu", 1, elementwise, per_output, 1, false, 1)                     \
+  X(silu, "aten::silu", 1, elementwise, per_output, 2, false, 1)                     \
+  X(gelu, "aten::gelu", 1, elementwise, per_output, 8, false, 1)                     \
+  X(erf, "aten::erf", 1, elementwise, per_output, 1, false, 1)                       \
+  X(sin, "aten::sin", 1, elementwise, per_output, 1, false, 1)                       \
+  X(cos, "aten::cos", 1, elementwise, per_output, 1, false, 1)                       \
+  X(to_copy, "aten::_to_copy", 1, elementwise, none, 0, false, 1)                    \
+  X(fill, "aten::fill_", 0, elementwise, none, 0, false, 1)                          \
+  X(sum, "aten::sum", 1, reduction, per_input, 1, false, 1)                          \
+  X(mean, "aten::mean", 1, reduction, per_input, 1, false, 1)                        \
+  X(amax, "aten::amax", 1, reduction, per_input, 1, false, 1)                        \
+  X(softmax, "aten::softmax", 1, reduction, per_input, 5, false, 1)                  \
+  X(log_softmax, "aten::log_softmax", 1, reduction, per_input, 5, false, 1)          \
+  X(cumsum, "aten::cumsum", 1, reduction, per_input, 1, false, 1)                    \
+  X(argmax, "aten::argmax", 1, reduction, per_input, 1, false, 1)                    \
+  X(matmul, "aten::matmul", 2, matmul, matmul, 2, false, 1)                          \
+  X(linear, "aten::linear", 3, matmul, matmul, 2, false, 1)                          \
+  X(rms_norm, "aten::rms_norm", 2, normalization, per_input, 4, false, 1)            \
+  X(layer_norm, "aten::layer_norm", 3, normalization, per_input, 8, false, 1)        \
+  X(scaled_dot_product_attention, "aten::scaled_dot_product_attention", 4, attention, attention, 7, false, 1) \
+  X(contiguous, "aten::contiguous", 1, movement, none, 0, false, 1)                  \
+  X(copy, "aten::copy_", 1, movement, none, 0, false, 1)                             \
+  X(cat, "aten::cat", -1, movement, none, 0, false, 1)                               \
+  X(embedding, "aten::embedding", 2, movement, none, 0, false, 1)                    \
+  X(view, "aten::view", 1, movement, none, 0, true, 1)                               \
+  X(reshape, "aten::reshape", 1, movement, none, 0, true, 1)                         \
+  X(transpose, "aten::transpose", 1, movement, none, 0, true, 1)                     \
+  X(permute, "aten::permute", 1, movement, none, 0, true, 1)                         \
+  X(slice, "aten::slice", 1, movement, none, 0, true, 1)                             \
+  X(expand, "aten::expand", 1, movement, none, 0, true, 1)                           \
+  X(unsqueeze, "aten::unsqueeze", 1, movement, none, 0, true, 1)                     \
+  X(squeeze, "aten::squeeze", 1, movement, none, 0, true, 1)                         \
+  X(select, "aten::select", 1, movement, none, 0, true, 1)                      \
+  X(topk, "aten::topk", 1, reduction, per_input, 1, false, 2)
 
 enum class OpId : uint8_t {
-#define SIGHTLINE_OP_ENUM(id, name, arity, kind, rule, k, is_view) id,
+#define SIGHTLINE_OP_ENUM(id, name, arity, kind, rule, k, is_view, outputs) id,
   SIGHTLINE_OP_TABLE(SIGHTLINE_OP_ENUM)
 #undef SIGHTLINE_OP_ENUM
 };
@@ -112,11 +115,12 @@ struct OpInfo {
   CostRule cost_rule;
   int flops_per_element;  // the k of the cost rule
   bool is_view;
+  int outputs;  // tensors returned: 1, or 2 for topk
 };
 
 inline constexpr OpInfo kOpTable[] = {
-#define SIGHTLINE_OP_INFO(id, name, arity, kind, rule, k, is_view) \
-  OpInfo{OpId::id, name, arity, OpKind::kind, CostRule::rule, k, is_view},
+#define SIGHTLINE_OP_INFO(id, name, arity, kind, rule, k, is_view, outputs) \
+  OpInfo{OpId::id, name, arity, OpKind::kind, CostRule::rule, k, is_view, outputs},
     SIGHTLINE_OP_TABLE(SIGHTLINE_OP_INFO)
 #undef SIGHTLINE_OP_INFO
 };
@@ -163,6 +167,9 @@ struct OpAttrs {
   GeluApproximate approximate = GeluApproximate::none;  // gelu
   bool is_causal = false;   // scaled_dot_product_attention (its scale is `scalar`)
   bool enable_gqa = false;  // scaled_dot_product_attention
+  int64_t k = 0;            // topk (its dim is `dim`)
+  bool largest = true;      // topk
+  bool sorted = true;       // topk
 };
 
 // One op application as the dispatcher, the observer hooks and the kernels see it.
@@ -170,6 +177,9 @@ struct OpCall {
   OpId op;
   std::span<const Tensor> inputs;  // absent optional inputs are undefined tensors
   const OpAttrs& attrs;
+  // An op of several outputs: outputs 1.. (topk's indices), allocated by the dispatcher with the metas
+  // of infer_meta(call, i); the kernel's `out` is output 0. Empty for every other op.
+  std::span<Tensor> more_outputs = {};
 };
 
 // FLOPs and bytes an op application costs by its table rule (used by the profiler's with_flops and
@@ -186,6 +196,8 @@ struct TensorMeta {
   DType dtype = DType::f32;
 };
 TensorMeta infer_meta(const OpCall& call);
+// Output `output` of an op of several outputs (op_info(op).outputs); output 0 is infer_meta(call).
+TensorMeta infer_meta(const OpCall& call, int output);
 // Broadcast two shapes (numpy rules) or throw naming `op` and both shapes.
 Dims broadcast_shapes(const Dims& a, const Dims& b, std::string_view op);
 // torch.result_type: the dtype add(a, b) / add(a, scalar) computes in (a 0-dim tensor or a scalar only
@@ -262,6 +274,18 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // largest value along dim, the first one on ties, a NaN above every number (as torch).
 Tensor cumsum(const Tensor& x, int64_t dim);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// topk, as torch.topk(input, k, dim=-1, largest=True, sorted=True): the k largest (smallest with
+// largest = false) values along dim and their indices (i32, as argmax; torch's int64), shape of x with
+// dim of size k; one aten::topk op with two outputs. NaN ranks above every number (as torch). Order: by
+// value, descending (ascending for largest = false); equal values in ascending index order. torch's CPU
+// kernel partial-sorts (value, index) pairs comparing values only, so it leaves the order of ties
+// unspecified; ascending index is the stable choice, and what max8 + find_index8 give on the device.
+// With sorted = false the same order is returned (torch allows any). 0 <= k <= size of dim.
+struct TopkResult {
+  Tensor values;
+  Tensor indices;
+};
+TopkResult topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 
 // matmul: 1-D and 2-D operands, and batched operands whose batch dims broadcast, as torch.matmul.
 Tensor matmul(const Tensor& a, const Tensor& b);

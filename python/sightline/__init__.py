@@ -16,6 +16,7 @@ differs.
 """
 
 import builtins as _builtins
+import collections as _collections
 import functools as _functools
 import os as _os
 import inspect as _inspect
@@ -332,7 +333,7 @@ _BACKENDS = ("neuron", "inductor", "sightline")
 class CompiledFunction:
     """What compile(fn) returns: calls run the captured, optimized program of their input signature."""
 
-    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none"):
+    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none", fullgraph=False):
         try:
             params = _inspect.signature(fn).parameters.values()
             variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
@@ -340,7 +341,7 @@ class CompiledFunction:
         except (TypeError, ValueError):
             arity = -1
         self._fn = fn
-        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast)
+        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast, fullgraph)
         _functools.update_wrapper(self, fn)
 
     def _inputs(self, args, kwargs):
@@ -361,8 +362,14 @@ class CompiledFunction:
         return self._impl.stats()
 
     def graph_dump(self, *args):
-        """The optimized graph for the signature of `args` (compiling it if needed)."""
+        """The optimized graph for the signature of `args` (compiling it if needed); with graph breaks,
+        each graph and each break in order."""
         return self._impl.graph_dump(self._inputs(args, {}))
+
+    def explain(self, *args):
+        """torch._dynamo.explain for the signature of `args`: a CompileReport with graph_count,
+        graph_break_count, op_count and breaks (each with op, reason, op_index, graph)."""
+        return self._impl.explain(self._inputs(args, {}))
 
 
 def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode=None, options=None, disable=False):
@@ -371,7 +378,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
     Usable as @compile, @compile(backend="neuron") or compile(fn). On a neuron device each call is
     one device execution ("Torch-Compiled Region" in the profile). options: {"optimize": bool,
     "cache_dir": str, "autocast": "none" | "matmul_bf16"} (CompileOptions in include/sightline/compile.h;
-    "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything else stays f32)."""
+    "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything else stays f32).
+    An op the graph cannot hold (topk) is a graph break: the graphs before and after it are compiled
+    and it runs eagerly between them (explain() lists the breaks); fullgraph=True makes a break an
+    error with its reason, as in torch."""
     if isinstance(backend, str) and backend not in _BACKENDS:
         raise ValueError(f"compile: unknown backend {backend!r}; sightline compiles for {', '.join(_BACKENDS)} "
                          "(one compiler: the device is the one the inputs are on)")
@@ -392,11 +402,32 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
         if hasattr(fn, "forward") and hasattr(fn, "parameters"):
             _warnings.warn("compile: an nn.Module is captured through its __call__; its parameters are "
                            "tensors of the enclosing scope, which capture refuses: pass them as arguments")
-        return CompiledFunction(fn, optimize=optimize, cache_dir=cache_dir, autocast=autocast)
+        return CompiledFunction(fn, optimize=optimize, cache_dir=cache_dir, autocast=autocast,
+                                fullgraph=_builtins.bool(fullgraph))
 
     if model is None:
         return wrap
     return wrap(model)
+
+
+# ---- topk ---------------------------------------------------------------------------------------
+
+class _TopkReturn(_collections.namedtuple("topk", ["values", "indices"])):
+    """torch.return_types.topk: a (values, indices) tuple with named fields."""
+    __slots__ = ()
+
+
+class return_types:  # noqa: N801  (torch.return_types)
+    topk = _TopkReturn
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002  (torch's argument names)
+    """torch.topk: the k largest (or smallest) values along dim and their indices (int32; torch's int64).
+    Equal values come in ascending index order."""
+    return _TopkReturn(*_sightline._topk(input, k, dim, largest, sorted))
+
+
+Tensor.topk = lambda self, k, dim=-1, largest=True, sorted=True: topk(self, k, dim, largest, sorted)
 
 
 from . import neuron, profiler, nn  # noqa: E402,F401

@@ -32,11 +32,15 @@ std::shared_ptr<PyFunction> hold(py::object fn) {
 
 class PyCompiledFunction {
  public:
-  PyCompiledFunction(py::object fn, bool optimize, std::string cache_dir, int arity, const std::string& autocast)
+  PyCompiledFunction(py::object fn, bool optimize, std::string cache_dir, int arity, const std::string& autocast,
+                     bool fullgraph)
       : py_(hold(std::move(fn))),
         compiled_(compile(
             TensorListFunction([py = py_](const std::vector<Tensor>& inputs) { return call(*py, inputs); }),
-            CompileOptions{.optimize = optimize, .cache_dir = std::move(cache_dir), .autocast = autocast_parse(autocast)},
+            CompileOptions{.optimize = optimize,
+                           .cache_dir = std::move(cache_dir),
+                           .autocast = autocast_parse(autocast),
+                           .fullgraph = fullgraph},
             arity)) {}
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const {
@@ -48,6 +52,10 @@ class PyCompiledFunction {
   std::string graph_dump(const std::vector<Tensor>& inputs) const {
     py::gil_scoped_release release;
     return compiled_.graph_dump(inputs);
+  }
+  CompileReport explain(const std::vector<Tensor>& inputs) const {
+    py::gil_scoped_release release;
+    return compiled_.explain(inputs);
   }
 
  private:
@@ -96,13 +104,32 @@ void init_compile(py::module_& m) {
                ", disk_cache_hits=" + std::to_string(s.disk_cache_hits) +
                ", device_calls=" + std::to_string(s.device_calls) + ")";
       });
+  py::class_<GraphBreak>(m, "GraphBreak")
+      .def_readonly("op", &GraphBreak::op)
+      .def_readonly("reason", &GraphBreak::reason)
+      .def_readonly("op_index", &GraphBreak::op_index)
+      .def_readonly("graph", &GraphBreak::graph)
+      .def("__repr__", [](const GraphBreak& b) {
+        return "GraphBreak(op=" + b.op + ", op_index=" + std::to_string(b.op_index) + ", graph=" +
+               std::to_string(b.graph) + ", reason=" + b.reason + ")";
+      });
+  py::class_<CompileReport>(m, "CompileReport")
+      .def_readonly("graph_count", &CompileReport::graph_count)
+      .def_readonly("graph_break_count", &CompileReport::graph_break_count)
+      .def_readonly("op_count", &CompileReport::op_count)
+      .def_readonly("breaks", &CompileReport::breaks)
+      .def_property_readonly("break_reasons", [](const CompileReport& r) { return r.breaks; })
+      .def("__str__", &CompileReport::to_string)
+      .def("__repr__", &CompileReport::to_string);
   py::class_<PyCompiledFunction>(m, "CompiledFunction")
-      .def(py::init<py::object, bool, std::string, int, std::string>(), py::arg("fn"), py::arg("optimize") = true,
-           py::arg("cache_dir") = "", py::arg("arity") = -1, py::arg("autocast") = "none")
+      .def(py::init<py::object, bool, std::string, int, std::string, bool>(), py::arg("fn"),
+           py::arg("optimize") = true, py::arg("cache_dir") = "", py::arg("arity") = -1, py::arg("autocast") = "none",
+           py::arg("fullgraph") = false)
       .def("__call__", &PyCompiledFunction::operator(), py::arg("inputs"))
       .def_property_readonly("returns_single", &PyCompiledFunction::returns_single)
       .def("stats", &PyCompiledFunction::stats)
-      .def("graph_dump", &PyCompiledFunction::graph_dump, py::arg("inputs"));
+      .def("graph_dump", &PyCompiledFunction::graph_dump, py::arg("inputs"))
+      .def("explain", &PyCompiledFunction::explain, py::arg("inputs"));
 }
 
 }  // namespace sightline::python

@@ -20,7 +20,7 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 // The table's enum names ("mul", "rsqrt"): the Python names of the ops.
 constexpr std::string_view kOpIdNames[] = {
-#define SIGHTLINE_PY_OP_NAME(id, name, arity, kind, rule, k, is_view) #id,
+#define SIGHTLINE_PY_OP_NAME(id, name, arity, kind, rule, k, is_view, outputs) #id,
     SIGHTLINE_OP_TABLE(SIGHTLINE_PY_OP_NAME)
 #undef SIGHTLINE_PY_OP_NAME
 };
@@ -70,6 +70,7 @@ py::dict op_info_dict(const OpInfo& info) {
   d["kind"] = std::string(op_kind_name(info.kind));
   d["flops_per_element"] = info.flops_per_element;
   d["is_view"] = info.is_view;
+  d["outputs"] = info.outputs;
   return d;
 }
 
@@ -189,6 +190,15 @@ void init_ops(py::module_& m) {
   m.def("log_softmax", log_softmax_fn, py::arg("input"), py::arg("dim"), release_gil());
   m.def("cumsum", cumsum_fn, py::arg("input"), py::arg("dim"), release_gil());
   m.def("argmax", argmax_fn, py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  // (values, indices); sightline.topk wraps it in torch.return_types.topk's named form.
+  m.def(
+      "_topk",
+      [](const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+        TopkResult r = topk(x, k, dim, largest, sorted);
+        return std::make_pair(std::move(r.values), std::move(r.indices));
+      },
+      py::arg("input"), py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true, py::arg("sorted") = true,
+      release_gil());
   m.def("pow", pow_fn, py::arg("input"), py::arg("exponent"), release_gil());
   m.def("matmul", matmul_fn, py::arg("input"), py::arg("other"), release_gil());
   t.def("sum", sum_fn, py::arg("dim") = py::none(), py::arg("keepdim") = false);

@@ -67,18 +67,19 @@ Tensor run(const OpCall& call) {
   const Kernel kernel = backend(device.backend).kernels[static_cast<size_t>(call.op)];
   if (kernel == nullptr) missing_kernel(call.op, device);
   Tensor out = empty(meta.shape, TensorOptions(meta.dtype, device));
+  size_t more_bytes = 0;
+  for (size_t i = 0; i < call.more_outputs.size(); ++i) {
+    const TensorMeta m = infer_meta(call, static_cast<int>(i) + 1);
+    call.more_outputs[i] = empty(m.shape, TensorOptions(m.dtype, device));
+    more_bytes += call.more_outputs[i].nbytes();
+  }
   kernel(call, out);
   // A host kernel is host work: modeled as its output streamed through host memory.
-  if (device.is_cpu()) host_clock::advance(host_clock::copy_ns(out.nbytes()));
+  if (device.is_cpu()) host_clock::advance(host_clock::copy_ns(out.nbytes() + more_bytes));
   return out;
 }
 
-}  // namespace
-
-void set_dispatch_observer(const DispatchObserver* observer) { g_observer.store(observer, std::memory_order_release); }
-
-Tensor dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
-  const OpCall call{op, inputs, attrs};
+Tensor observed_run(const OpCall& call) {
   const DispatchObserver* observer = g_observer.load(std::memory_order_acquire);
   if (observer == nullptr) return run(call);
   const uint64_t token = observer->before ? observer->before(call, observer->user) : 0;
@@ -92,6 +93,23 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   }
   if (observer->after) observer->after(call, out, token, observer->user);
   return out;
+}
+
+}  // namespace
+
+void set_dispatch_observer(const DispatchObserver* observer) { g_observer.store(observer, std::memory_order_release); }
+
+Tensor dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  SIGHTLINE_CHECK(op_info(op).outputs == 1, "{} returns {} tensors; run it with dispatch_outputs()", op_name(op),
+                  op_info(op).outputs);
+  return observed_run(OpCall{op, inputs, attrs});
+}
+
+std::vector<Tensor> dispatch_outputs(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  std::vector<Tensor> outputs(static_cast<size_t>(op_info(op).outputs));
+  const OpCall call{op, inputs, attrs, std::span<Tensor>(outputs).subspan(1)};
+  outputs[0] = observed_run(call);
+  return outputs;
 }
 
 }  // namespace sightline

@@ -19,6 +19,12 @@ struct CaptureContext {
   std::unordered_map<const Storage*, int> value_of_storage;  // proxies' storages -> the value they hold
   std::vector<std::shared_ptr<Storage>> keep_alive;          // so that storage addresses are never reused
   std::map<std::tuple<int, std::string, std::string, int64_t>, int> views;  // rebuilt views, by layout
+  bool fullgraph = true;  // a graph break is an error
+  int ops_recorded = 0;   // ops the function dispatched so far (views excluded): a break's op_index
+  // Graph breaks: the op of each, with its outputs as placeholder nodes of `graph` (input nodes with
+  // input_index -1, which split() replaces by the eager step they stand for).
+  std::vector<EagerStep> breaks;
+  std::unordered_map<int, int> break_of_node;  // placeholder node -> index in `breaks`
 };
 
 thread_local CaptureContext* t_capture = nullptr;
@@ -31,6 +37,9 @@ std::string producer_name(const Storage& storage) {
   auto it = t_capture->value_of_storage.find(&storage);
   if (it == t_capture->value_of_storage.end()) return "a captured op";
   const Node& n = t_capture->graph.nodes[static_cast<size_t>(it->second)];
+  if (auto b = t_capture->break_of_node.find(it->second); b != t_capture->break_of_node.end()) {
+    return fmt::format("{} (a graph break, run eagerly)", t_capture->breaks[static_cast<size_t>(b->second)].info.op);
+  }
   if (n.kind == NodeKind::input) return fmt::format("argument {} of the compiled function", n.input_index);
   return fmt::format("{} (node %{})", op_name(n.op), it->second);
 }
@@ -253,13 +262,49 @@ int value_of(CaptureContext& ctx, const Tensor& t, std::string_view what) {
   return value;
 }
 
+// An op the graph cannot hold: an error with fullgraph, else an eager step between two graphs whose
+// outputs are placeholders that later ops read like any value.
+void record_break(CaptureContext& ctx, const OpCall& call, Tensor& out, std::vector<int> inputs, int op_index,
+                  const std::string& reason) {
+  const std::string_view name = op_name(call.op);
+  SIGHTLINE_CHECK(!ctx.fullgraph,
+                  "compile(): graph break at {} (op {} of the function): {}; without fullgraph the op runs eagerly "
+                  "between two compiled graphs",
+                  name, op_index, reason);
+  const int index = static_cast<int>(ctx.breaks.size());
+  EagerStep step;
+  step.op = call.op;
+  step.attrs = call.attrs;
+  step.inputs = std::move(inputs);
+  step.info.op = std::string(name);
+  step.info.reason = reason;
+  step.info.op_index = op_index;
+  auto add_placeholder = [&](const Tensor& t) {
+    const int id = ctx.graph.add(make_input_node(-1, {t.shape(), t.dtype()}));
+    ctx.value_of_storage[t.storage().get()] = id;
+    ctx.keep_alive.push_back(t.storage());
+    ctx.break_of_node[id] = index;
+    step.outputs.push_back(id);
+  };
+  add_placeholder(out);
+  for (const Tensor& t : call.more_outputs) add_placeholder(t);
+  ctx.breaks.push_back(std::move(step));
+}
+
 void record_kernel(const OpCall& call, Tensor& out) {
   CaptureContext& ctx = current_context(call.op);
+  const int op_index = ctx.ops_recorded++;
   std::vector<int> inputs;
   for (size_t k = 0; k < call.inputs.size(); ++k) {
     const Tensor& t = call.inputs[k];
     inputs.push_back(t.defined() ? value_of(ctx, t, fmt::format("input {} of {}", k, op_name(call.op)))
                                  : kNoValue);
+  }
+  const OpInfo& info = op_info(call.op);
+  if (info.outputs > 1) {
+    record_break(ctx, call, out, std::move(inputs), op_index,
+                 fmt::format("{} returns {} tensors and a graph node has one output", info.name, info.outputs));
+    return;
   }
   Node n;
   n.op = call.op;
@@ -327,14 +372,110 @@ std::string explain(const std::string& message) {
       message);
 }
 
+// Cuts the recorded function at its breaks: the op nodes between two breaks form one graph, whose
+// inputs are the values it reads from before it (arguments, earlier graphs, eager ops) and whose outputs
+// are the values read after it (or returned). A graph none of whose values is read is left out.
+CapturedFunction split_at_breaks(CaptureContext& ctx) {
+  const Graph& g = ctx.graph;
+  const int n = static_cast<int>(g.nodes.size());
+  CapturedFunction r;
+  r.has_breaks = true;
+  r.value_count = n;
+  r.outputs = g.outputs;
+  std::vector<int> step_of(static_cast<size_t>(n), -1);  // position in r.order; -1 for an argument
+  std::vector<std::vector<int>> members;                 // each graph's op nodes
+  int open = -1;                                         // the graph being filled
+  for (int v = 0; v < n; ++v) {
+    const Node& node = g.nodes[static_cast<size_t>(v)];
+    if (auto b = ctx.break_of_node.find(v); b != ctx.break_of_node.end()) {
+      const EagerStep& step = ctx.breaks[static_cast<size_t>(b->second)];
+      if (step.outputs.front() == v) {
+        open = -1;
+        r.eager.push_back(step);
+        r.order.push_back({true, static_cast<int>(r.eager.size()) - 1});
+      }
+      step_of[static_cast<size_t>(v)] = static_cast<int>(r.order.size()) - 1;
+      continue;
+    }
+    if (node.kind == NodeKind::input) {
+      r.arguments.push_back(v);
+      continue;
+    }
+    if (open < 0) {
+      members.emplace_back();
+      open = static_cast<int>(members.size()) - 1;
+      r.order.push_back({false, open});
+    }
+    members[static_cast<size_t>(open)].push_back(v);
+    step_of[static_cast<size_t>(v)] = static_cast<int>(r.order.size()) - 1;
+  }
+  // The values read outside the step that makes them.
+  std::vector<char> needed(static_cast<size_t>(n), 0);
+  for (int v : g.outputs) needed[static_cast<size_t>(v)] = 1;
+  for (const EagerStep& e : r.eager) {
+    for (int u : e.inputs) {
+      if (u != kNoValue) needed[static_cast<size_t>(u)] = 1;
+    }
+  }
+  for (int v = 0; v < n; ++v) {
+    for (int u : g.nodes[static_cast<size_t>(v)].inputs) {
+      if (u != kNoValue && step_of[static_cast<size_t>(u)] != step_of[static_cast<size_t>(v)]) {
+        needed[static_cast<size_t>(u)] = 1;
+      }
+    }
+  }
+  std::vector<std::pair<bool, int>> order;
+  for (const auto& [is_eager, index] : r.order) {
+    if (is_eager) {
+      r.eager[static_cast<size_t>(index)].info.graph = static_cast<int>(r.graphs.size());
+      order.push_back({true, index});
+      continue;
+    }
+    const std::vector<int>& nodes = members[static_cast<size_t>(index)];
+    const int position = step_of[static_cast<size_t>(nodes.front())];
+    GraphStep step;
+    std::vector<int> external;
+    for (int v : nodes) {
+      for (int u : g.nodes[static_cast<size_t>(v)].inputs) {
+        if (u != kNoValue && step_of[static_cast<size_t>(u)] != position) external.push_back(u);
+      }
+      if (needed[static_cast<size_t>(v)]) step.outputs.push_back(v);
+    }
+    if (step.outputs.empty()) continue;  // nothing it computes is read
+    std::sort(external.begin(), external.end());
+    external.erase(std::unique(external.begin(), external.end()), external.end());
+    std::unordered_map<int, int> local;
+    for (size_t i = 0; i < external.size(); ++i) {
+      local[external[i]] =
+          step.graph.add(make_input_node(static_cast<int>(i), g.nodes[static_cast<size_t>(external[i])].meta));
+    }
+    for (int v : nodes) {
+      Node copy = g.nodes[static_cast<size_t>(v)];
+      for (int& u : copy.inputs) {
+        if (u != kNoValue) u = local.at(u);
+      }
+      local[v] = step.graph.add(std::move(copy));
+      r.op_count += 1;
+    }
+    for (int v : step.outputs) step.graph.outputs.push_back(local.at(v));
+    step.inputs = std::move(external);
+    order.push_back({false, static_cast<int>(r.graphs.size())});
+    r.graphs.push_back(std::move(step));
+  }
+  r.order = std::move(order);
+  return r;
+}
+
 }  // namespace
 
 Device capture_device() { return Device{capture_backend_id(), 0}; }
 
-Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target) {
+CapturedFunction capture_function(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target,
+                                  bool fullgraph) {
   const Device device = capture_device();
   CaptureContext ctx;
   ctx.target = target;
+  ctx.fullgraph = fullgraph;
   std::vector<Tensor> proxies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     Tensor proxy = empty(inputs[i].shape, TensorOptions(inputs[i].dtype, device));
@@ -362,7 +503,17 @@ Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> in
                     k, r.describe());
     ctx.graph.outputs.push_back(value_of(ctx, r, fmt::format("output {}", k)));
   }
-  return std::move(ctx.graph);
+  if (ctx.breaks.empty()) {
+    CapturedFunction whole;
+    whole.graph = std::move(ctx.graph);
+    for (const Node& n : whole.graph.nodes) whole.op_count += n.kind == NodeKind::op ? 1 : 0;
+    return whole;
+  }
+  return split_at_breaks(ctx);
+}
+
+Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target) {
+  return capture_function(fn, inputs, target, true).graph;
 }
 
 }  // namespace sightline::compiler

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "compiler/graph.h"
@@ -21,8 +22,40 @@ namespace sightline::compiler {
 
 // Runs `fn` once on proxies with the metas of `inputs` and returns the recorded graph (dead nodes
 // included). Constants the function creates (zeros, full, ...) are recorded for device `target`.
-// Throws sightline::Error for what cannot be captured, with the reason and the fix.
+// Throws sightline::Error for what cannot be captured, with the reason and the fix, and for a graph
+// break (an op the graph cannot hold), as compile(fullgraph=true) does.
 Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target);
+
+// A function split at its graph breaks. Values are numbered over the whole function: the arguments
+// first, then each recorded op's result, in the order the function produced them.
+struct GraphStep {
+  Graph graph;               // one graph of the function, as captured (dead nodes included)
+  std::vector<int> inputs;   // the value bound to each of its input nodes
+  std::vector<int> outputs;  // the value each of its outputs is
+};
+struct EagerStep {  // a graph break: an op run eagerly on real tensors
+  OpId op = OpId::add;
+  OpAttrs attrs;
+  std::vector<int> inputs;   // values (kNoValue for an absent optional input)
+  std::vector<int> outputs;  // one per output of the op
+  GraphBreak info;
+};
+struct CapturedFunction {
+  // Without graph breaks (the usual case): the whole function, as capture_graph returns it, and no steps.
+  Graph graph;
+  bool has_breaks = false;
+  // With graph breaks: graphs and eager ops in the order they run; a graph with no op is left out.
+  int value_count = 0;
+  std::vector<int> arguments;  // the value of each argument
+  std::vector<GraphStep> graphs;
+  std::vector<EagerStep> eager;
+  std::vector<std::pair<bool, int>> order;  // (eager?, index into graphs / eager), in running order
+  std::vector<int> outputs;                 // the value of each result of the function
+  int op_count = 0;                         // op nodes of the graphs as captured
+};
+// capture_graph, except that with fullgraph = false an op the graph cannot hold is a graph break.
+CapturedFunction capture_function(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target,
+                                  bool fullgraph);
 
 // The device proxies report inside a captured function ("capture:0").
 Device capture_device();

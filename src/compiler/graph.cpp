@@ -247,6 +247,8 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
       return fmt::format(" {{dims={}, keepdim={}}}", a.dims, a.keepdim);
     case OpId::argmax:
       return fmt::format(" {{dim={}, keepdim={}}}", a.dim, a.keepdim);
+    case OpId::topk:  // a graph break's op (the graph holds none)
+      return fmt::format(" {{k={}, dim={}, largest={}, sorted={}}}", a.k, a.dim, a.largest, a.sorted);
     case OpId::softmax:
     case OpId::log_softmax:
     case OpId::cumsum:

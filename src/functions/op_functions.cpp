@@ -121,6 +121,16 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   const Tensor inputs[] = {x};
   return dispatch(OpId::argmax, inputs, attrs);
 }
+TopkResult topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  attrs.k = k;
+  attrs.largest = largest;
+  attrs.sorted = sorted;
+  const Tensor inputs[] = {x};
+  std::vector<Tensor> outputs = dispatch_outputs(OpId::topk, inputs, attrs);
+  return {std::move(outputs[0]), std::move(outputs[1])};
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return binary(OpId::matmul, a, b); }
 

@@ -53,24 +53,51 @@ std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const 
   if (attrs.is_causal || attrs.enable_gqa) key += fmt::format("|causal={}|gqa={}", attrs.is_causal, attrs.enable_gqa);
   if (attrs.approximate != GeluApproximate::none)
     key += fmt::format("|approximate={}", gelu_approximate_name(attrs.approximate));
+  if (op == OpId::topk) key += fmt::format("|topk={},{},{}", attrs.k, attrs.largest, attrs.sorted);
   return key;
 }
 
+namespace {
+void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
+                 std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
+                 uint32_t out_tensor, const EagerHooks* hooks, std::span<const TensorDesc> more_out,
+                 std::span<const uint32_t> more_out_tensors);
+}  // namespace
+
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
-                                      const TensorDesc& out, const device::Spec& spec) {
+                                      const TensorDesc& out, const device::Spec& spec,
+                                      std::span<const TensorDesc> more_outputs) {
   const OpInfo& info = checked_op(op, inputs, attrs);
+  SIGHTLINE_CHECK(more_outputs.size() + 1 == static_cast<size_t>(info.outputs),
+                  "{} has {} output(s), got {} output descriptions", info.name, info.outputs, more_outputs.size() + 1);
   KernelBuilder b(spec, kernel_name(op, inputs, out));
   b.add_metadata("op", std::string(info.name));
   std::vector<uint32_t> input_io;
   for (size_t i = 0; i < inputs.size(); ++i) input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
   const uint32_t out_io = declare_output(b, "out", out);
-  emit_eager_kernel(b, op, inputs, input_io, attrs, out, out_io);
+  std::vector<uint32_t> more_io;
+  for (size_t i = 0; i < more_outputs.size(); ++i) {
+    more_io.push_back(declare_output(b, fmt::format("out{}", i + 1), more_outputs[i]));
+  }
+  emit_kernel(b, op, inputs, input_io, attrs, out, out_io, nullptr, more_outputs, more_io);
   return b.build();
 }
 
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                        uint32_t out_tensor, const EagerHooks* hooks) {
+  SIGHTLINE_CHECK(op_info(op).outputs == 1,
+                  "{} has {} outputs; a compiled graph holds ops of one output (it breaks the graph there)",
+                  op_name(op), op_info(op).outputs);
+  emit_kernel(b, op, inputs, input_tensors, attrs, out, out_tensor, hooks, {}, {});
+}
+
+namespace {
+
+void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
+                 std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
+                 uint32_t out_tensor, const EagerHooks* hooks, std::span<const TensorDesc> more_out,
+                 std::span<const uint32_t> more_out_tensors) {
   const OpInfo& info = checked_op(op, inputs, attrs);
   SIGHTLINE_CHECK(input_tensors.size() == inputs.size(), "{}: {} input tensors for {} input descriptions",
                   info.name, input_tensors.size(), inputs.size());
@@ -78,6 +105,8 @@ void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> in
   SIGHTLINE_CHECK(hooks == nullptr || info.kind == OpKind::matmul,
                   "{}: only matmul and linear kernels take hooks", info.name);
   EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor, hooks};
+  c.more_out = more_out;
+  c.more_out_io.assign(more_out_tensors.begin(), more_out_tensors.end());
   switch (info.kind) {
     case OpKind::elementwise:
       if (op == OpId::fill) {
@@ -104,6 +133,8 @@ void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> in
         build_cumsum(c);
       } else if (op == OpId::argmax) {
         build_argmax(c);
+      } else if (op == OpId::topk) {
+        build_topk(c);
       } else {
         build_reduction(c);
       }
@@ -143,5 +174,7 @@ void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> in
       break;
   }
 }
+
+}  // namespace
 
 }  // namespace sightline::kernels

@@ -43,10 +43,12 @@ struct TensorDesc {
 // Elements from the first to one past the last element the strides reach (0 for an empty tensor).
 int64_t tensor_extent(const TensorDesc& t);
 
-// Executable for one op application. I/O order: the defined inputs in call order, then the output.
+// Executable for one op application. I/O order: the defined inputs in call order, then the output,
+// then `more_outputs` (the outputs after the first of an op of several, such as topk's indices).
 // Throws sightline::Error for ops without a device kernel (copy, the view ops) and unsupported layouts.
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
-                                      const TensorDesc& out, const device::Spec& spec);
+                                      const TensorDesc& out, const device::Spec& spec,
+                                      std::span<const TensorDesc> more_outputs = {});
 
 // The same kernel emitted into `b`, a program it is part of (the compiler's lowering): the inputs are
 // in HBM tensors `input_tensors` and the output in `out_tensor` (I/O indices of `b` or its

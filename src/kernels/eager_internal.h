@@ -21,6 +21,9 @@ struct EagerContext {
   std::vector<uint32_t> input_io;  // I/O index of each input
   uint32_t out_io = 0;
   const EagerHooks* hooks = nullptr;  // matmul / linear only (emit_eager_kernel)
+  // The outputs after the first of an op of several (topk's indices) and their I/O indices.
+  std::span<const TensorDesc> more_out = {};
+  std::vector<uint32_t> more_out_io = {};
 };
 
 // Largest free size of a per-block tile for the streaming kernels: with three operands triple
@@ -43,6 +46,7 @@ void build_embedding(EagerContext& c);
 void build_attention(EagerContext& c);  // scaled_dot_product_attention (eager_attention.cpp)
 void build_cumsum(EagerContext& c);     // eager_scan.cpp
 void build_argmax(EagerContext& c);     // eager_scan.cpp
+void build_topk(EagerContext& c);       // eager_scan.cpp
 
 // Strided HBM -> HBM copy of `shape` elements with dtype conversion (DMA only). Float to i32 goes
 // through SBUF instead, so that it truncates toward zero as the CPU reference does.

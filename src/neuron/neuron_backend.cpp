@@ -81,8 +81,11 @@ void eager_kernel(const OpCall& call, Tensor& out) {
   std::vector<kernels::TensorDesc> descs;
   for (const Tensor& t : inputs) descs.push_back(desc_of(t));
   const kernels::TensorDesc out_desc = desc_of(out);
+  std::vector<kernels::TensorDesc> more_descs;  // topk's indices
+  for (const Tensor& t : call.more_outputs) more_descs.push_back(desc_of(t));
   runtime::Runtime& rt = runtime();
-  const std::string key = fmt::format("{}|core{}", kernels::eager_kernel_key(call.op, descs, attrs, out_desc), core);
+  std::string key = fmt::format("{}|core{}", kernels::eager_kernel_key(call.op, descs, attrs, out_desc), core);
+  for (const kernels::TensorDesc& d : more_descs) key += fmt::format("|out{}{}/{}", dtype_name(d.dtype), d.shape, d.strides);
   runtime::ExecutableId id;
   {
     State& s = state();
@@ -90,7 +93,7 @@ void eager_kernel(const OpCall& call, Tensor& out) {
     auto it = s.cache.find(key);
     if (it == s.cache.end()) {
       auto exe = std::make_shared<device::Executable>(
-          kernels::build_eager_kernel(call.op, descs, attrs, out_desc, rt.spec()));
+          kernels::build_eager_kernel(call.op, descs, attrs, out_desc, rt.spec(), more_descs));
       it = s.cache.emplace(key, rt.load(core, std::move(exe))).first;
       ++s.built;
     }
@@ -99,6 +102,7 @@ void eager_kernel(const OpCall& call, Tensor& out) {
   std::vector<uint64_t> io;
   for (const Tensor& t : inputs) io.push_back(address_of(t));
   io.push_back(address_of(out));
+  for (const Tensor& t : call.more_outputs) io.push_back(address_of(t));
   rt.execute_schedule(core, id, std::move(io), profiler::current_correlation_id());
 }
 

@@ -278,6 +278,17 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
                       at.dim, in[0].describe());
       return {reduced_shape(in[0], Dims{at.dim}, at.keepdim, call.op), DType::i32};
     }
+    case OpId::topk: {
+      SIGHTLINE_CHECK(in[0].dim() >= 1, "aten::topk: needs a tensor of at least 1 dim, got {}; flatten it first",
+                      in[0].describe());
+      const int d = normalize_dim(static_cast<int>(at.dim), in[0].dim(), info.name);
+      SIGHTLINE_CHECK(at.k >= 0 && at.k <= in[0].shape()[d],
+                      "aten::topk: k = {} is out of range for dim {} of {} (size {}); k must be in [0, {}]", at.k,
+                      at.dim, in[0].describe(), in[0].shape()[d], in[0].shape()[d]);
+      Dims shape = in[0].shape();
+      shape[d] = at.k;
+      return {shape, in[0].dtype()};
+    }
     case OpId::softmax:
     case OpId::log_softmax:
       check_floating(in[0], call.op);
@@ -396,6 +407,18 @@ TensorMeta infer_meta(const OpCall& call) {
                   "{}: the output shape {} of {} takes more bytes than a 64-bit count can hold ({} elements of {} "
                   "bytes); check the sizes, one of them is far larger than intended",
                   name, meta.shape, dtype_name(meta.dtype), *numel, dtype_size(meta.dtype));
+  return meta;
+}
+
+TensorMeta infer_meta(const OpCall& call, int output) {
+  const OpInfo& info = op_info(call.op);
+  SIGHTLINE_ASSERT_MSG(output >= 0 && output < info.outputs, "{} has {} output(s), asked for output {}", info.name,
+                       info.outputs, output);
+  TensorMeta meta = infer_meta(call);
+  if (output == 0) return meta;
+  // topk's indices: the values' shape, as i32 (argmax's index dtype; torch's int64).
+  SIGHTLINE_ASSERT_MSG(call.op == OpId::topk, "{}: no rule for output {}", info.name, output);
+  meta.dtype = DType::i32;
   return meta;
 }
 

@@ -36,6 +36,9 @@ OpCost op_cost(const OpCall& call, const Tensor& out) {
     cost.bytes += static_cast<double>(out.nbytes());
   }
   cost.bytes += static_cast<double>(out.nbytes());
+  for (const Tensor& t : call.more_outputs) {  // topk's indices
+    if (t.defined()) cost.bytes += static_cast<double>(t.nbytes());
+  }
   const double k = info.flops_per_element;
   switch (info.cost_rule) {
     case CostRule::per_output:

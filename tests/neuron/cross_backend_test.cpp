@@ -173,7 +173,37 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
     const Pair a = input({130, 70}, dtype(), g_);
     expect_same(cumsum(gt(a.dev, 0.0), 1), cumsum(gt(a.cpu, 0.0), 1), "cumsum of a bool tensor (i32)");
   }
+  // topk: k of 1, 3 and 8, largest and smallest, along the free axis and a strided dim, in one chunk and
+  // in several; values and indices are the reference's (i32 inputs have many ties: index order).
+  for (const auto& [shape, dim] : std::vector<std::pair<Dims, int>>{{{130, 300}, -1}, {{130, 300}, 0},
+                                                                     {{3, 10000}, 1}, {{4, 5, 6}, 1}}) {
+    const Pair a = input(shape, dtype(), g_);
+    for (int64_t k : {1, 3, 8}) {
+      if (k > shape[dim < 0 ? shape.size() + dim : dim]) continue;
+      for (bool largest : {true, false}) {
+        const TopkResult d = topk(a.dev, k, dim, largest), c = topk(a.cpu, k, dim, largest);
+        const std::string what = fmt::format("topk {} dim {} k {} largest {}", shape, dim, k, largest);
+        expect_same(d.values, c.values, what + " values");
+        expect_same(d.indices, c.indices, what + " indices");
+      }
+    }
+  }
   if (!floating()) return;
+  {
+    // Ties keep ascending indices within a chunk and across chunks; a NaN ranks first (largest).
+    std::vector<float> v(2 * 9000, 0.0f);
+    v[5] = 7.0f, v[6000] = 7.0f, v[8999] = 7.0f, v[9000 + 8000] = NAN, v[9000 + 10] = 9.0f, v[9000 + 4500] = 9.0f;
+    const Tensor cpu = from_vector(v, {2, 9000}).to(dtype());
+    const TopkResult d = topk(cpu.to(neuron0()), 5, 1), c = topk(cpu, 5, 1);
+    expect_same(d.values, c.values, "topk ties and NaN values");
+    expect_same(d.indices, c.indices, "topk ties and NaN indices");
+    // Smallest: the zeros tie, in index order (without the NaN, which the device ranks first there and
+    // torch last; docs/architecture.md, "What is still open").
+    v[9000 + 8000] = 0.0f;
+    const Tensor finite = from_vector(v, {2, 9000}).to(dtype());
+    const TopkResult ds = topk(finite.to(neuron0()), 4, 1, false), cs = topk(finite, 4, 1, false);
+    expect_same(ds.indices, cs.indices, "topk smallest ties indices");
+  }
   {
     // A NaN wins argmax and a tie keeps the first index, in the first chunk and past it.
     std::vector<float> v(2 * 9000, 0.0f);
@@ -186,6 +216,17 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
     expect_same(softmax(a.dev, dim), softmax(a.cpu, dim), fmt::format("softmax {}", dim), 2);
     expect_same(log_softmax(a.dev, dim), log_softmax(a.cpu, dim), fmt::format("log_softmax {}", dim), 2);
   }
+}
+
+TEST(CrossBackendTopk, KAboveEightIsADeviceErrorThatSaysWhatToDo) {
+  const Tensor x = zeros({4, 32}, TensorOptions(DType::f32, neuron0()));
+  try {
+    (void)topk(x, 9, -1);
+    FAIL() << "topk with k = 9 ran on the device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k <= 8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(topk(x.to(Device::cpu()), 9, -1).values.shape(), (Dims{4, 9}));
 }
 
 TEST_P(CrossBackend, MatmulLinearNormalization) {

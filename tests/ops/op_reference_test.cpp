@@ -1,5 +1,6 @@
 // Every op of the op table against the float64 reference, on fresh random inputs, for every dtype,
 // on contiguous, transposed, strided and broadcast inputs, with guarded (sentinel) allocations.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <set>
@@ -391,6 +392,51 @@ TEST_P(OpReference, CumsumAndArgmax) {
   }
 }
 
+// topk along each dim, largest and smallest, against selection over the f64 reference values: the best
+// remaining element, the first one of equal values (integer inputs have ties), k times.
+TEST_P(OpReference, Topk) {
+  for (const Dims& shape : kShapes) {
+    const Tensor x = in(shape);
+    const Ref rx = to_ref(x);
+    for (int dim = 0; dim < shape.size(); ++dim) {
+      const int64_t k = std::min<int64_t>(3, shape[dim]);
+      for (bool largest : {true, false}) {
+        Dims out_shape = shape;
+        out_shape[dim] = k;
+        Ref values{out_shape, std::vector<double>(static_cast<size_t>(out_shape.product()))};
+        Ref indices = values;
+        for (size_t i = 0; i < values.v.size(); ++i) {
+          Dims idx = unravel(out_shape, static_cast<int64_t>(i));
+          if (idx[dim] != 0) continue;  // one row per position of the other dims
+          std::vector<bool> taken(static_cast<size_t>(shape[dim]), false);
+          for (int64_t r = 0; r < k; ++r) {
+            int64_t pick = -1;
+            double pv = 0;
+            for (int64_t j = 0; j < shape[dim]; ++j) {
+              Dims at = idx;
+              at[dim] = j;
+              const double v = rx.v[static_cast<size_t>(flat_index(shape, at))];
+              if (taken[static_cast<size_t>(j)]) continue;
+              if (pick < 0 || (largest ? v > pv : v < pv)) pick = j, pv = v;
+            }
+            taken[static_cast<size_t>(pick)] = true;
+            Dims o = idx;
+            o[dim] = r;
+            values.v[static_cast<size_t>(flat_index(out_shape, o))] = pv;
+            indices.v[static_cast<size_t>(flat_index(out_shape, o))] = static_cast<double>(pick);
+          }
+        }
+        const TopkResult t = topk(x, k, dim, largest);
+        const std::string what = fmt::format("topk {} dim {} largest {}", shape, dim, largest);
+        EXPECT_EQ(t.indices.dtype(), DType::i32) << what;
+        EXPECT_EQ(t.values.dtype(), x.dtype()) << what;
+        EXPECT_EQ(to_ref(t.values).v, values.v) << what;
+        EXPECT_EQ(to_ref(t.indices).v, indices.v) << what;
+      }
+    }
+  }
+}
+
 TEST_P(OpReference, Movement) {
   const Tensor a = in({2, 3}), b = in({2, 5});
   const Tensor c = cat({a, b}, 1);
@@ -466,6 +512,7 @@ TEST(OpReferenceCoverage, EveryOpHasACase) {
       OpId::layer_norm, OpId::scaled_dot_product_attention, OpId::contiguous,
       OpId::copy /* backend_test: Registry.CustomBackendRegistersLikeCpu */, OpId::cat, OpId::embedding, OpId::view,
       OpId::reshape, OpId::transpose, OpId::permute, OpId::slice, OpId::expand, OpId::unsqueeze,
-      OpId::squeeze /* core_test: Tensor.ViewsShareStorage */, OpId::select /* op_values_test: SelectChunkSplit */};
+      OpId::squeeze /* core_test: Tensor.ViewsShareStorage */, OpId::select /* op_values_test: SelectChunkSplit */,
+      OpId::topk};
   for (const OpInfo& info : kOpTable) EXPECT_TRUE(covered.count(info.id)) << info.name << " has no reference case";
 }

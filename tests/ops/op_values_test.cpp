@@ -164,6 +164,33 @@ TEST(OpValues, CumsumAndArgmax) {
   EXPECT_THROW((void)argmax(zeros({2, 0}), 1), Error);
 }
 
+// topk's order: by value (NaN above every number for largest, below for smallest, as torch's
+// comparators), equal values in ascending index; indices i32; k = 0 and k past the dim.
+TEST(OpValues, TopkOrderTiesAndNaN) {
+  const Tensor x = from_vector(std::vector<float>{1, 3, 3, -2, NAN, 5}, {2, 3});
+  const TopkResult top = topk(x, 2, 1);
+  EXPECT_EQ(top.indices.to_string(), "tensor([[1, 2],\n        [1, 2]], dtype=i32)");
+  const std::vector<float> values(top.values.data<float>(), top.values.data<float>() + 4);
+  EXPECT_EQ(values[0], 3.0f);
+  EXPECT_EQ(values[1], 3.0f);
+  EXPECT_TRUE(std::isnan(values[2]));
+  EXPECT_EQ(values[3], 5.0f);
+  const TopkResult low = topk(x, 2, -1, /*largest=*/false);
+  const std::vector<float> low_values(low.values.data<float>(), low.values.data<float>() + 4);
+  EXPECT_EQ(low_values, (std::vector<float>{1, 3, -2, 5}));
+  EXPECT_EQ(low.indices.to_string(), "tensor([[0, 1],\n        [0, 2]], dtype=i32)");  // NaN last
+  const TopkResult cols = topk(x, 1, 0);
+  EXPECT_EQ(cols.indices.to_string(), "tensor([[0, 1, 1]], dtype=i32)");
+  EXPECT_EQ(topk(x, 0, 1).values.shape(), (Dims{2, 0}));
+  // Along a strided dim: x^T's columns are x's rows.
+  EXPECT_EQ(topk(x.transpose(0, 1), 2, 0).indices.to_string(), "tensor([[1, 1],\n        [2, 2]], dtype=i32)");
+  const Tensor ints = from_vector(std::vector<int32_t>{4, 4, 1, 4}, {4});
+  EXPECT_EQ(topk(ints, 3).indices.to_string(), "tensor([0, 1, 3], dtype=i32)");
+  EXPECT_EQ(topk(ints, 3).values.to_string(), "tensor([4, 4, 4], dtype=i32)");
+  EXPECT_THROW((void)topk(x, 4, 1), Error);
+  EXPECT_THROW((void)dispatch(OpId::topk, std::vector<Tensor>{x}, OpAttrs{}), Error);  // two outputs
+}
+
 // sum of a bool tensor counts the true elements in an integer dtype (torch: int64; here i32), with no cast
 // op before it.
 TEST(OpValues, SumOfBoolCountsInI32) {

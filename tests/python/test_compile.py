@@ -113,3 +113,23 @@ def test_autocast_runs_matmuls_with_bf16_operands_and_keeps_the_rest_f32():
     assert err.max() > 0  # the operands really were rounded
     with pytest.raises(torch.Error, match="unknown autocast 'fp8'"):
         torch.compile(f, options={"autocast": "fp8"})
+
+
+def test_topk_is_a_graph_break_reported_by_explain():
+    def f(x, w):
+        h = torch.nn.functional.silu(x * w)
+        top = torch.topk(h, 4)
+        return torch.softmax(top.values, -1) * h.mean(-1, keepdim=True), top.indices
+
+    x, w = torch.from_numpy(X).to("neuron"), torch.from_numpy(W).to("neuron")
+    compiled = torch.compile(f, backend="neuron")
+    values, indices = compiled(x, w)
+    want_values, want_indices = f(x, w)
+    np.testing.assert_allclose(values.cpu().numpy(), want_values.cpu().numpy(), rtol=1e-5, atol=1e-6)
+    assert indices.cpu().numpy().tolist() == want_indices.cpu().numpy().tolist()
+    report = compiled.explain(x, w)
+    assert (report.graph_count, report.graph_break_count) == (2, 1)
+    assert report.breaks[0].op == "aten::topk" and "returns 2 tensors" in report.breaks[0].reason
+    assert "Graph Break Count: 1" in str(report)
+    with pytest.raises(torch.Error, match="graph break at aten::topk"):
+        torch.compile(f, fullgraph=True)(x, w)

@@ -190,6 +190,18 @@ def test_cumsum_and_argmax(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_topk_returns_values_and_indices_like_torch(device):
+    x = torch.from_numpy(A).to(device)
+    values, indices = torch.topk(x, 3, dim=1)  # unpacks like torch.return_types.topk
+    order = np.argsort(-A, axis=1, kind="stable")[:, :3]
+    assert indices.dtype == torch.int32 and indices.cpu().numpy().tolist() == order.tolist()
+    close(values, np.take_along_axis(A, order, 1), tol=0)
+    low = x.topk(2, dim=0, largest=False)
+    assert low.indices.cpu().numpy().tolist() == np.argsort(A, axis=0, kind="stable")[:2].tolist()
+    assert isinstance(low, torch.return_types.topk) and low.values.shape == (2, A.shape[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_comparisons_give_bool_tensors(device):
     x, y = torch.from_numpy(A).to(device), torch.from_numpy(B).to(device)
     for name, (op, fn) in COMPARISONS.items():

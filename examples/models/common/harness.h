@@ -285,6 +285,17 @@ inline bool check_against_cpu(const std::vector<VariantResult>& results, const T
   return check_against(results, reference, dtype, "cpu");
 }
 
+// The model must compile into one graph: a graph break (an op compile() cannot hold, run eagerly
+// between two graphs) is a regression of the compiled variant, reported on stderr with its reasons.
+inline bool compiled_whole(const CompiledFunction& compiled, const std::vector<Tensor>& args, const RunOptions& o) {
+  const auto variants = o.variants();
+  if (std::find(variants.begin(), variants.end(), "compiled") == variants.end()) return true;
+  const CompileReport report = compiled.explain(args);
+  if (report.graph_count == 1 && report.graph_break_count == 0) return true;
+  fmt::print(stderr, "error: the compiled model is not one graph:\n{}", report.to_string());
+  return false;
+}
+
 // The measured, never modeled, cost of the run.
 inline void print_wall(const std::vector<VariantResult>& results, int64_t wall_start_ns) {
   std::string simulated;

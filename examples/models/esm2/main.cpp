@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
       ok = models::check_against_cpu(results, reference, dtype);
     }
     models::print_wall(results, wall_start);
+    if (!models::compiled_whole(compiled, args, o)) return 3;
     return ok ? 0 : 2;
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -501,6 +501,7 @@ int main(int argc, char** argv) {
       }
     }
     models::print_wall(results, wall_start);
+    if (tp == 1 && !models::compiled_whole(compiled, args, o)) return 3;
     return ok ? 0 : 2;
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

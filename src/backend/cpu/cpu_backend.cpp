@@ -245,6 +245,7 @@ class CpuBackend final : public Backend {
     set(OpId::scaled_dot_product_attention, &attention_kernel);
     set(OpId::cumsum, &cumsum_kernel);
     set(OpId::argmax, &argmax_kernel);
+    set(OpId::topk, &topk_kernel);
   }
 
   std::shared_ptr<Storage> allocate(Device device, size_t nbytes) override {

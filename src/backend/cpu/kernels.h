@@ -25,6 +25,7 @@ void embedding_kernel(const OpCall& call, Tensor& out);
 void attention_kernel(const OpCall& call, Tensor& out);  // scaled_dot_product_attention
 void cumsum_kernel(const OpCall& call, Tensor& out);
 void argmax_kernel(const OpCall& call, Tensor& out);
+void topk_kernel(const OpCall& call, Tensor& out);  // out: the values; call.more_outputs[0]: the indices
 
 // The input converted to `dtype` (a contiguous copy) when its dtype differs, else itself.
 Tensor as_dtype(const Tensor& t, DType dtype);
