@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -22,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/trace_reader.h"
 #include "profiler/lane_names.h"
 #include "sightline/error.h"
 
@@ -32,30 +31,8 @@ using nlohmann::json;
 using profiler::DeviceType;
 using profiler::EventKind;
 
-// Times are kept within +-10^18 ns (31 years) of the trace's base, so that sums and differences of
-// them never overflow int64 wherever the trace is used.
-constexpr std::int64_t kMaxTimeNs = 1'000'000'000'000'000'000;
-
-// "1234.567" (microseconds, three decimals, as JsonWriter::fixed3 writes them) to exact nanoseconds;
-// false for any other text and for values beyond kMaxTimeNs.
-bool parse_thousandths(std::string_view text, std::int64_t& out) {
-  const bool negative = !text.empty() && text.front() == '-';
-  if (negative) text.remove_prefix(1);
-  const std::size_t dot = text.find('.');
-  std::string_view whole = text.substr(0, dot), fraction = dot == std::string_view::npos ? "" : text.substr(dot + 1);
-  if (whole.empty() || fraction.size() > 3) return false;
-  std::int64_t w = 0, f = 0;
-  auto [whole_end, whole_error] = std::from_chars(whole.data(), whole.data() + whole.size(), w);
-  if (whole_error != std::errc{} || whole_end != whole.data() + whole.size()) return false;
-  if (!fraction.empty()) {
-    auto [fraction_end, fraction_error] = std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
-    if (fraction_error != std::errc{} || fraction_end != fraction.data() + fraction.size() || f < 0) return false;
-  }
-  for (std::size_t i = fraction.size(); i < 3; ++i) f *= 10;
-  if (w > kMaxTimeNs / 1000) return false;  // also keeps w * 1000 + f from overflowing
-  out = (w * 1000 + f) * (negative ? -1 : 1);
-  return true;
-}
+// Times are kept within +-10^18 ns of the trace's base (formats/trace_reader.h).
+constexpr std::int64_t kMaxTimeNs = formats::kMaxTraceTimeNs;
 
 // ts/dur values: integer nanoseconds parsed from their text (see the header for why). A time out of
 // range stays a float, which the reader refuses naming the event and the field.
@@ -101,13 +78,9 @@ class StreamingSax {
     return scalar([v](Builder& b) { return b.number_integer(static_cast<json::number_integer_t>(v) * 1000); });
   }
   bool number_float(json::number_float_t v, const json::string_t& text) {
+    // The one rule for a time's text (exact to three decimals, rounded beyond), the trace reader's.
     std::int64_t ns = 0;
-    if (time_key_ && parse_thousandths(text, ns)) return scalar([ns](Builder& b) { return b.number_integer(ns); });
-    // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
-    if (time_key_ && std::isfinite(v) && std::fabs(v) * 1000 <= static_cast<double>(kMaxTimeNs)) {
-      const auto rounded = static_cast<std::int64_t>(std::llround(v * 1000));
-      return scalar([rounded](Builder& b) { return b.number_integer(rounded); });
-    }
+    if (time_key_ && formats::trace_time_ns(text, ns)) return scalar([ns](Builder& b) { return b.number_integer(ns); });
     return scalar([v, &text](Builder& b) { return b.number_float(v, text); });
   }
   bool string(json::string_t& v) {

@@ -6,7 +6,7 @@
 #include <cctype>
 
 #include "profiler/lane_names.h"
-#include "server/trace_reader.h"
+#include "formats/trace_reader.h"
 
 // The index's answers to the timeline (the third and fourth of its jobs): the lanes, a window of
 // visible events with sub-pixel events merged into boxes, an event's details with its flows, and

@@ -1,4 +1,4 @@
-#include "server/trace_reader.h"
+#include "formats/trace_reader.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -17,15 +19,47 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace sightline::server {
-namespace detail {
+namespace sightline::formats {
 
-uint32_t TraceChunk::name_id(std::string_view text) {
+uint32_t TraceRun::name_id(std::string_view text) {
   if (auto it = name_ids.find(text); it != name_ids.end()) return it->second;
   const auto id = static_cast<uint32_t>(names.size());
   names.emplace_back(text);
   name_ids.emplace(names.back(), id);
   return id;
+}
+
+bool trace_time_ns(std::string_view text, int64_t& ns) {
+  // Three decimals or fewer (JsonWriter::fixed3): whole and thousandths read as integers, exactly.
+  std::string_view digits = text;
+  const bool negative = !digits.empty() && digits.front() == '-';
+  if (negative) digits.remove_prefix(1);
+  const size_t dot = digits.find('.');
+  const std::string_view whole = digits.substr(0, dot);
+  const std::string_view fraction = dot == std::string_view::npos ? std::string_view() : digits.substr(dot + 1);
+  int64_t w = 0, f = 0;
+  auto [whole_end, whole_error] = std::from_chars(whole.data(), whole.data() + whole.size(), w);
+  bool exact = !whole.empty() && fraction.size() <= 3 && whole_error == std::errc{} &&
+               whole_end == whole.data() + whole.size();
+  if (exact && !fraction.empty()) {
+    auto [fraction_end, fraction_error] = std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
+    exact = fraction_error == std::errc{} && fraction_end == fraction.data() + fraction.size() && f >= 0;
+  }
+  if (exact) {
+    for (size_t i = fraction.size(); i < 3; ++i) f *= 10;
+    if (w > kMaxTraceTimeNs / 1000) return false;  // also keeps w * 1000 + f from overflowing
+    ns = (w * 1000 + f) * (negative ? -1 : 1);
+    return true;
+  }
+  // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !std::isfinite(value) ||
+      std::fabs(value) * 1000 > static_cast<double>(kMaxTraceTimeNs)) {
+    return false;
+  }
+  ns = static_cast<int64_t>(std::llround(value * 1000));
+  return true;
 }
 
 namespace {
@@ -39,7 +73,7 @@ using nlohmann::json;
 struct EventFields {
   std::string_view phase, name, category;
   std::optional<int64_t> pid, tid, id;
-  std::optional<double> ts, dur;
+  std::optional<int64_t> ts, dur;  // nanoseconds; empty when absent or not a time (trace_time_ns)
   std::string_view args;  // empty when the event has no args object
   std::optional<int64_t> external_id, correlation, sort_index;
   std::optional<std::string_view> args_name;
@@ -73,7 +107,7 @@ namespace od = simdjson::ondemand;
 using simdjson::error_code;
 using simdjson::SUCCESS;
 // What one run holds while it is parsed: the run itself and how its parse went.
-struct ChunkIndex : TraceChunk {
+struct ChunkIndex : TraceRun {
   bool keep = true;                 // false: events are checked, not kept (validation)
   bool bad_complete_event = false;  // an "X" event without a valid ts/dur
   bool parsed = false;              // the run was valid JSON
@@ -93,7 +127,7 @@ struct ChunkIndex : TraceChunk {
       if (event.phase == "X" && (!event.ts || !event.dur || *event.dur < 0)) bad_complete_event = true;
       return;
     }
-    const LaneKey lane{*event.pid, *event.tid};
+    const TraceLane lane{*event.pid, *event.tid};
     if (event.phase == "M") {
       if (event.name == "process_name" && event.args_name) {
         process_names[lane.first] = std::string(*event.args_name);
@@ -109,23 +143,23 @@ struct ChunkIndex : TraceChunk {
         bad_complete_event = true;
         return;
       }
-      TraceEvent parsed_event;
-      parsed_event.ts_us = *event.ts;
-      parsed_event.dur_us = *event.dur;
+      TraceSlice parsed_event;
+      parsed_event.ts_ns = *event.ts;
+      parsed_event.dur_ns = *event.dur;
       parsed_event.name = name_id(event.name);
       parsed_event.category = name_id(event.category);
       if (!event.args.empty()) {
         parsed_event.args_offset = static_cast<uint64_t>(file_offset + (event.args.data() - buffer));
         parsed_event.args_bytes = static_cast<uint32_t>(std::min<size_t>(event.args.size(), UINT32_MAX));
       }
-      parsed_event.external_id = event.external_id.value_or(0);
-      parsed_event.correlation = event.correlation.value_or(0);
-      events.push_back(std::move(parsed_event));
-      event_lanes.push_back(lane);
+      parsed_event.external_id = static_cast<uint64_t>(event.external_id.value_or(0));
+      parsed_event.correlation = static_cast<uint64_t>(event.correlation.value_or(0));
+      slices.push_back(parsed_event);
+      slice_lanes.push_back(lane);
     } else if (event.phase == "s" || event.phase == "f") {
       if (!event.id || !event.ts) return;
       flow_points.emplace_back(name_id(event.category), static_cast<uint64_t>(*event.id),
-                               FlowPoint{event.phase == "s", lane.first, lane.second, *event.ts});
+                               TraceFlowPoint{event.phase == "s", lane, *event.ts});
     }
   }
 };
@@ -136,6 +170,7 @@ struct ChunkIndex : TraceChunk {
 struct Number {
   std::optional<int64_t> integer;
   double value = 0;
+  std::string_view text;  // the number as written
 };
 
 // Reads a trace document with simdjson's On-Demand API. Every value is visited, including those the
@@ -220,6 +255,11 @@ class TraceReader {
 
  private:
   static error_code read_number(od::value value, Number& number) {
+    number.text = value.raw_json_token();
+    while (!number.text.empty() && (number.text.back() == ' ' || number.text.back() == '\t' ||
+                                    number.text.back() == '\n' || number.text.back() == '\r')) {
+      number.text.remove_suffix(1);
+    }
     od::number parsed;
     if (auto error = value.get_number().get(parsed)) return error;
     switch (parsed.get_number_type()) {
@@ -284,8 +324,15 @@ class TraceReader {
           bool is_number = false;
           if (auto error = number_or_skip(value, number, is_number)) return error;
           if (!is_number) break;
-          if (which == Key::ts) fields.ts = number.value;
-          if (which == Key::dur) fields.dur = number.value;
+          if (which == Key::ts || which == Key::dur) {
+            int64_t ns = 0;
+            std::optional<int64_t>& time = which == Key::ts ? fields.ts : fields.dur;
+            if (trace_time_ns(number.text, ns)) {
+              time = ns;
+            } else {
+              time.reset();  // a repeated key's last value wins, also when it is no time
+            }
+          }
           if (number.integer && which == Key::pid) fields.pid = number.integer;
           if (number.integer && which == Key::tid) fields.tid = number.integer;
           if (number.integer && which == Key::id) fields.id = number.integer;
@@ -545,7 +592,7 @@ class StreamingTraceValidator {
   void run() {
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
+      throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
     }
     std::vector<char> block(kBlockBytes);
     bool first = true;
@@ -555,7 +602,7 @@ class StreamingTraceValidator {
       if (got < 0) {
         const int code = errno;
         ::close(fd);
-        throw RequestError(422, fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
+        throw TraceReadError(fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
       }
       if (got == 0) break;
       std::string_view text(block.data(), static_cast<size_t>(got));
@@ -578,8 +625,8 @@ class StreamingTraceValidator {
     ChunkIndex chunk;
     chunk.keep = false;
     parse_chunk(outside_.data(), outside_.size(), false, true, chunk, parser_);
-    if (!chunk.parsed) throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
-    if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin_));
+    if (!chunk.parsed) throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
+    if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin_));
     if (chunk.bad_complete_event) throw bad_event();
   }
 
@@ -600,17 +647,17 @@ class StreamingTraceValidator {
     return key.is_string() && key.get<std::string>() == "traceEvents";
   }
 
-  RequestError invalid(std::string_view message, std::optional<uint64_t> at) const {
-    return RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
+  TraceReadError invalid(std::string_view message, std::optional<uint64_t> at) const {
+    return TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
                                          at ? fmt::format(" (near byte {})", *at) : std::string()));
   }
-  RequestError bad_event() const {
-    return RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
+  TraceReadError bad_event() const {
+    return TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
   }
 
   void keep_outside(char c) {
     if (outside_.size() >= kMaxOutsideBytes) {
-      throw RequestError(422, fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
+      throw TraceReadError(fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
                                           "it is not a trace sightline wrote",
                                           origin_, kMaxOutsideBytes >> 20));
     }
@@ -762,7 +809,7 @@ class StreamingTraceValidator {
 // Large traces: runs of events parsed on several threads, each thread taking the next run. Empty when
 // the file is small or anything is unexpected (another layout, a parse error): the caller then parses
 // the whole file at once, which also gives the exact error.
-std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions& options) {
+std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOptions& options) {
   const unsigned available = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
   const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
   const size_t threads = std::min<size_t>(std::max(1u, available), std::max<size_t>(1, by_size));
@@ -797,7 +844,7 @@ std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions
   return chunks;
 }
 
-ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
+ChunkIndex parse_whole(const MappedTrace& file, const std::string& origin) {
   ChunkIndex chunk;
   PaddedParser parser;
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
@@ -805,18 +852,18 @@ ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   parse_chunk(text.data(), text.size(), false, true, chunk, parser, file.begin());
   if (!chunk.parsed) {
-    throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
+    throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
   }
-  if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin));
+  if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin));
   return chunk;
 }
 
 }  // namespace
 
-MappedFile::MappedFile(const fs::path& path) {
+MappedTrace::MappedTrace(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
+    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
                                         std::strerror(errno)));
   }
   struct stat info {};
@@ -830,17 +877,17 @@ MappedFile::MappedFile(const fs::path& path) {
   }
   if (size_ > 0 && data_ == nullptr) {
     ::close(fd);
-    throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
+    throw TraceReadError(fmt::format("profile file '{}' cannot be read", path.filename().string()));
   }
   fd_ = fd;
 }
 
-MappedFile::~MappedFile() {
+MappedTrace::~MappedTrace() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string_view MappedFile::text(uint64_t offset, uint64_t bytes) const {
+std::string_view MappedTrace::text(uint64_t offset, uint64_t bytes) const {
   // A file cut short since it was mapped would fault on the pages it lost: read only what it still holds.
   struct stat info {};
   if (offset + bytes > size_ || ::fstat(fd_, &info) != 0 || static_cast<uint64_t>(info.st_size) < offset + bytes) {
@@ -849,24 +896,22 @@ std::string_view MappedFile::text(uint64_t offset, uint64_t bytes) const {
   return {data_ + offset, bytes};
 }
 
-std::vector<TraceChunk> read_trace(const MappedFile& file, const std::string& origin, const IndexOptions& options) {
+std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
   if (chunks.empty()) chunks.push_back(parse_whole(file, origin));
-  std::vector<TraceChunk> runs;
+  std::vector<TraceRun> runs;
   runs.reserve(chunks.size());
   for (ChunkIndex& chunk : chunks) {
     if (chunk.bad_complete_event) {
-      throw RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+      throw TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
     }
-    runs.push_back(std::move(static_cast<TraceChunk&>(chunk)));
+    runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
   }
   return runs;
 }
 
-}  // namespace detail
-
 void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes) {
-  detail::StreamingTraceValidator(trace_path, origin, run_bytes).run();
+  StreamingTraceValidator(trace_path, origin, run_bytes).run();
 }
 
-}  // namespace sightline::server
+}  // namespace sightline::formats
