@@ -65,6 +65,9 @@ bool trace_time_ns(std::string_view text, int64_t& ns) {
 namespace {
 
 namespace fs = std::filesystem;
+
+// What to do about text that is not JSON, after the parser's message.
+constexpr std::string_view kDamaged = "; the file is damaged or truncated, export the profile again";
 using nlohmann::json;
 
 // The fields of one traceEvents element the index uses. The strings view the parser's buffers, valid
@@ -109,6 +112,14 @@ using simdjson::SUCCESS;
 // What one run holds while it is parsed: the run itself and how its parse went.
 struct ChunkIndex : TraceRun {
   bool keep = true;                 // false: events are checked, not kept (validation)
+  // Set: the elements go to it as documents (read_trace_documents), numbered from element_base, and
+  // the top-level values other than the events array are kept in `root`; slices are not made.
+  TraceDocumentHandler* documents = nullptr;
+  size_t element_base = 0, element_count = 0;
+  json root = json::object();
+  const TraceProgress* progress = nullptr;  // with documents: how far the parse is, every MiB
+  const char* progress_begin = nullptr;     // where the parsed text starts, and its size
+  size_t progress_total = 0, progress_next = 0;
   bool bad_complete_event = false;  // an "X" event without a valid ts/dur
   bool parsed = false;              // the run was valid JSON
   std::string error;                // the parser's message otherwise
@@ -169,6 +180,7 @@ struct ChunkIndex : TraceRun {
 // double (correctly rounded, as strtod does).
 struct Number {
   std::optional<int64_t> integer;
+  std::optional<uint64_t> unsigned_integer;  // beyond INT64_MAX
   double value = 0;
   std::string_view text;  // the number as written
 };
@@ -240,10 +252,113 @@ class TraceReader {
         if (auto error = skip(element)) return error;
         continue;
       }
+      if (chunk_.documents != nullptr) {
+        if (auto error = document(element)) return error;
+        continue;
+      }
       od::object object;
       if (auto error = element.get_object().get(object)) return error;
       if (auto error = event(object)) return error;
     }
+    return SUCCESS;
+  }
+
+  // `value` as a document (read_trace_documents); `time`: the value of a "ts" or "dur" key.
+  error_code to_json(od::value value, json& out, bool time = false) {
+    od::json_type type;
+    if (auto error = value.type().get(type)) return error;
+    switch (type) {
+      case od::json_type::object: {
+        out = json::object();
+        od::object object;
+        if (auto error = value.get_object().get(object)) return error;
+        for (auto maybe_field : object) {
+          od::field field;
+          if (auto error = std::move(maybe_field).get(field)) return error;
+          std::string_view key;
+          if (auto error = field.unescaped_key().get(key)) return error;
+          json inner;
+          if (auto error = to_json(field.value(), inner, key == "ts" || key == "dur")) return error;
+          out[std::string(key)] = std::move(inner);  // a repeated key: the last value wins
+        }
+        return SUCCESS;
+      }
+      case od::json_type::array: {
+        out = json::array();
+        od::array array;
+        if (auto error = value.get_array().get(array)) return error;
+        for (auto maybe_element : array) {
+          od::value element;
+          if (auto error = std::move(maybe_element).get(element)) return error;
+          json inner;
+          if (auto error = to_json(element, inner)) return error;
+          out.push_back(std::move(inner));
+        }
+        return SUCCESS;
+      }
+      case od::json_type::string: {
+        std::string_view text;
+        if (auto error = value.get_string().get(text)) return error;
+        out = std::string(text);
+        return SUCCESS;
+      }
+      case od::json_type::number: {
+        Number number;
+        if (auto error = read_number(value, number)) return error;
+        int64_t ns = 0;
+        if (time) {
+          out = trace_time_ns(number.text, ns) ? json(ns) : json(number.value);
+        } else if (number.unsigned_integer) {
+          out = *number.unsigned_integer;
+        } else if (number.integer) {
+          out = *number.integer;
+        } else {
+          out = number.value;
+        }
+        return SUCCESS;
+      }
+      case od::json_type::boolean: {
+        bool flag = false;
+        if (value.get_bool().get(flag) == SUCCESS) {
+          out = flag;
+          return SUCCESS;
+        }
+        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+      }
+      case od::json_type::null: {
+        bool null = false;
+        if (auto error = value.is_null().get(null)) return error;
+        out = nullptr;
+        return null ? SUCCESS : simdjson::N_ATOM_ERROR;
+      }
+    }
+    return simdjson::TAPE_ERROR;
+  }
+
+  // One element of the events array to the document handler.
+  error_code document(od::value element) {
+    json parsed;
+    if (auto error = to_json(element, parsed)) return error;
+    chunk_.documents->element(parsed, chunk_.element_base + chunk_.element_count++);
+    if (chunk_.progress != nullptr && *chunk_.progress) {
+      const char* at = location();
+      const size_t done = at == nullptr ? chunk_.progress_total : static_cast<size_t>(at - chunk_.progress_begin);
+      if (done >= chunk_.progress_next) {
+        (*chunk_.progress)(std::min(done, chunk_.progress_total), chunk_.progress_total);
+        chunk_.progress_next = done + (size_t{1} << 20);
+      }
+    }
+    return SUCCESS;
+  }
+
+ public:
+  // A top-level value other than the events array: kept in the chunk's root (document mode) or
+  // validated.
+  error_code root_value(std::string_view key, od::value value) {
+    if (chunk_.documents == nullptr) return skip(value);
+    json parsed;
+    if (auto error = to_json(value, parsed)) return error;
+    chunk_.root[std::string(key)] = std::move(parsed);
     return SUCCESS;
   }
 
@@ -269,6 +384,7 @@ class TraceReader {
         break;
       case od::number_type::unsigned_integer:
         number.integer = static_cast<int64_t>(parsed.get_uint64());
+        number.unsigned_integer = parsed.get_uint64();
         number.value = static_cast<double>(parsed.get_uint64());
         break;
       case od::number_type::floating_point_number:
@@ -463,7 +579,9 @@ error_code parse_root(od::document& document, od::json_type type, TraceReader& r
           if (auto error = value.get_array().get(array)) return error;
           chunk.found_events = true;
           if (auto error = reader.events(array)) return error;
-        } else if (auto error = reader.skip(value)) {
+        } else if (key_of(key) != Key::trace_events) {
+          if (auto error = reader.root_value(key, value)) return error;
+        } else if (auto error = reader.skip(value)) {  // a second events array: validated, not read
           return error;
         }
       }
@@ -586,10 +704,11 @@ std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_
 // before the element that follows a comma), so the result is the whole-file parse's.
 class StreamingTraceValidator {
  public:
-  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes)
-      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes) {}
+  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes, TraceDocumentHandler* handler)
+      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes), handler_(handler) {}
 
-  void run() {
+  // The top-level object less "traceEvents" with a handler, else null.
+  json run() {
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
@@ -624,10 +743,14 @@ class StreamingTraceValidator {
     }
     ChunkIndex chunk;
     chunk.keep = false;
+    chunk.documents = handler_;
     parse_chunk(outside_.data(), outside_.size(), false, true, chunk, parser_);
-    if (!chunk.parsed) throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
+    if (!chunk.parsed) {
+      throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, chunk.error, kDamaged));
+    }
     if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin_));
     if (chunk.bad_complete_event) throw bad_event();
+    return handler_ == nullptr ? json() : std::move(chunk.root);
   }
 
  private:
@@ -648,8 +771,8 @@ class StreamingTraceValidator {
   }
 
   TraceReadError invalid(std::string_view message, std::optional<uint64_t> at) const {
-    return TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
-                                         at ? fmt::format(" (near byte {})", *at) : std::string()));
+    return TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}{}", origin_, message,
+                                      at ? fmt::format(" (near byte {})", *at) : std::string(), kDamaged));
   }
   TraceReadError bad_event() const {
     return TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
@@ -781,7 +904,10 @@ class StreamingTraceValidator {
     wrapped_ += root_array_ ? "]" : "]}";
     ChunkIndex chunk;
     chunk.keep = false;
+    chunk.documents = handler_;
+    chunk.element_base = elements_;
     parse_chunk(wrapped_.data(), wrapped_.size(), false, true, chunk, parser_);
+    elements_ += chunk.element_count;
     if (!chunk.parsed) {
       std::optional<uint64_t> at;
       if (chunk.error_offset && *chunk.error_offset >= open.size()) at = run_offset_ + (*chunk.error_offset - open.size());
@@ -794,6 +920,8 @@ class StreamingTraceValidator {
   fs::path path_;
   std::string origin_;
   size_t run_bytes_;  // runs are cut at the first element past this
+  TraceDocumentHandler* handler_;  // null: the checks of read_trace
+  size_t elements_ = 0;            // elements handed to it so far
   PaddedParser parser_;
   Phase phase_ = Phase::before;
   bool in_string_ = false, escape_ = false;
@@ -844,18 +972,17 @@ std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOp
   return chunks;
 }
 
-ChunkIndex parse_whole(const MappedTrace& file, const std::string& origin) {
-  ChunkIndex chunk;
+// The whole text at once; `chunk` may ask for documents (read_trace_documents).
+void parse_whole(std::string_view whole, const std::string& origin, ChunkIndex& chunk) {
   PaddedParser parser;
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
-  std::string_view text(file.begin(), file.size());
+  std::string_view text = whole;
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  parse_chunk(text.data(), text.size(), false, true, chunk, parser, file.begin());
+  parse_chunk(text.data(), text.size(), false, true, chunk, parser, whole.data());
   if (!chunk.parsed) {
-    throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
+    throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin, chunk.error, kDamaged));
   }
   if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin));
-  return chunk;
 }
 
 }  // namespace
@@ -863,8 +990,8 @@ ChunkIndex parse_whole(const MappedTrace& file, const std::string& origin) {
 MappedTrace::MappedTrace(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
-                                        std::strerror(errno)));
+    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}; check that it exists and is readable",
+                                     path.filename().string(), std::strerror(errno)));
   }
   struct stat info {};
   if (::fstat(fd, &info) == 0 && info.st_size > 0) {
@@ -898,7 +1025,7 @@ std::string_view MappedTrace::text(uint64_t offset, uint64_t bytes) const {
 
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
-  if (chunks.empty()) chunks.push_back(parse_whole(file, origin));
+  if (chunks.empty()) parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.emplace_back());
   std::vector<TraceRun> runs;
   runs.reserve(chunks.size());
   for (ChunkIndex& chunk : chunks) {
@@ -910,8 +1037,21 @@ std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& ori
   return runs;
 }
 
-void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes) {
-  StreamingTraceValidator(trace_path, origin, run_bytes).run();
+json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
+                          const TraceProgress& progress) {
+  ChunkIndex chunk;
+  chunk.documents = &handler;
+  chunk.progress = &progress;
+  chunk.progress_begin = text.data();
+  chunk.progress_total = text.size();
+  parse_whole(text, origin, chunk);
+  if (progress) progress(text.size(), text.size());
+  return std::move(chunk.root);
+}
+
+json validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes,
+                         TraceDocumentHandler* handler) {
+  return StreamingTraceValidator(trace_path, origin, run_bytes, handler).run();
 }
 
 }  // namespace sightline::formats

@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sightline/error.h"
 
 namespace sightline::formats {
@@ -123,12 +125,36 @@ class MappedTrace {
 // valid ts/dur.
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options);
 
+// The elements of traceEvents as small documents, one at a time in file order, for a reader that
+// checks every field and names it in its errors (analysis/trace_json rebuilds the profiler's trace
+// from them). In these documents every "ts" and "dur" that is a time holds exact integer nanoseconds
+// (trace_time_ns); one that is not (out of range) holds the number as a float, for the reader to
+// refuse. Exceptions the handler throws end the read and reach the caller.
+class TraceDocumentHandler {
+ public:
+  virtual ~TraceDocumentHandler() = default;
+  virtual void element(const nlohmann::json& element, size_t index) = 0;
+};
+
+// (bytes read, bytes in all), every MiB or so.
+using TraceProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Reads the whole text (a trace.json: {"traceEvents": [...], ...} or a bare array of events) into
+// `handler`, on one thread; returns the top-level object less "traceEvents" (an empty object for a
+// bare array). Throws TraceReadError naming `origin` as read_trace does for text that is not valid
+// JSON or has no traceEvents array.
+nlohmann::json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
+                                    const TraceProgress& progress = {});
+
 // Every check read_trace makes, keeping nothing and holding a bounded buffer (a MiB of the file, a
 // run of whole events of about a MiB or the largest single event, and at most 8 MiB of what surrounds
 // the events array) instead of the file: uploads are validated with it. Throws TraceReadError as
 // read_trace does; `origin` names the file in messages. `run_bytes`: the size past which a run of
-// events is cut (small in the fuzz target, so that every input is cut often).
-void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
-                         size_t run_bytes = size_t{1} << 20);
+// events is cut (small in the fuzz target, so that every input is cut often). With a `handler`, the
+// elements go to it as read_trace_documents hands them (and read_trace's own checks of complete
+// events are left to it), still with bounded memory; the top-level object less "traceEvents" is
+// returned (null without a handler).
+nlohmann::json validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
+                                   size_t run_bytes = size_t{1} << 20, TraceDocumentHandler* handler = nullptr);
 
 }  // namespace sightline::formats
