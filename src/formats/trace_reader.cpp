@@ -192,11 +192,16 @@ class TraceReader {
   TraceReader(ChunkIndex& chunk, od::document& document) : chunk_(chunk), document_(document) {}
 
   // Checks that `value` is valid JSON, recursively.
-  error_code skip(od::value value) {
+  error_code skip(od::value value) { return visit(value, nullptr); }
+
+  // Checks that `value` is valid JSON, recursively, and with `out` makes a document of it
+  // (read_trace_documents); `time`: the value of a "ts" or "dur" key.
+  error_code visit(od::value value, json* out, bool time = false) {
     od::json_type type;
     if (auto error = value.type().get(type)) return error;
     switch (type) {
       case od::json_type::object: {
+        if (out != nullptr) *out = json::object();
         od::object object;
         if (auto error = value.get_object().get(object)) return error;
         for (auto maybe_field : object) {
@@ -204,56 +209,82 @@ class TraceReader {
           if (auto error = std::move(maybe_field).get(field)) return error;
           std::string_view key;
           if (auto error = field.unescaped_key().get(key)) return error;
-          if (auto error = skip(field.value())) return error;
+          json inner;
+          if (auto error = visit(field.value(), out == nullptr ? nullptr : &inner, key == "ts" || key == "dur")) {
+            return error;
+          }
+          if (out != nullptr) (*out)[std::string(key)] = std::move(inner);  // a repeated key: the last value wins
         }
         return SUCCESS;
       }
       case od::json_type::array: {
+        if (out != nullptr) *out = json::array();
         od::array array;
         if (auto error = value.get_array().get(array)) return error;
         for (auto maybe_element : array) {
           od::value element;
           if (auto error = std::move(maybe_element).get(element)) return error;
-          if (auto error = skip(element)) return error;
+          json inner;
+          if (auto error = visit(element, out == nullptr ? nullptr : &inner)) return error;
+          if (out != nullptr) out->push_back(std::move(inner));
         }
         return SUCCESS;
       }
       case od::json_type::string: {
         std::string_view text;
-        return value.get_string().get(text);
+        if (auto error = value.get_string().get(text)) return error;
+        if (out != nullptr) *out = std::string(text);
+        return SUCCESS;
       }
       case od::json_type::number: {
         Number number;
-        return read_number(value, number);
+        if (auto error = read_number(value, number)) return error;
+        if (out != nullptr) *out = number_json(number, time);
+        return SUCCESS;
       }
       case od::json_type::boolean: {
         // A damaged literal ("tru") reads as a bool of the wrong type: name what it is.
         bool flag = false;
-        if (value.get_bool().get(flag) == SUCCESS) return SUCCESS;
-        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+        if (value.get_bool().get(flag) != SUCCESS) {
+          return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+        }
+        if (out != nullptr) *out = flag;
+        return SUCCESS;
       }
       case od::json_type::null: {
         bool null = false;
         if (auto error = value.is_null().get(null)) return error;
+        if (out != nullptr) *out = nullptr;
         return null ? SUCCESS : simdjson::N_ATOM_ERROR;
       }
     }
     return simdjson::TAPE_ERROR;
   }
 
-  // The elements of the events array: objects are events, anything else is only validated.
+  // A number in a document: a time ("ts", "dur") as exact nanoseconds or, when it is none, the
+  // number as a float; integers as integers.
+  static json number_json(const Number& number, bool time) {
+    int64_t ns = 0;
+    if (time) return trace_time_ns(number.text, ns) ? json(ns) : json(number.value);
+    if (number.unsigned_integer) return json(*number.unsigned_integer);
+    if (number.integer) return json(*number.integer);
+    return json(number.value);
+  }
+
+  // The elements of the events array: objects are events, anything else is only validated (or, to
+  // a document handler, handed on).
   error_code events(od::array array) {
     for (auto maybe_element : array) {
       od::value element;
       if (auto error = std::move(maybe_element).get(element)) return error;
+      if (chunk_.documents != nullptr) {  // every element, for the handler to refuse what is no event
+        if (auto error = document(element)) return error;
+        continue;
+      }
       od::json_type type;
       if (auto error = element.type().get(type)) return error;
       if (type != od::json_type::object) {
         if (auto error = skip(element)) return error;
-        continue;
-      }
-      if (chunk_.documents != nullptr) {
-        if (auto error = document(element)) return error;
         continue;
       }
       od::object object;
@@ -263,82 +294,10 @@ class TraceReader {
     return SUCCESS;
   }
 
-  // `value` as a document (read_trace_documents); `time`: the value of a "ts" or "dur" key.
-  error_code to_json(od::value value, json& out, bool time = false) {
-    od::json_type type;
-    if (auto error = value.type().get(type)) return error;
-    switch (type) {
-      case od::json_type::object: {
-        out = json::object();
-        od::object object;
-        if (auto error = value.get_object().get(object)) return error;
-        for (auto maybe_field : object) {
-          od::field field;
-          if (auto error = std::move(maybe_field).get(field)) return error;
-          std::string_view key;
-          if (auto error = field.unescaped_key().get(key)) return error;
-          json inner;
-          if (auto error = to_json(field.value(), inner, key == "ts" || key == "dur")) return error;
-          out[std::string(key)] = std::move(inner);  // a repeated key: the last value wins
-        }
-        return SUCCESS;
-      }
-      case od::json_type::array: {
-        out = json::array();
-        od::array array;
-        if (auto error = value.get_array().get(array)) return error;
-        for (auto maybe_element : array) {
-          od::value element;
-          if (auto error = std::move(maybe_element).get(element)) return error;
-          json inner;
-          if (auto error = to_json(element, inner)) return error;
-          out.push_back(std::move(inner));
-        }
-        return SUCCESS;
-      }
-      case od::json_type::string: {
-        std::string_view text;
-        if (auto error = value.get_string().get(text)) return error;
-        out = std::string(text);
-        return SUCCESS;
-      }
-      case od::json_type::number: {
-        Number number;
-        if (auto error = read_number(value, number)) return error;
-        int64_t ns = 0;
-        if (time) {
-          out = trace_time_ns(number.text, ns) ? json(ns) : json(number.value);
-        } else if (number.unsigned_integer) {
-          out = *number.unsigned_integer;
-        } else if (number.integer) {
-          out = *number.integer;
-        } else {
-          out = number.value;
-        }
-        return SUCCESS;
-      }
-      case od::json_type::boolean: {
-        bool flag = false;
-        if (value.get_bool().get(flag) == SUCCESS) {
-          out = flag;
-          return SUCCESS;
-        }
-        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
-      }
-      case od::json_type::null: {
-        bool null = false;
-        if (auto error = value.is_null().get(null)) return error;
-        out = nullptr;
-        return null ? SUCCESS : simdjson::N_ATOM_ERROR;
-      }
-    }
-    return simdjson::TAPE_ERROR;
-  }
-
   // One element of the events array to the document handler.
   error_code document(od::value element) {
     json parsed;
-    if (auto error = to_json(element, parsed)) return error;
+    if (auto error = visit(element, &parsed)) return error;
     chunk_.documents->element(parsed, chunk_.element_base + chunk_.element_count++);
     if (chunk_.progress != nullptr && *chunk_.progress) {
       const char* at = location();
@@ -357,7 +316,7 @@ class TraceReader {
   error_code root_value(std::string_view key, od::value value) {
     if (chunk_.documents == nullptr) return skip(value);
     json parsed;
-    if (auto error = to_json(value, parsed)) return error;
+    if (auto error = visit(value, &parsed)) return error;
     chunk_.root[std::string(key)] = std::move(parsed);
     return SUCCESS;
   }
