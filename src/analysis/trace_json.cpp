@@ -348,8 +348,12 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
 }
 
 profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress) {
-  const formats::MappedTrace file(path);
-  return read_trace(std::string_view(file.begin(), file.size()), path, true, progress);
+  TraceBuilder builder(path, true);
+  std::error_code ignored;
+  // One event takes kMinEventBytes at least: a bound that needs no pass over the text.
+  builder.expect_at_most(std::filesystem::file_size(path, ignored) / kMinEventBytes + 1);
+  const json root = formats::read_trace_documents_file(path, path, builder, progress);
+  return builder.finish(root);
 }
 
 void trace_json_validate_file(const std::string& path, const std::string& origin) {

@@ -480,7 +480,8 @@ class TraceReader {
 // end, both reused from one run of events to the next.
 class PaddedParser {
  public:
-  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer.
+  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer. Text already in the
+  // buffer (reserve) stays there, moved to its start when it begins later.
   std::string_view load(std::string_view text, bool bracketed) {
     const size_t size = text.size() + (bracketed ? 2 : 0);
     if (size + simdjson::SIMDJSON_PADDING > capacity_) {
@@ -489,10 +490,16 @@ class PaddedParser {
     }
     char* out = buffer_.get();
     if (bracketed) *out++ = '[';
-    std::memcpy(out, text.data(), text.size());
+    if (text.data() != out) std::memmove(out, text.data(), text.size());
     if (bracketed) out[text.size()] = ']';
     std::memset(buffer_.get() + size, 0, simdjson::SIMDJSON_PADDING);
     return {buffer_.get(), size};
+  }
+  // A buffer for `size` bytes of text and the padding, for the caller to fill and then load().
+  char* reserve(size_t size) {
+    capacity_ = size + simdjson::SIMDJSON_PADDING;
+    buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
+    return buffer_.get();
   }
   simdjson::simdjson_result<od::document> iterate(std::string_view loaded) {
     return parser_.iterate(loaded.data(), loaded.size(), capacity_);
@@ -932,8 +939,7 @@ std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOp
 }
 
 // The whole text at once; `chunk` may ask for documents (read_trace_documents).
-void parse_whole(std::string_view whole, const std::string& origin, ChunkIndex& chunk) {
-  PaddedParser parser;
+void parse_whole(std::string_view whole, const std::string& origin, ChunkIndex& chunk, PaddedParser&& parser = {}) {
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
   std::string_view text = whole;
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
@@ -1004,6 +1010,42 @@ json read_trace_documents(std::string_view text, const std::string& origin, Trac
   chunk.progress_begin = text.data();
   chunk.progress_total = text.size();
   parse_whole(text, origin, chunk);
+  if (progress) progress(text.size(), text.size());
+  return std::move(chunk.root);
+}
+
+json read_trace_documents_file(const std::filesystem::path& path, const std::string& origin,
+                               TraceDocumentHandler& handler, const TraceProgress& progress) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}; check that it exists and is readable",
+                                     origin, std::strerror(errno)));
+  }
+  struct stat info {};
+  const size_t expected = ::fstat(fd, &info) == 0 && info.st_size > 0 ? static_cast<size_t>(info.st_size) : 0;
+  PaddedParser parser;
+  char* buffer = parser.reserve(expected);
+  size_t size = 0;
+  while (size < expected) {  // a file cut short meanwhile is read as far as it goes
+    const ssize_t got = ::read(fd, buffer + size, expected - size);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int code = errno;
+      ::close(fd);
+      throw TraceReadError(fmt::format("profile file '{}' cannot be read: {}; check the disk and the file", origin,
+                                       std::strerror(code)));
+    }
+    if (got == 0) break;
+    size += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  const std::string_view text(buffer, size);
+  ChunkIndex chunk;
+  chunk.documents = &handler;
+  chunk.progress = &progress;
+  chunk.progress_begin = text.data();
+  chunk.progress_total = text.size();
+  parse_whole(text, origin, chunk, std::move(parser));
   if (progress) progress(text.size(), text.size());
   return std::move(chunk.root);
 }

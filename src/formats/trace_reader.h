@@ -146,6 +146,12 @@ using TraceProgress = std::function<void(uint64_t done, uint64_t total)>;
 nlohmann::json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
                                     const TraceProgress& progress = {});
 
+// The same for a file, read into one padded buffer: the only copy of its text while it is parsed
+// (no mapping of the file beside it). Throws TraceReadError naming `origin` also when the file
+// cannot be read.
+nlohmann::json read_trace_documents_file(const std::filesystem::path& path, const std::string& origin,
+                                         TraceDocumentHandler& handler, const TraceProgress& progress = {});
+
 // Every check read_trace makes, keeping nothing and holding a bounded buffer (a MiB of the file, a
 // run of whole events of about a MiB or the largest single event, and at most 8 MiB of what surrounds
 // the events array) instead of the file: uploads are validated with it. Throws TraceReadError as
