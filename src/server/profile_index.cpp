@@ -178,6 +178,7 @@ void ProfileIndex::build_lanes(MergedTrace& merged) {
           process == merged.process_names.end() ? fmt::format("PID:{}", key.first) : process->second;
       lane.name = fmt::format("{}/TID:{}", prefix, key.second);
     }
+    lane.layer = profiler::parse_lane_name(lane.name).layer;
     const auto lane_id = static_cast<uint32_t>(lanes_.size());
     merged.lane_of[key] = lane_id;
     if (auto it = merged.lane_events.find(key); it != merged.lane_events.end()) lane.events = std::move(it->second);

@@ -29,6 +29,7 @@
 #include "formats/manifest.h"
 #include "formats/ntff.h"
 #include "formats/trace_reader.h"
+#include "profiler/lane_names.h"
 
 namespace sightline::server {
 
@@ -57,6 +58,7 @@ struct TraceEvent {
 
 struct Lane {
   std::string name;  // instance/PID/subsystem/identifier, from the thread_name metadata
+  profiler::LaneLayer layer = profiler::LaneLayer::other;  // the name's layer, parsed once (lane_names.h)
   int64_t pid = 0;
   int64_t tid = 0;
   int64_t process_sort = 0;
