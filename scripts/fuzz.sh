@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of our file formats with libFuzzer under clang, ASan and UBSan: NEFF, NTFF,
-# trace.json, the manifest and safetensors checkpoints, and the Explorer server's index of trace.json and its upload validator
+# trace.json (the one reader, through the analysis reader and the Explorer server's index), the manifest,
+# safetensors checkpoints and the server's upload validator
 # (the whole library is built with coverage instrumentation,
 # -fsanitize=fuzzer-no-link, so the fuzzer sees the readers' branches). Each target starts from its
 # seed corpus (tests/fuzz/corpus/<target>, copied, so the repository's corpus is not changed).
@@ -14,10 +15,10 @@ cd "$(dirname "$0")/.."
 seconds=${1:-}
 jobs=$(nproc)
 out=${FUZZ_OUT:-build-fuzz/findings}
-targets=(neff_fuzz ntff_fuzz trace_json_fuzz manifest_fuzz profile_index_fuzz upload_fuzz safetensors_fuzz)
+targets=(neff_fuzz ntff_fuzz manifest_fuzz trace_reader_fuzz upload_fuzz safetensors_fuzz)
 # CI's runs per target: about a minute each on the project's 2-core machine (execs/s differ by reader).
-declare -A ci_runs=([neff_fuzz]=2000000 [ntff_fuzz]=2000000 [trace_json_fuzz]=110000 [manifest_fuzz]=500000
-                    [profile_index_fuzz]=12000 [upload_fuzz]=70000
+declare -A ci_runs=([neff_fuzz]=2000000 [ntff_fuzz]=2000000 [manifest_fuzz]=500000
+                    [trace_reader_fuzz]=12000 [upload_fuzz]=70000
                     [safetensors_fuzz]=100000)  # ~30 s: 99k runs took 30 s at ~3,200 exec/s
 
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \

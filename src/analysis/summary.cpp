@@ -199,33 +199,6 @@ Summary summarize_traced(const ProfileDir& profile, const TracedExecutable& trac
   return builder.finish(traced.executable->name);
 }
 
-std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions) {
-  std::stable_sort(executions.begin(), executions.end(), [](const ExecutionSpan& a, const ExecutionSpan& b) {
-    return a.core != b.core ? a.core < b.core : a.start_ns < b.start_ns;
-  });
-  std::vector<CoreActivity> out;
-  for (size_t first = 0; first < executions.size();) {
-    size_t last = first;
-    while (last < executions.size() && executions[last].core == executions[first].core) ++last;
-    CoreActivity c;
-    c.core = executions[first].core;
-    c.executions = last - first;
-    c.first_start_ns = executions[first].start_ns;
-    int64_t busy_end = executions[first].end_ns;
-    c.busy_ns = executions[first].end_ns - executions[first].start_ns;
-    for (size_t i = first + 1; i < last; ++i) {
-      const int64_t gap = executions[i].start_ns - busy_end;
-      if (gap > 0) c.idle_ns += gap, c.largest_gap_ns = std::max(c.largest_gap_ns, gap);
-      busy_end = std::max(busy_end, executions[i].end_ns);
-      c.busy_ns += executions[i].end_ns - executions[i].start_ns;
-    }
-    c.last_end_ns = busy_end;
-    out.push_back(c);
-    first = last;
-  }
-  return out;
-}
-
 std::vector<ExecutionSpan> captured_executions(const ProfileDir& profile) {
   std::vector<ExecutionSpan> out;
   for (const TracedExecutable& traced : profile.traced) {
@@ -239,30 +212,30 @@ std::vector<ExecutionSpan> captured_executions(const ProfileDir& profile) {
 }
 
 DeviceActivity device_activity(const profiler::CollectedTrace& trace) {
-  std::vector<ExecutionSpan> executions;
+  profiler::DeviceTimeline timeline;
   std::map<int, std::pair<uint64_t, uint64_t>> switches_and_loads;  // by core
-  int64_t first_activity = INT64_MAX, last_activity = INT64_MIN;
   for (const profiler::FunctionEvent& e : trace.events) {
     if (e.device_type != profiler::DeviceType::privateuse1) continue;
-    first_activity = std::min(first_activity, e.start_ns);
-    last_activity = std::max(last_activity, e.end_ns);
     if (e.kind == profiler::EventKind::device_exec && e.name == "nc_exec_running") {
-      executions.push_back({e.device_index, e.start_ns, e.end_ns});
-    } else if (e.name == "nc_model_switch") {
+      timeline.execution(e.device_index, e.start_ns, e.end_ns);
+      continue;
+    }
+    timeline.activity(e.start_ns, e.end_ns);
+    if (e.name == "nc_model_switch") {
       ++switches_and_loads[e.device_index].first;
     } else if (e.name == "nc_first_load") {
       ++switches_and_loads[e.device_index].second;
     }
   }
   DeviceActivity out;
-  for (CoreActivity& c : core_activity(std::move(executions))) {
+  for (CoreActivity& c : timeline.cores()) {
     std::tie(c.switches, c.first_loads) = switches_and_loads[c.core];
     out.executions += c.executions;
     out.idle_ns += c.idle_ns;
     out.switches += c.switches;
     out.cores.push_back(c);
   }
-  if (first_activity <= last_activity) out.span_ns = last_activity - first_activity;
+  out.span_ns = timeline.span_ns();
   return out;
 }
 

@@ -24,6 +24,7 @@
 // timeline, so the idle gaps between them, and the executable switches (device_activity below).
 //   span              first to last device activity of any kind (executions, copies, switches, loads),
 //                     over all cores: neuron::last_trace_summary's span, read back from the file
+//                     (both through profiler::DeviceTimeline)
 //   idle              the gaps between consecutive executions of a core, summed over cores
 //   switches          nc_model_switch events (the core changed executables)
 #pragma once
@@ -42,6 +43,7 @@
 #include "sightline/device/executable.h"
 #include "sightline/device/spec.h"
 #include "formats/ntff.h"
+#include "profiler/device_time.h"
 #include "sightline/profiler/events.h"
 
 namespace sightline::analysis {
@@ -94,21 +96,11 @@ struct Summary {
   uint64_t hbm_bytes() const { return hbm_read_bytes + hbm_write_bytes; }
 };
 
-// What one core's lane of trace.json shows: its nc_exec_running events in time order.
-struct CoreActivity {
-  int core = 0;
-  uint64_t executions = 0;
-  int64_t busy_ns = 0;         // sum of the executions' durations
-  int64_t first_start_ns = 0;  // host clock ns: the first execution's start
-  int64_t last_end_ns = 0;     // the latest end of an execution
-  // The executions' window (first start to last end): what the idle share is a share of.
-  int64_t idle_ns = 0;         // gaps between consecutive executions
-  int64_t largest_gap_ns = 0;
-  uint64_t switches = 0;       // nc_model_switch
-  uint64_t first_loads = 0;    // nc_first_load
-
-  int64_t span_ns() const { return last_end_ns - first_start_ns; }
-};
+// Busy, span and a core's idle gaps have one definition, the profiler's (profiler/device_time.h),
+// which neuron::last_trace_summary uses too.
+using profiler::CoreActivity;
+using profiler::ExecutionSpan;
+using profiler::core_activity;
 
 struct DeviceActivity {
   std::vector<CoreActivity> cores;  // by core index; cores that ran at least one execution
@@ -120,19 +112,6 @@ struct DeviceActivity {
 
 // The device lanes of a framework trace (trace.json). Empty when it has no executions.
 DeviceActivity device_activity(const profiler::CollectedTrace& trace);
-
-// One execution on its core's host timeline: the compact form the activity of a core is computed from,
-// whichever population it comes from (trace.json's nc_exec_running events, or the captured executions).
-struct ExecutionSpan {
-  int core = 0;
-  int64_t start_ns = 0;
-  int64_t end_ns = 0;
-};
-
-// Per core, in core order: executions, busy time, first start, last end, idle gaps and the largest
-// one (switches and first loads are left 0: only the trace's lanes record them). The one definition
-// of busy and idle that device_activity and the idle_gaps insight share.
-std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions);
 
 // The captured executions of a profile (every NTFF execution, the population of every summary
 // metric and insight), on the host timeline of the instruction traces: an execution ends where the

@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -22,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/trace_reader.h"
 #include "profiler/lane_names.h"
 #include "sightline/error.h"
 
@@ -32,295 +31,8 @@ using nlohmann::json;
 using profiler::DeviceType;
 using profiler::EventKind;
 
-// Times are kept within +-10^18 ns (31 years) of the trace's base, so that sums and differences of
-// them never overflow int64 wherever the trace is used.
-constexpr std::int64_t kMaxTimeNs = 1'000'000'000'000'000'000;
-
-// "1234.567" (microseconds, three decimals, as JsonWriter::fixed3 writes them) to exact nanoseconds;
-// false for any other text and for values beyond kMaxTimeNs.
-bool parse_thousandths(std::string_view text, std::int64_t& out) {
-  const bool negative = !text.empty() && text.front() == '-';
-  if (negative) text.remove_prefix(1);
-  const std::size_t dot = text.find('.');
-  std::string_view whole = text.substr(0, dot), fraction = dot == std::string_view::npos ? "" : text.substr(dot + 1);
-  if (whole.empty() || fraction.size() > 3) return false;
-  std::int64_t w = 0, f = 0;
-  auto [whole_end, whole_error] = std::from_chars(whole.data(), whole.data() + whole.size(), w);
-  if (whole_error != std::errc{} || whole_end != whole.data() + whole.size()) return false;
-  if (!fraction.empty()) {
-    auto [fraction_end, fraction_error] = std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
-    if (fraction_error != std::errc{} || fraction_end != fraction.data() + fraction.size() || f < 0) return false;
-  }
-  for (std::size_t i = fraction.size(); i < 3; ++i) f *= 10;
-  if (w > kMaxTimeNs / 1000) return false;  // also keeps w * 1000 + f from overflowing
-  out = (w * 1000 + f) * (negative ? -1 : 1);
-  return true;
-}
-
-// ts/dur values: integer nanoseconds parsed from their text (see the header for why). A time out of
-// range stays a float, which the reader refuses naming the event and the field.
-struct TimeValue {
-  bool is_integer = false;
-  json::number_integer_t ns = 0;
-  double value = 0;
-};
-
-// trace.json is read as a stream: nlohmann's SAX parser drives this handler, which builds a small
-// document for one element of "traceEvents" at a time and hands it on (then drops it), and keeps the
-// other top-level values (a few numbers and notes). Memory is one event's document and one buffer of
-// the file, whatever the file's size, instead of a document of the whole file (about ten times it).
-class StreamingSax {
- public:
-  using EventHandler = std::function<void(const json& event, std::size_t index)>;
-  explicit StreamingSax(EventHandler on_event) : on_event_(std::move(on_event)) {}
-
-  json top = json::object();      // the top-level object, less "traceEvents"
-  bool root_not_object = false;   // the document is not an object: not a Chrome trace
-  bool events_twice = false;      // "traceEvents" appears twice
-  bool saw_events = false;
-  std::string error;              // the parser's message for invalid JSON
-
-  bool null() {
-    return scalar([](Builder& b) { return b.null(); });
-  }
-  bool boolean(bool v) {
-    return scalar([v](Builder& b) { return b.boolean(v); });
-  }
-  bool number_integer(json::number_integer_t v) {
-    if (!time_key_) return scalar([v](Builder& b) { return b.number_integer(v); });
-    if (v > kMaxTimeNs / 1000 || v < -kMaxTimeNs / 1000) {
-      return scalar([v](Builder& b) { return b.number_float(static_cast<double>(v), {}); });
-    }
-    return scalar([v](Builder& b) { return b.number_integer(v * 1000); });
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
-    if (!time_key_) return scalar([v](Builder& b) { return b.number_unsigned(v); });
-    if (v > static_cast<json::number_unsigned_t>(kMaxTimeNs / 1000)) {
-      return scalar([v](Builder& b) { return b.number_float(static_cast<double>(v), {}); });
-    }
-    return scalar([v](Builder& b) { return b.number_integer(static_cast<json::number_integer_t>(v) * 1000); });
-  }
-  bool number_float(json::number_float_t v, const json::string_t& text) {
-    std::int64_t ns = 0;
-    if (time_key_ && parse_thousandths(text, ns)) return scalar([ns](Builder& b) { return b.number_integer(ns); });
-    // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
-    if (time_key_ && std::isfinite(v) && std::fabs(v) * 1000 <= static_cast<double>(kMaxTimeNs)) {
-      const auto rounded = static_cast<std::int64_t>(std::llround(v * 1000));
-      return scalar([rounded](Builder& b) { return b.number_integer(rounded); });
-    }
-    return scalar([v, &text](Builder& b) { return b.number_float(v, text); });
-  }
-  bool string(json::string_t& v) {
-    return scalar([&v](Builder& b) { return b.string(v); });
-  }
-  bool binary(json::binary_t& v) {
-    return scalar([&v](Builder& b) { return b.binary(v); });
-  }
-  bool key(json::string_t& k) {
-    time_key_ = k == "ts" || k == "dur";
-    if (builder_) return builder_->key(k);
-    key_ = k;
-    return true;
-  }
-  bool start_object(std::size_t n) {
-    if (!builder_) {
-      if (level_ == Level::document) {
-        level_ = Level::top;
-        return true;
-      }
-      begin();
-    }
-    ++depth_;
-    return builder_->start_object(n);
-  }
-  bool start_array(std::size_t n) {
-    if (!builder_) {
-      if (level_ == Level::document) {
-        root_not_object = true;
-        return false;
-      }
-      if (level_ == Level::top && key_ == "traceEvents") {
-        if (saw_events) {
-          events_twice = true;
-          return false;
-        }
-        saw_events = true;
-        level_ = Level::events;
-        return true;
-      }
-      begin();
-    }
-    ++depth_;
-    return builder_->start_array(n);
-  }
-  bool end_object() {
-    if (!builder_) return true;  // the top-level object
-    const bool ok = builder_->end_object();
-    if (--depth_ == 0) finish();
-    return ok;
-  }
-  bool end_array() {
-    if (!builder_) {  // the events array
-      level_ = Level::top;
-      return true;
-    }
-    const bool ok = builder_->end_array();
-    if (--depth_ == 0) finish();
-    return ok;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    error = ex.what();
-    return false;
-  }
-
- private:
-  using Builder = nlohmann::detail::json_sax_dom_parser<json>;
-  enum class Level { document, top, events };
-
-  // A value starts at the top level or in the events array: it is built on its own.
-  void begin() {
-    value_ = json();
-    builder_.emplace(value_, true);
-  }
-  void finish() {
-    builder_.reset();
-    if (level_ == Level::events) {
-      on_event_(value_, next_index_++);
-    } else {
-      top[key_] = std::move(value_);  // a repeated key: the last value wins, as in a document
-    }
-    value_ = json();
-  }
-  template <typename Forward>
-  bool scalar(Forward forward) {
-    if (builder_) return forward(*builder_);
-    if (level_ == Level::document) {
-      root_not_object = true;
-      return false;
-    }
-    begin();
-    const bool ok = forward(*builder_);
-    finish();
-    return ok;
-  }
-
-  EventHandler on_event_;
-  Level level_ = Level::document;
-  std::optional<Builder> builder_;
-  json value_;
-  int depth_ = 0;
-  std::string key_;
-  bool time_key_ = false;
-  std::size_t next_index_ = 0;
-};
-
-// The bytes of a file, a buffer at a time, as the char iterator nlohmann's parser reads; reports
-// progress every buffer. A read error ends the input (the parser then reports it truncated) and is
-// kept for the caller to name.
-class FileSource {
- public:
-  FileSource(const std::string& path, const ProgressCallback& progress) : progress_(progress) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    SIGHTLINE_CHECK(fd_ >= 0, "cannot read trace '{}' ({}); check that it exists and is readable", path,
-                    std::strerror(errno));
-    struct stat info {};
-    if (::fstat(fd_, &info) == 0 && info.st_size > 0) total_ = static_cast<uint64_t>(info.st_size);
-    refill();
-  }
-  ~FileSource() { ::close(fd_); }
-  FileSource(const FileSource&) = delete;
-  FileSource& operator=(const FileSource&) = delete;
-
-  bool at_end() const { return at_ == end_; }
-  char current() const { return buffer_[at_]; }
-  void advance() {
-    if (++at_ == end_) refill();
-  }
-  int read_errno() const { return read_errno_; }
-  uint64_t done() const { return done_; }
-
- private:
-  void refill() {
-    at_ = end_ = 0;
-    ssize_t got = 0;
-    do {
-      got = ::read(fd_, buffer_.data(), buffer_.size());
-    } while (got < 0 && errno == EINTR);
-    if (got < 0) read_errno_ = errno;
-    if (got <= 0) return;
-    end_ = static_cast<std::size_t>(got);
-    done_ += static_cast<uint64_t>(got);
-    if (progress_) progress_(done_, std::max(total_, done_));
-  }
-
-  int fd_ = -1;
-  std::vector<char> buffer_ = std::vector<char>(std::size_t{1} << 20);
-  std::size_t at_ = 0, end_ = 0;
-  uint64_t done_ = 0, total_ = 0;
-  int read_errno_ = 0;
-  ProgressCallback progress_;
-};
-
-class FileIterator {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = char;
-
-  FileIterator() = default;
-  explicit FileIterator(FileSource* source) : source_(source) {}
-  char operator*() const { return source_->current(); }
-  FileIterator& operator++() {
-    source_->advance();
-    return *this;
-  }
-  FileIterator operator++(int) {
-    FileIterator before = *this;
-    ++*this;
-    return before;
-  }
-  bool operator==(const FileIterator& other) const { return ended() == other.ended(); }
-
- private:
-  bool ended() const { return source_ == nullptr || source_->at_end(); }
-  FileSource* source_ = nullptr;
-};
-
-// A char iterator over text in memory that reports how far the parser got, every MiB.
-class ProgressIterator {
- public:
-  using iterator_category = std::forward_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-
-  ProgressIterator() = default;
-  ProgressIterator(const char* at, const char* begin, std::size_t total, const ProgressCallback* progress)
-      : at_(at), begin_(begin), total_(total), progress_(progress) {}
-  reference operator*() const { return *at_; }
-  ProgressIterator& operator++() {
-    ++at_;
-    if (progress_ != nullptr && *progress_ && ((at_ - begin_) & ((1 << 20) - 1)) == 0) {
-      (*progress_)(static_cast<uint64_t>(at_ - begin_), total_);
-    }
-    return *this;
-  }
-  ProgressIterator operator++(int) {
-    ProgressIterator before = *this;
-    ++*this;
-    return before;
-  }
-  bool operator==(const ProgressIterator& other) const { return at_ == other.at_; }
-
- private:
-  const char* at_ = nullptr;
-  const char* begin_ = nullptr;
-  std::size_t total_ = 0;
-  const ProgressCallback* progress_ = nullptr;
-};
+// Times are kept within +-10^18 ns of the trace's base (formats/trace_reader.h).
+constexpr std::int64_t kMaxTimeNs = formats::kMaxTraceTimeNs;
 
 // Where a value sits, for errors: "trace.json: traceEvents[12].args.External id". Formatted only
 // when an error is raised.
@@ -378,7 +90,7 @@ T integer_or(const json& object, const char* key, T fallback, const Where& where
   return found == object.end() ? fallback : integer_of<T>(*found, where, key);
 }
 
-// "ts" or "dur" after ExactTimeSax: integer nanoseconds, or a float when the text was no time.
+// "ts" or "dur" as the trace reader hands them: integer nanoseconds, or a float when the text was no time.
 std::int64_t time_field(const json& object, const char* key, const Where& where) {
   const json& value = required(object, key, where);
   SIGHTLINE_CHECK(value.is_number_integer(),
@@ -424,9 +136,11 @@ bool kind_from_category(std::string_view category, EventKind& kind) {
 // What the reader builds from the events as they stream by. Runtime calls on a core's lane take their
 // host thread from the "fwd" flow that links them to their framework op and their core from the
 // lane's process, which may come later in the file: those are resolved once every event is read.
-class TraceBuilder {
+class TraceBuilder final : public formats::TraceDocumentHandler {
  public:
   TraceBuilder(const std::string& origin, bool keep) : origin_(origin), keep_(keep) {}
+
+  void element(const json& event, std::size_t i) override { this->event(event, i); }
 
   // At most this many events will be kept: the vector is reserved once, so it never holds a grown
   // copy of itself (pages of the reserve that no event fills are never touched, so never resident).
@@ -589,36 +303,6 @@ class TraceBuilder {
   std::int64_t window_end_ = 0;
 };
 
-// Streams `begin`..`end` through the reader. `keep` false: every check, nothing kept (validation).
-template <typename Iterator>
-profiler::CollectedTrace read_trace(Iterator begin, Iterator end, const std::string& origin, bool keep,
-                                    std::size_t events_at_most,
-                                    const std::function<std::string()>& read_failure = {}) {
-  TraceBuilder builder(origin, keep);
-  builder.expect_at_most(events_at_most);
-  StreamingSax sax([&](const json& event, std::size_t i) { builder.event(event, i); });
-  bool parsed = false;
-  try {
-    parsed = json::sax_parse(begin, end, &sax);
-  } catch (const json::exception& e) {
-    sax.error = e.what();
-  }
-  if (read_failure) {
-    const std::string failure = read_failure();
-    SIGHTLINE_CHECK(failure.empty(), "cannot read trace '{}' ({}); check the disk and the file", origin, failure);
-  }
-  SIGHTLINE_CHECK(!sax.events_twice, "{}: \"traceEvents\" appears twice; it is not a trace sightline wrote",
-                  origin);
-  SIGHTLINE_CHECK(sax.root_not_object || sax.error.empty() || parsed,
-                  "{} is not valid JSON ({}); the file is damaged or truncated, export the profile again", origin,
-                  sax.error);
-  SIGHTLINE_CHECK(!sax.root_not_object && sax.saw_events && !sax.top.contains("traceEvents"),
-                  "{} has no \"traceEvents\" array; it is not a Chrome trace", origin);
-  SIGHTLINE_CHECK(parsed, "{} is not valid JSON ({}); the file is damaged or truncated, export the profile again",
-                  origin, sax.error);
-  return builder.finish(sax.top);
-}
-
 // Every event the reader keeps has a "ph" key, so the times "ph" occurs in the text bound their
 // number (an escaped key only makes the bound low, and the vector then grows as usual).
 std::size_t count_ph(std::string_view text) {
@@ -632,34 +316,14 @@ std::size_t count_ph(std::string_view text) {
 // made of "ph" alone.
 constexpr std::size_t kMinEventBytes = 60;
 
-std::size_t events_at_most(std::size_t ph_count, std::size_t bytes) { return std::min(ph_count, bytes / kMinEventBytes + 1); }
-
-std::size_t count_ph_in_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;  // the reader names the failure
-  std::vector<char> buffer(std::size_t{1} << 20);
-  std::string window;  // the last bytes of the buffer before, so a key across two is still counted
-  std::size_t count = 0;
-  while (true) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    window.append(buffer.data(), std::min<std::size_t>(3, static_cast<std::size_t>(got)));
-    count += count_ph(window);
-    count += count_ph(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
-    window.assign(buffer.data() + std::max<ssize_t>(0, got - 3), buffer.data() + got);
-  }
-  ::close(fd);
-  return count;
-}
-
-profiler::CollectedTrace read_trace_file(const std::string& path, const ProgressCallback& progress, bool keep) {
-  std::error_code ignored;
-  const std::size_t bound = keep ? events_at_most(count_ph_in_file(path), std::filesystem::file_size(path, ignored)) : 0;
-  FileSource source(path, progress);
-  return read_trace(FileIterator(&source), FileIterator(), path, keep, bound, [&source]() -> std::string {
-    return source.read_errno() == 0 ? std::string() : std::strerror(source.read_errno());
-  });
+// The text through the one trace reader (formats/trace_reader.h), event by event into the builder.
+// `keep` false: every check, nothing kept (validation).
+profiler::CollectedTrace read_trace(std::string_view text, const std::string& origin, bool keep,
+                                    const ProgressCallback& progress = {}) {
+  TraceBuilder builder(origin, keep);
+  if (keep) builder.expect_at_most(std::min(count_ph(text), text.size() / kMinEventBytes + 1));
+  const json root = formats::read_trace_documents(text, origin, builder, progress);
+  return builder.finish(root);
 }
 
 }  // namespace
@@ -680,27 +344,25 @@ std::string trace_json_device_name(std::string_view text) {
 
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
                                           const ProgressCallback& progress) {
-  ProgressIterator begin(text.data(), text.data(), text.size(), &progress);
-  ProgressIterator end(text.data() + text.size(), text.data(), text.size(), &progress);
-  profiler::CollectedTrace trace = read_trace(begin, end, origin, true, events_at_most(count_ph(text), text.size()));
-  if (progress) progress(text.size(), text.size());
-  return trace;
+  return read_trace(text, origin, true, progress);
 }
 
 profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress) {
-  return read_trace_file(path, progress, true);
+  TraceBuilder builder(path, true);
+  std::error_code ignored;
+  // One event takes kMinEventBytes at least: a bound that needs no pass over the text.
+  builder.expect_at_most(std::filesystem::file_size(path, ignored) / kMinEventBytes + 1);
+  const json root = formats::read_trace_documents_file(path, path, builder, progress);
+  return builder.finish(root);
 }
 
 void trace_json_validate_file(const std::string& path, const std::string& origin) {
-  FileSource source(path, {});
-  (void)read_trace(FileIterator(&source), FileIterator(), origin, false, 0, [&source]() -> std::string {
-    return source.read_errno() == 0 ? std::string() : std::strerror(source.read_errno());
-  });
+  TraceBuilder builder(origin, false);
+  const json root = formats::validate_trace_file(path, origin, std::size_t{1} << 20, &builder);
+  (void)builder.finish(root);
 }
 
-void trace_json_validate(std::string_view text, const std::string& origin) {
-  (void)read_trace(text.begin(), text.end(), origin, false, 0);
-}
+void trace_json_validate(std::string_view text, const std::string& origin) { (void)read_trace(text, origin, false); }
 
 std::string trace_json_file_device_name(const std::string& path) {
   // The lane name ".../neuron_hw/NC:0" is short: the file is scanned a buffer at a time, each buffer

@@ -11,8 +11,10 @@
 // "Input Dims", flops and bytes; the [memory] instant events of profile_memory. In the system-lane layout a runtime call sits on its core's lane; its
 // host thread comes back from the "fwd" flow that links it to its framework op. The CPU tree, the
 // attribution of device events and the self/total times are then rebuilt by profiler::build_trace.
-// The file is read as a stream (nlohmann's SAX parser, one event's document at a time), never as a
-// document of the whole file: memory is what the trace holds plus one buffer, not ten times the file.
+// The file is read by the one trace reader (formats/trace_reader.h: simdjson On-Demand, times as
+// exact nanoseconds), which hands this reader one event's document at a time, never a document of
+// the whole file: memory is what the trace holds plus the text read once into a padded buffer, not
+// ten times the file; validation reads runs of about a MiB (bounded memory, for uploads).
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 #include "formats/neff.h"
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
+#include "profiler/device_time.h"
 #include "profiler/lane_names.h"
 #include "sightline/error.h"
 
@@ -343,18 +344,21 @@ TraceSummary last_trace_summary() {
                   "neuron::last_trace_summary: no trace has captured neuron activity yet; profile with "
                   "ProfilerActivity::PrivateUse1 (the default) and let a trace finish first");
   TraceSummary s;
-  int64_t first = INT64_MAX, last = INT64_MIN;
+  // Busy and span by the one definition a saved profile's are computed with (analysis/summary).
+  profiler::DeviceTimeline timeline;
   const CollectiveIndex collectives(capture->captured);
   std::set<uint64_t> ids;
   for (const runtime::Event& e : capture->captured.events) {
     if (!runtime::runtime_event_is_device(e.kind)) continue;
-    first = std::min(first, e.start_ns);
-    last = std::max(last, e.end_ns);
+    if (e.kind == runtime::RuntimeEventKind::exec_running) {
+      timeline.execution(static_cast<int>(e.core), e.start_ns, e.end_ns);
+    } else {
+      timeline.activity(e.start_ns, e.end_ns);
+    }
     const double us = static_cast<double>(e.end_ns - e.start_ns) / 1e3;
     switch (e.kind) {
       case runtime::RuntimeEventKind::exec_running:
         ++s.executions;
-        s.busy_us += us;
         s.hbm_mb += static_cast<double>(e.bytes) / 1e6;
         break;
       case runtime::RuntimeEventKind::copy_in: ++s.copies_in; break;
@@ -369,7 +373,8 @@ TraceSummary last_trace_summary() {
       default: break;
     }
   }
-  if (first <= last) s.span_us = static_cast<double>(last - first) / 1e3;
+  s.busy_us = static_cast<double>(timeline.busy_ns()) / 1e3;
+  s.span_us = static_cast<double>(timeline.span_ns()) / 1e3;
   s.collectives = static_cast<int>(ids.size());
   s.not_completed = capture->not_completed;
   s.earlier_steps = capture->earlier_steps;

@@ -9,21 +9,27 @@
 #include <unordered_map>
 #include <utility>
 
-#include "server/trace_reader.h"
-
-// Building the index of one profile (the second of its jobs, after reading trace.json in
-// trace_reader.cpp): the runs merged in file order, times made relative, lanes ordered and nested,
-// flows bound to the slices they belong to.
+// Building the index of one profile (the second of its jobs, after reading trace.json with the one
+// reader, formats/trace_reader.cpp): the runs merged in file order, times made relative (exact
+// nanoseconds to microseconds at this edge), lanes ordered and nested, flows bound to the slices they
+// belong to.
 namespace sightline::server {
 
 namespace fs = std::filesystem;
-using detail::FlowPoint;
-using detail::LaneKey;
+using LaneKey = formats::TraceLane;
 
 namespace {
 
 // trace.json times have three decimals of a microsecond; flow points bind within this tolerance.
 constexpr double kTimeToleranceUs = 0.0005;
+
+// One end of a flow ("s" or "f"), on the lane it was written on, its time relative to the origin.
+struct FlowPoint {
+  bool start = false;
+  int64_t pid = 0;
+  int64_t tid = 0;
+  double ts_us = 0;
+};
 
 // One end of a flow as the file holds it: its category (a global name id), id and where it is.
 struct FlowEnd {
@@ -31,6 +37,9 @@ struct FlowEnd {
   uint64_t id = 0;
   FlowPoint point;
 };
+
+// A time of the trace relative to the origin, in the index's microseconds.
+double relative_us(int64_t ns, int64_t origin_ns) { return static_cast<double>(ns - origin_ns) / 1000.0; }
 
 }  // namespace
 
@@ -65,58 +74,78 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
   return index;
 }
 
+void validate_trace_file(const fs::path& trace_path, const std::string& origin, size_t run_bytes) {
+  try {
+    formats::validate_trace_file(trace_path, origin, run_bytes);
+  } catch (const formats::TraceReadError& error) {
+    throw RequestError(422, error.what());
+  }
+}
+
 void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& options) {
   const std::string origin = (dir_.filename() / trace_path.filename()).string();
-  trace_file_ = std::make_shared<const detail::MappedFile>(trace_path);
-  std::vector<detail::TraceChunk> chunks = detail::read_trace(*trace_file_, origin, options);
+  std::vector<formats::TraceRun> runs;
+  try {
+    trace_file_ = std::make_shared<const formats::MappedTrace>(trace_path);
+    runs = formats::read_trace(*trace_file_, origin, options);
+  } catch (const formats::TraceReadError& error) {
+    throw RequestError(422, error.what());
+  }
   MergedTrace merged;
-  merge_runs(chunks, merged);
-  make_times_relative(merged);
+  merge_runs(runs, merged);
   build_lanes(merged);
   bind_flows(merged);
 }
 
-// Names get their ids in order of first appearance; each run is freed as soon as it is merged.
-void ProfileIndex::merge_runs(std::vector<detail::TraceChunk>& chunks, MergedTrace& merged) {
+// Names get their ids in order of first appearance; each run is freed as soon as it is merged. Times
+// become relative to the earliest event: trace.json holds host-clock times (about 1e15 ns), where a
+// double of microseconds keeps only about a nanosecond, too coarse for zooming into one instruction.
+void ProfileIndex::merge_runs(std::vector<formats::TraceRun>& chunks, MergedTrace& merged) {
   std::unordered_map<std::string, uint32_t> name_ids;
   size_t total_events = 0, total_flow_points = 0;
-  for (const detail::TraceChunk& chunk : chunks) {
-    total_events += chunk.events.size();
+  bool any_event = false;
+  for (const formats::TraceRun& chunk : chunks) {
+    total_events += chunk.slices.size();
     total_flow_points += chunk.flow_points.size();
+    for (const formats::TraceSlice& slice : chunk.slices) {
+      origin_ns_ = any_event ? std::min(origin_ns_, slice.ts_ns) : slice.ts_ns;
+      any_event = true;
+    }
   }
+  origin_us_ = static_cast<double>(origin_ns_) / 1000.0;
   events_.reserve(total_events);
   merged.flow_ends.reserve(total_flow_points);
-  for (detail::TraceChunk& chunk : chunks) {
+  for (formats::TraceRun& chunk : chunks) {
     std::vector<uint32_t> global(chunk.names.size());
     for (size_t i = 0; i < chunk.names.size(); ++i) {
       auto [it, inserted] = name_ids.emplace(chunk.names[i], static_cast<uint32_t>(names_.size()));
       if (inserted) names_.push_back(chunk.names[i]);
       global[i] = it->second;
     }
-    for (size_t i = 0; i < chunk.events.size(); ++i) {
-      TraceEvent& event = chunk.events[i];
-      event.name = global[event.name];
-      event.category = global[event.category];
-      merged.lane_events[chunk.event_lanes[i]].push_back(static_cast<uint32_t>(events_.size()));
-      events_.push_back(std::move(event));
+    for (size_t i = 0; i < chunk.slices.size(); ++i) {
+      const formats::TraceSlice& slice = chunk.slices[i];
+      TraceEvent event;
+      event.ts_us = relative_us(slice.ts_ns, origin_ns_);
+      event.dur_us = static_cast<double>(slice.dur_ns) / 1000.0;
+      event.name = global[slice.name];
+      event.category = global[slice.category];
+      event.external_id = static_cast<int64_t>(slice.external_id);
+      event.correlation = static_cast<int64_t>(slice.correlation);
+      event.args_offset = slice.args_offset;
+      event.args_bytes = slice.args_bytes;
+      merged.lane_events[chunk.slice_lanes[i]].push_back(static_cast<uint32_t>(events_.size()));
+      events_.push_back(event);
     }
     for (auto& [pid, name] : chunk.process_names) merged.process_names.insert_or_assign(pid, std::move(name));
     for (auto& [pid, sort] : chunk.process_sorts) merged.process_sorts.insert_or_assign(pid, sort);
     for (auto& [key, name] : chunk.thread_names) merged.thread_names.insert_or_assign(key, std::move(name));
     for (auto& [key, sort] : chunk.thread_sorts) merged.thread_sorts.insert_or_assign(key, sort);
-    for (const auto& [category, id, point] : chunk.flow_points) merged.flow_ends.push_back({global[category], id, point});
-    chunk = detail::TraceChunk{};
+    for (const auto& [category, id, point] : chunk.flow_points) {
+      const FlowPoint relative{point.start, point.lane.first, point.lane.second, relative_us(point.ts_ns, origin_ns_)};
+      merged.flow_ends.push_back({global[category], id, relative});
+    }
+    chunk = formats::TraceRun{};
   }
-}
-
-// Times become relative to the earliest event: trace.json holds host-clock microseconds (about 1e12),
-// where a double keeps only about a nanosecond, too coarse for zooming into one instruction.
-void ProfileIndex::make_times_relative(MergedTrace& merged) {
-  if (events_.empty()) return;
-  origin_us_ = events_.front().ts_us;
-  for (const TraceEvent& event : events_) origin_us_ = std::min(origin_us_, event.ts_us);
-  for (TraceEvent& event : events_) event.ts_us -= origin_us_;
-  for (FlowEnd& end : merged.flow_ends) end.point.ts_us -= origin_us_;
 }
 
 // Lanes in the order the metadata asks for (process sort index, then thread sort index), each lane's
@@ -149,6 +178,7 @@ void ProfileIndex::build_lanes(MergedTrace& merged) {
           process == merged.process_names.end() ? fmt::format("PID:{}", key.first) : process->second;
       lane.name = fmt::format("{}/TID:{}", prefix, key.second);
     }
+    lane.layer = profiler::parse_lane_name(lane.name).layer;
     const auto lane_id = static_cast<uint32_t>(lanes_.size());
     merged.lane_of[key] = lane_id;
     if (auto it = merged.lane_events.find(key); it != merged.lane_events.end()) lane.events = std::move(it->second);

@@ -1,8 +1,10 @@
 // The Explorer server's in-memory index of one profile output directory (docs/formats.md).
 //
-// Loading reads trace.json once (simdjson On-Demand over a padded copy of the text: no document tree
-// of it is built, every value is validated, large files are read in runs on several threads) into per-lane arrays sorted by start time, binds the flow
-// events ("s"/"f") to the slices they belong to, and keeps the manifest. Queries answer the JSON API:
+// Loading reads trace.json once through the one reader (formats/trace_reader.h: exact nanoseconds,
+// large files read in runs on several threads) into per-lane arrays sorted by start time, binds the
+// flow events ("s"/"f") to the slices they belong to, and keeps the manifest. Times here are
+// microseconds relative to the earliest event, converted from the reader's nanoseconds at this edge
+// (the JSON API and the Explorer speak microseconds). Queries answer the JSON API:
 //
 //   auto profile = ProfileIndex::load("/profiles/naive");
 //   nlohmann::json visible = profile->window({.start_us = 0, .end_us = 500, .width_px = 1200});
@@ -26,6 +28,8 @@
 #include "sightline/device/executable.h"
 #include "formats/manifest.h"
 #include "formats/ntff.h"
+#include "formats/trace_reader.h"
+#include "profiler/lane_names.h"
 
 namespace sightline::server {
 
@@ -54,6 +58,7 @@ struct TraceEvent {
 
 struct Lane {
   std::string name;  // instance/PID/subsystem/identifier, from the thread_name metadata
+  profiler::LaneLayer layer = profiler::LaneLayer::other;  // the name's layer, parsed once (lane_names.h)
   int64_t pid = 0;
   int64_t tid = 0;
   int64_t process_sort = 0;
@@ -81,33 +86,17 @@ struct WindowQuery {
   size_t max_entries = kMaxWindowEntries;
 };
 
-// How trace.json is read: large files are split into runs of whole events (at line starts of the
-// exporter's one-event-per-line layout), each thread parsing the next run not yet taken, and the runs
-// are merged in file order; the result is the same as one sequential parse, which is also the
-// fallback for any other layout and gives the exact error of a damaged file.
-struct IndexOptions {
-  size_t parallel_parse_bytes = size_t{32} << 20;  // files smaller than this are read on one thread
-  size_t bytes_per_thread = size_t{8} << 20;       // at most one thread per this many bytes
-  unsigned threads = 0;                            // 0: std::thread::hardware_concurrency()
-  size_t bytes_per_run = size_t{2} << 20;          // the events are parsed in runs of about this size
-};
+// How trace.json is read (formats::TraceReadOptions: runs of whole events on several threads).
+using IndexOptions = formats::TraceReadOptions;
 
-// Every check ProfileIndex::load makes of a trace.json, keeping nothing and holding a bounded buffer
-// (a MiB of the file, a run of whole events of about a MiB or the largest single event, and at most
-// 8 MiB of what surrounds the events array) instead of the file: uploads are validated with it.
-// Throws RequestError(422) as load does; `origin` names the file in messages. `run_bytes`: the size
-// past which a run of events is cut (small in the fuzz target, so that every input is cut often).
+// formats::validate_trace_file (every check ProfileIndex::load makes, with bounded memory: uploads
+// are validated with it), its TraceReadError as RequestError(422).
 void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
                          size_t run_bytes = size_t{1} << 20);
 
-namespace detail {
-struct TraceChunk;
-class MappedFile;
-}
-
-// The index's jobs, one file each: reading trace.json (trace_reader.cpp), building lanes and flows
-// (profile_index.cpp), answering the timeline (profile_queries.cpp) and summarizing
-// (profile_summaries.cpp).
+// The index's jobs, one file each: reading trace.json (the one reader, formats/trace_reader.cpp),
+// building lanes and flows (profile_index.cpp), answering the timeline (profile_queries.cpp) and
+// summarizing (profile_summaries.cpp).
 class ProfileIndex {
  public:
   // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.
@@ -137,8 +126,7 @@ class ProfileIndex {
  private:
   struct MergedTrace;
   void parse_trace(const std::filesystem::path& trace_path, const IndexOptions& options);
-  void merge_runs(std::vector<detail::TraceChunk>& chunks, MergedTrace& merged);
-  void make_times_relative(MergedTrace& merged);
+  void merge_runs(std::vector<formats::TraceRun>& runs, MergedTrace& merged);
   void build_lanes(MergedTrace& merged);
   void bind_flows(MergedTrace& merged);
   std::optional<uint32_t> enclosing_event(uint32_t lane, double ts_us) const;
@@ -156,13 +144,14 @@ class ProfileIndex {
   std::shared_ptr<const DeviceTrace> device_trace(uint64_t neff_hash, uint32_t core) const;
 
   std::filesystem::path dir_;
-  std::shared_ptr<const detail::MappedFile> trace_file_;
+  std::shared_ptr<const formats::MappedTrace> trace_file_;
   formats::Manifest manifest_;
   std::vector<std::string> names_;
   std::vector<TraceEvent> events_;
   std::vector<Lane> lanes_;
   std::vector<Flow> flows_;
-  double origin_us_ = 0;  // trace.json time of the earliest event; every ts here is relative to it
+  int64_t origin_ns_ = 0;  // trace.json time of the earliest event; every ts here is relative to it
+  double origin_us_ = 0;  // the same in microseconds, as the API reports it
   double start_us_ = 0;
   double end_us_ = 0;
   mutable std::mutex device_mutex_;

@@ -6,7 +6,7 @@
 #include <cctype>
 
 #include "profiler/lane_names.h"
-#include "server/trace_reader.h"
+#include "formats/trace_reader.h"
 
 // The index's answers to the timeline (the third and fourth of its jobs): the lanes, a window of
 // visible events with sub-pixel events merged into boxes, an event's details with its flows, and
@@ -23,9 +23,7 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-bool is_hardware_lane(const Lane& lane) {
-  return profiler::parse_lane_name(lane.name).layer == profiler::LaneLayer::hardware;
-}
+bool is_hardware_lane(const Lane& lane) { return lane.layer == profiler::LaneLayer::hardware; }
 
 // The lane name's parts, so that the Explorer groups and colours lanes without parsing names itself.
 void add_lane_parts(json& out, std::string_view name) {
@@ -151,13 +149,13 @@ nlohmann::json ProfileIndex::lane_window(uint32_t lane_id, const WindowQuery& qu
 
 nlohmann::json ProfileIndex::event_summary(uint32_t id) const {
   const TraceEvent& event = events_[id];
-  const std::string& lane_name = lanes_[event.lane].name;
+  const Lane& lane = lanes_[event.lane];
   return {{"id", id},
           {"name", names_[event.name]},
           {"cat", names_[event.category]},
           {"lane", event.lane},
-          {"lane_name", lane_name},
-          {"layer", std::string(profiler::lane_layer_name(profiler::parse_lane_name(lane_name).layer))},
+          {"lane_name", lane.name},
+          {"layer", std::string(profiler::lane_layer_name(lane.layer))},
           {"ts", event.ts_us},
           {"dur", event.dur_us},
           {"depth", event.depth}};

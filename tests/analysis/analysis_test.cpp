@@ -261,7 +261,7 @@ TEST(AnalysisTraceJson, MalformedJsonIsAClearError) {
     (void)analysis::trace_json_parse("{\"traceEvents\": [", "broken.json");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("broken.json is not valid JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'broken.json' is not valid JSON"), std::string::npos) << e.what();
   }
 }
 

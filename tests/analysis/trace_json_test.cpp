@@ -158,3 +158,31 @@ TEST(TraceJsonHostile, EveryFieldOfTheWrongTypeIsANamedError) {
     }
   }
 }
+
+// The one trace reader hands the analysis reader every element, so one that is no event object is
+// refused with its index (not skipped, which would also shift the indexes of the events after it).
+TEST(TraceJsonHostile, AnElementThatIsNoObjectIsRefusedWithItsIndex) {
+  json trace = valid_trace();
+  trace["traceEvents"].insert(trace["traceEvents"].begin() + 1, json(7));
+  EXPECT_NE(parse_error(trace.dump()).find("hostile/trace.json: traceEvents[1] is not an object"), std::string::npos)
+      << parse_error(trace.dump());
+}
+
+// Times are read from their text, exactly, at host-clock magnitudes where a double of microseconds
+// cannot hold the nanosecond (1764000000014.681 us is no double: the nearest is 0.09 ns below it, so
+// a conversion that truncates loses a nanosecond).
+TEST(TraceJsonHostile, HostClockTimesAreExactNanoseconds) {
+  std::string text = valid_trace().dump();
+  const std::string field = "\"ts\":10}";  // aten::mul, the first event at 10 (keys are sorted)
+  const size_t at = text.find(field);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, field.size(), "\"ts\":1764000000014.681}");
+  bool found = false;
+  for (const profiler::FunctionEvent& e : analysis::trace_json_parse(text, "exact/trace.json").events) {
+    if (e.name != "aten::mul") continue;
+    found = true;
+    EXPECT_EQ(e.start_ns, 1'764'000'000'014'681);
+    EXPECT_EQ(e.end_ns, 1'764'000'000'019'681);
+  }
+  EXPECT_TRUE(found);
+}

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -411,12 +412,15 @@ void expect_index_matches_document(const fs::path& dir) {
   const json document = json::parse(text.str());
   const json& events = document.is_array() ? document : document["traceEvents"];
   std::map<std::pair<int64_t, int64_t>, std::string> lane_names;
-  double origin = std::numeric_limits<double>::infinity();
+  // Times to exact nanoseconds: the file's three decimals, within half a nanosecond through a double
+  // at these magnitudes; the index keeps times relative to the earliest event from exact nanoseconds.
+  auto ns_of = [](const json& us) { return static_cast<int64_t>(std::llround(us.get<double>() * 1000)); };
+  int64_t origin = std::numeric_limits<int64_t>::max();
   for (const json& e : events) {
     if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name") {
       lane_names[{e["pid"].get<int64_t>(), e["tid"].get<int64_t>()}] = e["args"]["name"].get<std::string>();
     }
-    if (e.value("ph", "") == "X") origin = std::min(origin, e["ts"].get<double>());
+    if (e.value("ph", "") == "X") origin = std::min(origin, ns_of(e["ts"]));
   }
   using Row = std::tuple<std::string, std::string, std::string, double, double, std::string, int64_t, int64_t>;
   std::vector<Row> expected;
@@ -426,7 +430,8 @@ void expect_index_matches_document(const fs::path& dir) {
     if (phase == "X") {
       const json args = e.value("args", json::object());
       expected.emplace_back(lane_names.at({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()}), e["name"], e["cat"],
-                            e["ts"].get<double>() - origin, e["dur"].get<double>(), args.dump(),
+                            static_cast<double>(ns_of(e["ts"]) - origin) / 1000.0,
+                            static_cast<double>(ns_of(e["dur"])) / 1000.0, args.dump(),
                             args.value("External id", int64_t{0}), args.value("correlation", int64_t{0}));
     } else if (phase == "s" || phase == "f") {
       flow_ends[{e["cat"].get<std::string>(), e["id"].get<uint64_t>()}] += phase == "s" ? 1 : 2;

@@ -1,9 +1,14 @@
-// Fuzz target for the Explorer server's index of trace.json (server/profile_index): any input must
-// load or be refused with RequestError; what loads must answer the queries the Explorer makes (as
-// JSON the server can send); and the upload validator's streaming check (validate_trace_file, with
-// runs cut every few bytes so that every input is cut many times) must accept exactly what the
-// index loads, sequentially and on two threads. Built with -fsanitize=fuzzer under clang
-// (scripts/fuzz.sh); a g++ replay runs the seed corpus (profile_index_fuzz_replay_test).
+// Fuzz target for the one reader of trace.json (formats/trace_reader) and its two consumers.
+// The analysis reader (analysis/trace_json): any input must parse into a trace or throw
+// sightline::Error naming what is wrong; what parses must average and print, as `sightline table`
+// does; the check that keeps nothing (trace_json_validate) must accept exactly what parses, with the
+// same error. The Explorer server's index (server/profile_index): any input must load or be refused
+// with RequestError; what loads must answer the queries the Explorer makes (as JSON the server can
+// send); and the upload validator's streaming check (validate_trace_file, with runs cut every few
+// bytes so that every input is cut many times) must accept exactly what the index loads,
+// sequentially and on two threads. Never a crash, hang, overflow or unbounded allocation. Built
+// with -fsanitize=fuzzer under clang (scripts/fuzz.sh); a g++ replay runs the seed corpus
+// (trace_reader_fuzz_replay_test).
 #include <unistd.h>
 
 #include <cstddef>
@@ -12,9 +17,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 
+#include "analysis/trace_json.h"
 #include "sightline/device/spec.h"
 #include "formats/manifest.h"
+#include "sightline/profiler/key_averages.h"
 #include "server/profile_index.h"
 #include "sightline/error.h"
 
@@ -27,7 +35,7 @@ using sightline::server::RequestError;
 const fs::path& profile_dir() {
   static const fs::path dir = [] {
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    fs::path made = base / ("sightline_profile_index_fuzz_" + std::to_string(::getpid()));
+    fs::path made = base / ("sightline_trace_reader_fuzz_" + std::to_string(::getpid()));
     fs::create_directories(made);
     sightline::formats::Manifest manifest;
     manifest.created_utc = "2026-01-01T00:00:00Z";
@@ -41,13 +49,36 @@ const fs::path& profile_dir() {
 }
 
 [[noreturn]] void disagree(const char* what, const std::string& detail) {
-  std::fprintf(stderr, "profile_index_fuzz: %s: %s\n", what, detail.c_str());
+  std::fprintf(stderr, "trace_reader_fuzz: %s: %s\n", what, detail.c_str());
   __builtin_trap();
+}
+
+// The analysis reader: parse and the check that keeps nothing agree, error for error.
+void check_analysis_reader(std::string_view text) {
+  std::string parse_error, validate_error;
+  bool parsed = false, valid = false;
+  try {
+    const sightline::profiler::CollectedTrace trace = sightline::analysis::trace_json_parse(text, "fuzz.json");
+    parsed = true;
+    (void)sightline::profiler::key_averages(trace, {}).table();
+  } catch (const sightline::Error& error) {
+    parse_error = error.what();
+  }
+  try {
+    sightline::analysis::trace_json_validate(text, "fuzz.json");
+    valid = true;
+  } catch (const sightline::Error& error) {
+    validate_error = error.what();
+  }
+  if (parsed != valid || parse_error != validate_error) {
+    disagree("the analysis reader's parse and validate disagree", parse_error + " / " + validate_error);
+  }
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  check_analysis_reader(std::string_view(reinterpret_cast<const char*>(data), size));
   const fs::path trace = profile_dir() / "trace.json";
   {
     std::ofstream out(trace, std::ios::binary | std::ios::trunc);

@@ -1,4 +1,4 @@
-#include "server/trace_reader.h"
+#include "formats/trace_reader.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -17,10 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace sightline::server {
-namespace detail {
+namespace sightline::formats {
 
-uint32_t TraceChunk::name_id(std::string_view text) {
+uint32_t TraceRun::name_id(std::string_view text) {
   if (auto it = name_ids.find(text); it != name_ids.end()) return it->second;
   const auto id = static_cast<uint32_t>(names.size());
   names.emplace_back(text);
@@ -28,9 +29,45 @@ uint32_t TraceChunk::name_id(std::string_view text) {
   return id;
 }
 
+bool trace_time_ns(std::string_view text, int64_t& ns) {
+  // Three decimals or fewer (JsonWriter::fixed3): whole and thousandths read as integers, exactly.
+  std::string_view digits = text;
+  const bool negative = !digits.empty() && digits.front() == '-';
+  if (negative) digits.remove_prefix(1);
+  const size_t dot = digits.find('.');
+  const std::string_view whole = digits.substr(0, dot);
+  const std::string_view fraction = dot == std::string_view::npos ? std::string_view() : digits.substr(dot + 1);
+  int64_t w = 0, f = 0;
+  auto [whole_end, whole_error] = std::from_chars(whole.data(), whole.data() + whole.size(), w);
+  bool exact = !whole.empty() && fraction.size() <= 3 && whole_error == std::errc{} &&
+               whole_end == whole.data() + whole.size();
+  if (exact && !fraction.empty()) {
+    auto [fraction_end, fraction_error] = std::from_chars(fraction.data(), fraction.data() + fraction.size(), f);
+    exact = fraction_error == std::errc{} && fraction_end == fraction.data() + fraction.size() && f >= 0;
+  }
+  if (exact) {
+    for (size_t i = fraction.size(); i < 3; ++i) f *= 10;
+    if (w > kMaxTraceTimeNs / 1000) return false;  // also keeps w * 1000 + f from overflowing
+    ns = (w * 1000 + f) * (negative ? -1 : 1);
+    return true;
+  }
+  // Another writer's time (more decimals, an exponent): rounded to the nanosecond when in range.
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !std::isfinite(value) ||
+      std::fabs(value) * 1000 > static_cast<double>(kMaxTraceTimeNs)) {
+    return false;
+  }
+  ns = static_cast<int64_t>(std::llround(value * 1000));
+  return true;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
+
+// What to do about text that is not JSON, after the parser's message.
+constexpr std::string_view kDamaged = "; the file is damaged or truncated, export the profile again";
 using nlohmann::json;
 
 // The fields of one traceEvents element the index uses. The strings view the parser's buffers, valid
@@ -39,7 +76,7 @@ using nlohmann::json;
 struct EventFields {
   std::string_view phase, name, category;
   std::optional<int64_t> pid, tid, id;
-  std::optional<double> ts, dur;
+  std::optional<int64_t> ts, dur;  // nanoseconds; empty when absent or not a time (trace_time_ns)
   std::string_view args;  // empty when the event has no args object
   std::optional<int64_t> external_id, correlation, sort_index;
   std::optional<std::string_view> args_name;
@@ -73,8 +110,16 @@ namespace od = simdjson::ondemand;
 using simdjson::error_code;
 using simdjson::SUCCESS;
 // What one run holds while it is parsed: the run itself and how its parse went.
-struct ChunkIndex : TraceChunk {
+struct ChunkIndex : TraceRun {
   bool keep = true;                 // false: events are checked, not kept (validation)
+  // Set: the elements go to it as documents (read_trace_documents), numbered from element_base, and
+  // the top-level values other than the events array are kept in `root`; slices are not made.
+  TraceDocumentHandler* documents = nullptr;
+  size_t element_base = 0, element_count = 0;
+  json root = json::object();
+  const TraceProgress* progress = nullptr;  // with documents: how far the parse is, every MiB
+  const char* progress_begin = nullptr;     // where the parsed text starts, and its size
+  size_t progress_total = 0, progress_next = 0;
   bool bad_complete_event = false;  // an "X" event without a valid ts/dur
   bool parsed = false;              // the run was valid JSON
   std::string error;                // the parser's message otherwise
@@ -93,7 +138,7 @@ struct ChunkIndex : TraceChunk {
       if (event.phase == "X" && (!event.ts || !event.dur || *event.dur < 0)) bad_complete_event = true;
       return;
     }
-    const LaneKey lane{*event.pid, *event.tid};
+    const TraceLane lane{*event.pid, *event.tid};
     if (event.phase == "M") {
       if (event.name == "process_name" && event.args_name) {
         process_names[lane.first] = std::string(*event.args_name);
@@ -109,23 +154,23 @@ struct ChunkIndex : TraceChunk {
         bad_complete_event = true;
         return;
       }
-      TraceEvent parsed_event;
-      parsed_event.ts_us = *event.ts;
-      parsed_event.dur_us = *event.dur;
+      TraceSlice parsed_event;
+      parsed_event.ts_ns = *event.ts;
+      parsed_event.dur_ns = *event.dur;
       parsed_event.name = name_id(event.name);
       parsed_event.category = name_id(event.category);
       if (!event.args.empty()) {
         parsed_event.args_offset = static_cast<uint64_t>(file_offset + (event.args.data() - buffer));
         parsed_event.args_bytes = static_cast<uint32_t>(std::min<size_t>(event.args.size(), UINT32_MAX));
       }
-      parsed_event.external_id = event.external_id.value_or(0);
-      parsed_event.correlation = event.correlation.value_or(0);
-      events.push_back(std::move(parsed_event));
-      event_lanes.push_back(lane);
+      parsed_event.external_id = static_cast<uint64_t>(event.external_id.value_or(0));
+      parsed_event.correlation = static_cast<uint64_t>(event.correlation.value_or(0));
+      slices.push_back(parsed_event);
+      slice_lanes.push_back(lane);
     } else if (event.phase == "s" || event.phase == "f") {
       if (!event.id || !event.ts) return;
       flow_points.emplace_back(name_id(event.category), static_cast<uint64_t>(*event.id),
-                               FlowPoint{event.phase == "s", lane.first, lane.second, *event.ts});
+                               TraceFlowPoint{event.phase == "s", lane, *event.ts});
     }
   }
 };
@@ -135,7 +180,9 @@ struct ChunkIndex : TraceChunk {
 // double (correctly rounded, as strtod does).
 struct Number {
   std::optional<int64_t> integer;
+  std::optional<uint64_t> unsigned_integer;  // beyond INT64_MAX
   double value = 0;
+  std::string_view text;  // the number as written
 };
 
 // Reads a trace document with simdjson's On-Demand API. Every value is visited, including those the
@@ -145,11 +192,16 @@ class TraceReader {
   TraceReader(ChunkIndex& chunk, od::document& document) : chunk_(chunk), document_(document) {}
 
   // Checks that `value` is valid JSON, recursively.
-  error_code skip(od::value value) {
+  error_code skip(od::value value) { return visit(value, nullptr); }
+
+  // Checks that `value` is valid JSON, recursively, and with `out` makes a document of it
+  // (read_trace_documents); `time`: the value of a "ts" or "dur" key.
+  error_code visit(od::value value, json* out, bool time = false) {
     od::json_type type;
     if (auto error = value.type().get(type)) return error;
     switch (type) {
       case od::json_type::object: {
+        if (out != nullptr) *out = json::object();
         od::object object;
         if (auto error = value.get_object().get(object)) return error;
         for (auto maybe_field : object) {
@@ -157,48 +209,78 @@ class TraceReader {
           if (auto error = std::move(maybe_field).get(field)) return error;
           std::string_view key;
           if (auto error = field.unescaped_key().get(key)) return error;
-          if (auto error = skip(field.value())) return error;
+          json inner;
+          if (auto error = visit(field.value(), out == nullptr ? nullptr : &inner, key == "ts" || key == "dur")) {
+            return error;
+          }
+          if (out != nullptr) (*out)[std::string(key)] = std::move(inner);  // a repeated key: the last value wins
         }
         return SUCCESS;
       }
       case od::json_type::array: {
+        if (out != nullptr) *out = json::array();
         od::array array;
         if (auto error = value.get_array().get(array)) return error;
         for (auto maybe_element : array) {
           od::value element;
           if (auto error = std::move(maybe_element).get(element)) return error;
-          if (auto error = skip(element)) return error;
+          json inner;
+          if (auto error = visit(element, out == nullptr ? nullptr : &inner)) return error;
+          if (out != nullptr) out->push_back(std::move(inner));
         }
         return SUCCESS;
       }
       case od::json_type::string: {
         std::string_view text;
-        return value.get_string().get(text);
+        if (auto error = value.get_string().get(text)) return error;
+        if (out != nullptr) *out = std::string(text);
+        return SUCCESS;
       }
       case od::json_type::number: {
         Number number;
-        return read_number(value, number);
+        if (auto error = read_number(value, number)) return error;
+        if (out != nullptr) *out = number_json(number, time);
+        return SUCCESS;
       }
       case od::json_type::boolean: {
         // A damaged literal ("tru") reads as a bool of the wrong type: name what it is.
         bool flag = false;
-        if (value.get_bool().get(flag) == SUCCESS) return SUCCESS;
-        return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+        if (value.get_bool().get(flag) != SUCCESS) {
+          return value.raw_json_token().starts_with('t') ? simdjson::T_ATOM_ERROR : simdjson::F_ATOM_ERROR;
+        }
+        if (out != nullptr) *out = flag;
+        return SUCCESS;
       }
       case od::json_type::null: {
         bool null = false;
         if (auto error = value.is_null().get(null)) return error;
+        if (out != nullptr) *out = nullptr;
         return null ? SUCCESS : simdjson::N_ATOM_ERROR;
       }
     }
     return simdjson::TAPE_ERROR;
   }
 
-  // The elements of the events array: objects are events, anything else is only validated.
+  // A number in a document: a time ("ts", "dur") as exact nanoseconds or, when it is none, the
+  // number as a float; integers as integers.
+  static json number_json(const Number& number, bool time) {
+    int64_t ns = 0;
+    if (time) return trace_time_ns(number.text, ns) ? json(ns) : json(number.value);
+    if (number.unsigned_integer) return json(*number.unsigned_integer);
+    if (number.integer) return json(*number.integer);
+    return json(number.value);
+  }
+
+  // The elements of the events array: objects are events, anything else is only validated (or, to
+  // a document handler, handed on).
   error_code events(od::array array) {
     for (auto maybe_element : array) {
       od::value element;
       if (auto error = std::move(maybe_element).get(element)) return error;
+      if (chunk_.documents != nullptr) {  // every element, for the handler to refuse what is no event
+        if (auto error = document(element)) return error;
+        continue;
+      }
       od::json_type type;
       if (auto error = element.type().get(type)) return error;
       if (type != od::json_type::object) {
@@ -212,6 +294,33 @@ class TraceReader {
     return SUCCESS;
   }
 
+  // One element of the events array to the document handler.
+  error_code document(od::value element) {
+    json parsed;
+    if (auto error = visit(element, &parsed)) return error;
+    chunk_.documents->element(parsed, chunk_.element_base + chunk_.element_count++);
+    if (chunk_.progress != nullptr && *chunk_.progress) {
+      const char* at = location();
+      const size_t done = at == nullptr ? chunk_.progress_total : static_cast<size_t>(at - chunk_.progress_begin);
+      if (done >= chunk_.progress_next) {
+        (*chunk_.progress)(std::min(done, chunk_.progress_total), chunk_.progress_total);
+        chunk_.progress_next = done + (size_t{1} << 20);
+      }
+    }
+    return SUCCESS;
+  }
+
+ public:
+  // A top-level value other than the events array: kept in the chunk's root (document mode) or
+  // validated.
+  error_code root_value(std::string_view key, od::value value) {
+    if (chunk_.documents == nullptr) return skip(value);
+    json parsed;
+    if (auto error = visit(value, &parsed)) return error;
+    chunk_.root[std::string(key)] = std::move(parsed);
+    return SUCCESS;
+  }
+
   // Where the parser stands in the text: the start of the next token, or nullptr at the end.
   const char* location() {
     auto at = document_.current_location();
@@ -220,6 +329,11 @@ class TraceReader {
 
  private:
   static error_code read_number(od::value value, Number& number) {
+    number.text = value.raw_json_token();
+    while (!number.text.empty() && (number.text.back() == ' ' || number.text.back() == '\t' ||
+                                    number.text.back() == '\n' || number.text.back() == '\r')) {
+      number.text.remove_suffix(1);
+    }
     od::number parsed;
     if (auto error = value.get_number().get(parsed)) return error;
     switch (parsed.get_number_type()) {
@@ -229,6 +343,7 @@ class TraceReader {
         break;
       case od::number_type::unsigned_integer:
         number.integer = static_cast<int64_t>(parsed.get_uint64());
+        number.unsigned_integer = parsed.get_uint64();
         number.value = static_cast<double>(parsed.get_uint64());
         break;
       case od::number_type::floating_point_number:
@@ -284,8 +399,15 @@ class TraceReader {
           bool is_number = false;
           if (auto error = number_or_skip(value, number, is_number)) return error;
           if (!is_number) break;
-          if (which == Key::ts) fields.ts = number.value;
-          if (which == Key::dur) fields.dur = number.value;
+          if (which == Key::ts || which == Key::dur) {
+            int64_t ns = 0;
+            std::optional<int64_t>& time = which == Key::ts ? fields.ts : fields.dur;
+            if (trace_time_ns(number.text, ns)) {
+              time = ns;
+            } else {
+              time.reset();  // a repeated key's last value wins, also when it is no time
+            }
+          }
           if (number.integer && which == Key::pid) fields.pid = number.integer;
           if (number.integer && which == Key::tid) fields.tid = number.integer;
           if (number.integer && which == Key::id) fields.id = number.integer;
@@ -358,7 +480,8 @@ class TraceReader {
 // end, both reused from one run of events to the next.
 class PaddedParser {
  public:
-  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer.
+  // The text, wrapped in '[' and ']' when bracketed, in the padded buffer. Text already in the
+  // buffer (reserve) stays there, moved to its start when it begins later.
   std::string_view load(std::string_view text, bool bracketed) {
     const size_t size = text.size() + (bracketed ? 2 : 0);
     if (size + simdjson::SIMDJSON_PADDING > capacity_) {
@@ -367,10 +490,16 @@ class PaddedParser {
     }
     char* out = buffer_.get();
     if (bracketed) *out++ = '[';
-    std::memcpy(out, text.data(), text.size());
+    if (text.data() != out) std::memmove(out, text.data(), text.size());
     if (bracketed) out[text.size()] = ']';
     std::memset(buffer_.get() + size, 0, simdjson::SIMDJSON_PADDING);
     return {buffer_.get(), size};
+  }
+  // A buffer for `size` bytes of text and the padding, for the caller to fill and then load().
+  char* reserve(size_t size) {
+    capacity_ = size + simdjson::SIMDJSON_PADDING;
+    buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
+    return buffer_.get();
   }
   simdjson::simdjson_result<od::document> iterate(std::string_view loaded) {
     return parser_.iterate(loaded.data(), loaded.size(), capacity_);
@@ -416,7 +545,9 @@ error_code parse_root(od::document& document, od::json_type type, TraceReader& r
           if (auto error = value.get_array().get(array)) return error;
           chunk.found_events = true;
           if (auto error = reader.events(array)) return error;
-        } else if (auto error = reader.skip(value)) {
+        } else if (key_of(key) != Key::trace_events) {
+          if (auto error = reader.root_value(key, value)) return error;
+        } else if (auto error = reader.skip(value)) {  // a second events array: validated, not read
           return error;
         }
       }
@@ -539,13 +670,14 @@ std::vector<std::pair<size_t, size_t>> split_events(std::string_view text, size_
 // before the element that follows a comma), so the result is the whole-file parse's.
 class StreamingTraceValidator {
  public:
-  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes)
-      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes) {}
+  StreamingTraceValidator(const fs::path& path, std::string origin, size_t run_bytes, TraceDocumentHandler* handler)
+      : path_(path), origin_(std::move(origin)), run_bytes_(run_bytes), handler_(handler) {}
 
-  void run() {
+  // The top-level object less "traceEvents" with a handler, else null.
+  json run() {
     const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
+      throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}", origin_, std::strerror(errno)));
     }
     std::vector<char> block(kBlockBytes);
     bool first = true;
@@ -555,7 +687,7 @@ class StreamingTraceValidator {
       if (got < 0) {
         const int code = errno;
         ::close(fd);
-        throw RequestError(422, fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
+        throw TraceReadError(fmt::format("profile file '{}' cannot be read: {}", origin_, std::strerror(code)));
       }
       if (got == 0) break;
       std::string_view text(block.data(), static_cast<size_t>(got));
@@ -577,10 +709,14 @@ class StreamingTraceValidator {
     }
     ChunkIndex chunk;
     chunk.keep = false;
+    chunk.documents = handler_;
     parse_chunk(outside_.data(), outside_.size(), false, true, chunk, parser_);
-    if (!chunk.parsed) throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin_, chunk.error));
-    if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin_));
+    if (!chunk.parsed) {
+      throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, chunk.error, kDamaged));
+    }
+    if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin_));
     if (chunk.bad_complete_event) throw bad_event();
+    return handler_ == nullptr ? json() : std::move(chunk.root);
   }
 
  private:
@@ -600,17 +736,17 @@ class StreamingTraceValidator {
     return key.is_string() && key.get<std::string>() == "traceEvents";
   }
 
-  RequestError invalid(std::string_view message, std::optional<uint64_t> at) const {
-    return RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}{}", origin_, message,
-                                         at ? fmt::format(" (near byte {})", *at) : std::string()));
+  TraceReadError invalid(std::string_view message, std::optional<uint64_t> at) const {
+    return TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}{}", origin_, message,
+                                      at ? fmt::format(" (near byte {})", *at) : std::string(), kDamaged));
   }
-  RequestError bad_event() const {
-    return RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
+  TraceReadError bad_event() const {
+    return TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin_));
   }
 
   void keep_outside(char c) {
     if (outside_.size() >= kMaxOutsideBytes) {
-      throw RequestError(422, fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
+      throw TraceReadError(fmt::format("profile file '{}' holds more than {} MiB outside its traceEvents array; "
                                           "it is not a trace sightline wrote",
                                           origin_, kMaxOutsideBytes >> 20));
     }
@@ -734,7 +870,10 @@ class StreamingTraceValidator {
     wrapped_ += root_array_ ? "]" : "]}";
     ChunkIndex chunk;
     chunk.keep = false;
+    chunk.documents = handler_;
+    chunk.element_base = elements_;
     parse_chunk(wrapped_.data(), wrapped_.size(), false, true, chunk, parser_);
+    elements_ += chunk.element_count;
     if (!chunk.parsed) {
       std::optional<uint64_t> at;
       if (chunk.error_offset && *chunk.error_offset >= open.size()) at = run_offset_ + (*chunk.error_offset - open.size());
@@ -747,6 +886,8 @@ class StreamingTraceValidator {
   fs::path path_;
   std::string origin_;
   size_t run_bytes_;  // runs are cut at the first element past this
+  TraceDocumentHandler* handler_;  // null: the checks of read_trace
+  size_t elements_ = 0;            // elements handed to it so far
   PaddedParser parser_;
   Phase phase_ = Phase::before;
   bool in_string_ = false, escape_ = false;
@@ -762,7 +903,7 @@ class StreamingTraceValidator {
 // Large traces: runs of events parsed on several threads, each thread taking the next run. Empty when
 // the file is small or anything is unexpected (another layout, a parse error): the caller then parses
 // the whole file at once, which also gives the exact error.
-std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions& options) {
+std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOptions& options) {
   const unsigned available = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
   const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
   const size_t threads = std::min<size_t>(std::max(1u, available), std::max<size_t>(1, by_size));
@@ -797,27 +938,25 @@ std::vector<ChunkIndex> parse_in_runs(const MappedFile& file, const IndexOptions
   return chunks;
 }
 
-ChunkIndex parse_whole(const MappedFile& file, const std::string& origin) {
-  ChunkIndex chunk;
-  PaddedParser parser;
+// The whole text at once; `chunk` may ask for documents (read_trace_documents).
+void parse_whole(std::string_view whole, const std::string& origin, ChunkIndex& chunk, PaddedParser&& parser = {}) {
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
-  std::string_view text(file.begin(), file.size());
+  std::string_view text = whole;
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  parse_chunk(text.data(), text.size(), false, true, chunk, parser, file.begin());
+  parse_chunk(text.data(), text.size(), false, true, chunk, parser, whole.data());
   if (!chunk.parsed) {
-    throw RequestError(422, fmt::format("profile file '{}' is not valid JSON: {}", origin, chunk.error));
+    throw TraceReadError(fmt::format("profile file '{}' is not valid JSON: {}{}", origin, chunk.error, kDamaged));
   }
-  if (!chunk.found_events) throw RequestError(422, fmt::format("profile file '{}' has no traceEvents array", origin));
-  return chunk;
+  if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin));
 }
 
 }  // namespace
 
-MappedFile::MappedFile(const fs::path& path) {
+MappedTrace::MappedTrace(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw RequestError(422, fmt::format("profile file '{}' cannot be opened: {}", path.filename().string(),
-                                        std::strerror(errno)));
+    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}; check that it exists and is readable",
+                                     path.filename().string(), std::strerror(errno)));
   }
   struct stat info {};
   if (::fstat(fd, &info) == 0 && info.st_size > 0) {
@@ -830,17 +969,17 @@ MappedFile::MappedFile(const fs::path& path) {
   }
   if (size_ > 0 && data_ == nullptr) {
     ::close(fd);
-    throw RequestError(422, fmt::format("profile file '{}' cannot be read", path.filename().string()));
+    throw TraceReadError(fmt::format("profile file '{}' cannot be read", path.filename().string()));
   }
   fd_ = fd;
 }
 
-MappedFile::~MappedFile() {
+MappedTrace::~MappedTrace() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string_view MappedFile::text(uint64_t offset, uint64_t bytes) const {
+std::string_view MappedTrace::text(uint64_t offset, uint64_t bytes) const {
   // A file cut short since it was mapped would fault on the pages it lost: read only what it still holds.
   struct stat info {};
   if (offset + bytes > size_ || ::fstat(fd_, &info) != 0 || static_cast<uint64_t>(info.st_size) < offset + bytes) {
@@ -849,24 +988,71 @@ std::string_view MappedFile::text(uint64_t offset, uint64_t bytes) const {
   return {data_ + offset, bytes};
 }
 
-std::vector<TraceChunk> read_trace(const MappedFile& file, const std::string& origin, const IndexOptions& options) {
+std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
-  if (chunks.empty()) chunks.push_back(parse_whole(file, origin));
-  std::vector<TraceChunk> runs;
+  if (chunks.empty()) parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.emplace_back());
+  std::vector<TraceRun> runs;
   runs.reserve(chunks.size());
   for (ChunkIndex& chunk : chunks) {
     if (chunk.bad_complete_event) {
-      throw RequestError(422, fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+      throw TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
     }
-    runs.push_back(std::move(static_cast<TraceChunk&>(chunk)));
+    runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
   }
   return runs;
 }
 
-}  // namespace detail
-
-void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes) {
-  detail::StreamingTraceValidator(trace_path, origin, run_bytes).run();
+json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
+                          const TraceProgress& progress) {
+  ChunkIndex chunk;
+  chunk.documents = &handler;
+  chunk.progress = &progress;
+  chunk.progress_begin = text.data();
+  chunk.progress_total = text.size();
+  parse_whole(text, origin, chunk);
+  if (progress) progress(text.size(), text.size());
+  return std::move(chunk.root);
 }
 
-}  // namespace sightline::server
+json read_trace_documents_file(const std::filesystem::path& path, const std::string& origin,
+                               TraceDocumentHandler& handler, const TraceProgress& progress) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}; check that it exists and is readable",
+                                     origin, std::strerror(errno)));
+  }
+  struct stat info {};
+  const size_t expected = ::fstat(fd, &info) == 0 && info.st_size > 0 ? static_cast<size_t>(info.st_size) : 0;
+  PaddedParser parser;
+  char* buffer = parser.reserve(expected);
+  size_t size = 0;
+  while (size < expected) {  // a file cut short meanwhile is read as far as it goes
+    const ssize_t got = ::read(fd, buffer + size, expected - size);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int code = errno;
+      ::close(fd);
+      throw TraceReadError(fmt::format("profile file '{}' cannot be read: {}; check the disk and the file", origin,
+                                       std::strerror(code)));
+    }
+    if (got == 0) break;
+    size += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  const std::string_view text(buffer, size);
+  ChunkIndex chunk;
+  chunk.documents = &handler;
+  chunk.progress = &progress;
+  chunk.progress_begin = text.data();
+  chunk.progress_total = text.size();
+  parse_whole(text, origin, chunk, std::move(parser));
+  if (progress) progress(text.size(), text.size());
+  return std::move(chunk.root);
+}
+
+json validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes,
+                         TraceDocumentHandler* handler) {
+  return StreamingTraceValidator(trace_path, origin, run_bytes, handler).run();
+}
+
+}  // namespace sightline::formats
