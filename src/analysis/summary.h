@@ -97,6 +97,7 @@ struct Summary {
 // What one core's lane of trace.json shows: its nc_exec_running events in time order.
 struct CoreActivity {
   int core = 0;
+  int rank = 0;  // the rank the core belongs to (a merged profile has a core 0 on every rank)
   uint64_t executions = 0;
   int64_t busy_ns = 0;         // sum of the executions' durations
   int64_t first_start_ns = 0;  // host clock ns: the first execution's start
@@ -127,9 +128,10 @@ struct ExecutionSpan {
   int core = 0;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  int rank = 0;  // in a merged profile, each rank's times are on that rank's own clock
 };
 
-// Per core, in core order: executions, busy time, first start, last end, idle gaps and the largest
+// Per core (of each rank), in rank and core order: executions, busy time, first start, last end, idle gaps and the largest
 // one (switches and first loads are left 0: only the trace's lanes record them). The one definition
 // of busy and idle that device_activity and the idle_gaps insight share.
 std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions);
@@ -169,8 +171,25 @@ void for_each_record(const device::Executable& exe, const formats::NtffExecution
 // does not run exactly one op the table knows.
 std::optional<double> op_table_flops(const device::Executable& exe);
 
-// Every execution of every traced executable in the directory.
+// Every execution of every traced executable in the directory (of every rank, in a merged profile).
 Summary summarize_profile(const ProfileDir& profile);
+
+// A merged profile's summary per rank (ProfileDir::ranks), and its straggler: the rank with the most
+// device time (the sum of its executions), against the rank with the least. Every rank's summary is the one
+// its own profile directory gives; the profile's summary is their sum (counts, bytes, FLOPs, times) with its
+// ratios (MFU, MBU) over the summed time.
+struct RankSummary {
+  int rank = 0;
+  uint64_t executables = 0;  // the rank's NEFF files
+  Summary summary;
+};
+struct RankSummaries {
+  std::vector<RankSummary> ranks;  // by rank
+  int straggler = 0;               // the rank with the largest total_time_ns (the lowest such rank)
+  int fastest = 0;                 // the rank with the smallest
+  double straggler_excess_ns = 0;  // its total_time_ns minus the fastest rank's
+};
+RankSummaries summarize_ranks(const ProfileDir& profile);
 // Every execution of one traced executable.
 Summary summarize_traced(const ProfileDir& profile, const TracedExecutable& traced);
 
