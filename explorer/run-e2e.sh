@@ -42,6 +42,7 @@ for rank in 0 1; do
     --out "$work/rank$rank" > "$work/llama-rank$rank.log")
 done
 "$serve" merge "$work/rank0/compiled" "$work/rank1/compiled" -o "$work/ranks/tp2-ranks" > "$work/merge.log"
+"$serve" view "$work/ranks/tp2-ranks" --output-format summary-json > "$work/ranks-summary.json"
 
 explorer_serve "$serve" "$work/profiles" "$explorer_dir/dist" "$work/server.log"
 
@@ -52,6 +53,7 @@ node tests/e2e/navigation.e2e.mjs "$url" "$work/profiles"
 # The numbers: the operator table against `sightline table` and the live table; one population.
 node tests/e2e/numbers.e2e.mjs "$url" "$work/profiles" "$serve" "$work/rmsnorm.log"
 explorer_stop
-# Ranks: the merged profile's lanes of both ranks, each core's collectives, search and the summary.
+# Ranks: the merged profile's lanes of both ranks, each core's collectives, search and the summary (its
+# metrics against `sightline view`'s).
 explorer_serve "$serve" "$work/ranks" "$explorer_dir/dist" "$work/ranks-server.log"
-node tests/e2e/ranks.e2e.mjs "$url" tp2-ranks
+node tests/e2e/ranks.e2e.mjs "$url" tp2-ranks "$work/ranks-summary.json"

@@ -202,10 +202,25 @@ export interface CollectivesData {
   lanes: CollectiveLaneData[];
 }
 
+// A merged profile's (sightline merge) summary per rank: each rank's own summary metrics, and the rank with
+// the most device time.
+export interface RankSummaryRow {
+  rank: number;
+  [metric: string]: unknown;
+}
+
+export interface StragglerData {
+  rank: number;
+  fastest_rank: number;
+  excess_us: number;
+}
+
 export interface SummaryAnswer {
   insights: Insight[];
   roofline: RooflineData;
   collectives?: CollectivesData;
+  ranks?: RankSummaryRow[];
+  straggler?: StragglerData;
   [metric: string]: unknown;
 }
 

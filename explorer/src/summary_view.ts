@@ -1,6 +1,7 @@
 // The Summary page of one profile: ranked insights with their evidence and fix, key metrics with
 // units, per-engine active time as bars, MFU/MBU, the arithmetic intensity against the ridge point
-// (docs/hardware-model.md §4.2, Summary Viewer), and the collectives per core and rank when it ran some.
+// (docs/hardware-model.md §4.2, Summary Viewer), a merged profile's rows per rank and its straggler, and the
+// collectives per core and rank when it ran some.
 
 import type { SummaryAnswer } from './api';
 import { escapeHtml } from './html';
@@ -8,6 +9,7 @@ import { formatDuration } from './timeline_math';
 import {
   METRIC_GROUPS, engineBars, formatMetric, humanizeText, intensityVerdict, numberMetric, rankInsights,
 } from './summary_data';
+import type { MetricUnit } from './summary_data';
 
 export function renderSummary(container: HTMLElement, summary: SummaryAnswer): void {
   const insights = rankInsights(summary.insights ?? []);
@@ -51,10 +53,35 @@ export function renderSummary(container: HTMLElement, summary: SummaryAnswer): v
         <td class="num">${formatDuration(l.busy_us)}</td><td class="num">${formatDuration(l.span_us)}</td>
         <td class="num">${l.last_arrivals}</td><td class="num">${formatDuration(l.late_us)}</td></tr>`).join('')}</table></section>` : '';
 
+  // A merged profile: the metrics above are every rank's together; one row per rank, and the straggler.
+  const rankRows = summary.ranks ?? [];
+  const straggler = summary.straggler;
+  const rankColumns: { key: string; label: string; unit: MetricUnit }[] = [
+    { key: 'executions', label: 'Executions', unit: 'count' },
+    { key: 'total_time_us', label: 'Device time', unit: 'us' },
+    { key: 'mfu_estimated_percent', label: 'MFU', unit: 'percent' },
+    { key: 'mbu_estimated_percent', label: 'MBU', unit: 'percent' },
+    { key: 'hbm_read_bytes', label: 'HBM read', unit: 'bytes' },
+    { key: 'hbm_write_bytes', label: 'HBM written', unit: 'bytes' },
+    { key: 'bound', label: 'Bound', unit: 'text' },
+  ];
+  const ranks = rankRows.length > 0 ? `<section data-testid="ranks"><h2>Ranks</h2>
+      <p class="muted">The metrics below are the sum of ${rankRows.length} ranks' captured executions.${straggler
+        ? (straggler.excess_us > 0
+          ? ` <span data-testid="straggler" data-rank="${straggler.rank}">Straggler: rank ${straggler.rank}, ${
+            formatDuration(straggler.excess_us)} more device time than rank ${straggler.fastest_rank}.</span>`
+          : ' <span data-testid="straggler" data-rank="">No straggler: every rank ran the same device time.</span>')
+        : ''}</p>
+      <table class="grid"><tr><th>Rank</th>${rankColumns.map((c) => `<th>${c.label}</th>`).join('')}</tr>${rankRows
+        .map((row) => `<tr data-rank="${row.rank}"><td class="num">${row.rank}</td>${rankColumns
+          .map((c) => `<td class="num" data-metric="${c.key}">${escapeHtml(formatMetric(row[c.key], c.unit, c.key))}</td>`)
+          .join('')}</tr>`).join('')}</table></section>` : '';
+
   container.innerHTML = `<div class="summary" data-testid="summary">
     <section><h2>Insights</h2>${insights.length > 0
       ? `<ol class="insights" data-testid="insights">${insightItems}</ol>`
       : '<p class="muted" data-testid="insights">No findings: nothing in this profile crossed an insight threshold.</p>'}</section>
+    ${ranks}
     ${collectives}
     <section class="summary-columns">
       <div><h2>Engines</h2><p class="muted">Active time as a share of the device time.</p>

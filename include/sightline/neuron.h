@@ -45,7 +45,10 @@ namespace sightline::neuron {
 
 struct Options {
   std::string spec = "trn2";   // a preset name (trn2, trn1) or the path of a spec JSON file
-  int cores = 0;               // 0: the spec's cores per instance
+  int cores = 0;               // 0: the spec's cores per instance (one chip), times `chips`
+  int chips = 0;               // 0 or 1: one chip; N: N chips of the instance, cores numbered chip by chip
+                               // (core c on chip c / cores per chip; collectives between them use the
+                               // spec's chip-to-chip links, docs/hardware-model.md §1.8)
   size_t queue_capacity = 64;  // per core: executions and copies in flight before a call waits
   bool functional = true;      // false: timing only; the same modeled times, results are not computed
 };

@@ -32,11 +32,13 @@ std::string us(double ns) { return fmt::format("{:.1f} us", ns / 1000.0); }
 // Over the captured executions, the population of every metric beside it (not trace.json's
 // nc_exec_running events, which may hold many more executions than were captured).
 void idle_gaps(const ProfileDir& profile, std::vector<Insight>& out) {
+  const bool merged = profile.ranks().size() > 1;
   for (const CoreActivity& c : core_activity(captured_executions(profile))) {
     if (c.executions < 2) continue;
     const double span = static_cast<double>(c.span_ns()), idle = static_cast<double>(c.idle_ns);
     if (span <= 0 || idle / span < kIdleShareWorthReporting) continue;
-    out.push_back({"idle_gaps", fmt::format("NeuronCore {} idles {:.0f}% of the time between executions", c.core,
+    const std::string core = merged ? fmt::format("rank {} NeuronCore {}", c.rank, c.core) : fmt::format("NeuronCore {}", c.core);
+    out.push_back({"idle_gaps", fmt::format("{} idles {:.0f}% of the time between executions", core,
                                             100 * idle / span),
                    fmt::format("{} executions span {}; the device is idle for {} of it (largest gap {}) while the "
                                "host dispatches the next op", c.executions, us(span), us(idle),

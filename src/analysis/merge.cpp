@@ -183,7 +183,7 @@ MergeResult merge_profiles(const std::vector<std::string>& dirs, const std::stri
 
   formats::Manifest manifest = ranks.front().manifest;
   manifest.created_utc = formats::manifest_now_utc();
-  manifest.captured_cores.clear();  // the ranks' NTFF files stay in their directories
+  manifest.captured_cores.clear();  // the union of the ranks' (a core number is its rank's own)
   manifest.events = {};
   manifest.dropped = {};
   formats::ManifestDistributed distributed;
@@ -193,7 +193,13 @@ MergeResult merge_profiles(const std::vector<std::string>& dirs, const std::stri
     manifest.events.framework += r.manifest.events.framework;
     manifest.events.runtime += r.manifest.events.runtime;
     manifest.events.hardware += r.manifest.events.hardware;
+    manifest.events.instruction_records += r.manifest.events.instruction_records;
     manifest.dropped.framework += r.manifest.dropped.total();
+    for (uint32_t c : r.manifest.captured_cores) {
+      if (std::find(manifest.captured_cores.begin(), manifest.captured_cores.end(), c) == manifest.captured_cores.end()) {
+        manifest.captured_cores.push_back(c);
+      }
+    }
     if (r.manifest.distributed) {
       distributed.collectives += r.manifest.distributed->collectives;
       for (uint32_t c : r.manifest.distributed->collective_cores) cores.insert(c);
@@ -206,12 +212,34 @@ MergeResult merge_profiles(const std::vector<std::string>& dirs, const std::stri
     distributed.link_bytes_per_ns = ranks.front().manifest.distributed->link_bytes_per_ns;
     distributed.step_latency_ns = ranks.front().manifest.distributed->step_latency_ns;
   }
+  for (const RankTrace& r : ranks) {
+    distributed.ranks.push_back({.rank = static_cast<uint32_t>(r.rank), .folder = fmt::format("rank{}", r.rank)});
+  }
   manifest.distributed = distributed;
   const std::string text = merged.dump();
+  std::sort(manifest.captured_cores.begin(), manifest.captured_cores.end());
   formats::output_dir_write(out_dir, [&](const fs::path& staging) {
     formats::write_file_durably(staging / "trace.json",
                                 std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
     manifest.files = {{formats::ManifestFileKind::trace, "trace.json", {}, {}, text.size()}};
+    // Every rank's executables and instruction traces, under rank<r>/ (two ranks often run the same
+    // executable, so the same names), each folder listed with its rank (the manifest's distributed.ranks):
+    // the summary's population (analysis/summary.h).
+    for (const RankTrace& r : ranks) {
+      const std::string folder = fmt::format("rank{}", r.rank);
+      for (const formats::ManifestFile& file : r.manifest.files) {
+        if (file.kind != formats::ManifestFileKind::neff && file.kind != formats::ManifestFileKind::ntff) continue;
+        formats::ManifestFile copy = file;
+        copy.path = folder + "/" + fs::path(file.path).filename().string();
+        std::error_code ec;
+        fs::create_directories(staging / folder, ec);
+        fs::copy_file(fs::path(r.dir) / file.path, staging / copy.path, ec);
+        SIGHTLINE_CHECK(!ec, "sightline merge: cannot copy {} of rank {} into the merged profile: {}; check that {} "
+                        "is a complete profile directory and the output has space", file.path, r.rank, ec.message(), r.dir);
+        copy.bytes = fs::file_size(staging / copy.path);
+        manifest.files.push_back(std::move(copy));
+      }
+    }
     formats::manifest_save(manifest, staging.string());
   });
   result.collectives = collective_summary({{0, (fs::path(out_dir) / "trace.json").string()}}, distributed.link_bytes_per_ns);

@@ -9,8 +9,9 @@
 // end of the first collective every rank ran coincides (a collective ends on all its ranks together);
 // without a common collective, so that the first ProfilerStep starts together. Lanes keep their names
 // under a "rank<r>/" instance prefix, pids move to r x kMergedRankPidStride + pid, and flow and
-// correlation ids are made distinct per rank. The merged directory holds trace.json and a manifest (the
-// ranks' NEFF/NTFF files stay in their own directories).
+// correlation ids are made distinct per rank. The merged directory holds trace.json, a manifest and every
+// rank's NEFF and NTFF files under rank<r>/ (listed with their rank; their times stay on the rank's own
+// clock), so its summary is every rank's and has a row per rank (report.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include "analysis/profile_dir.h"
 
 #include <filesystem>
+#include <set>
 
 #include "analysis/trace_json.h"
 #include "formats/neff.h"
@@ -9,6 +10,12 @@
 namespace sightline::analysis {
 
 namespace fs = std::filesystem;
+
+std::vector<int> ProfileDir::ranks() const {
+  std::set<int> seen;
+  for (const TracedExecutable& t : traced) seen.insert(t.rank);
+  return {seen.begin(), seen.end()};
+}
 
 ProfileDir profile_dir_load(const std::string& path, const ProfileDirOptions& options) {
   std::error_code ec;
@@ -37,6 +44,8 @@ ProfileDir profile_dir_load(const std::string& path, const ProfileDirOptions& op
     TracedExecutable traced;
     traced.trace = formats::ntff_load((fs::path(path) / file.path).string());
     traced.ntff_file = file.path;
+    traced.rank = static_cast<int>(formats::manifest_file_rank(profile.manifest, file)
+                                       .value_or(profile.manifest.distributed ? profile.manifest.distributed->rank : 0));
     auto exe = profile.executables.find(traced.trace.neff_hash);
     SIGHTLINE_CHECK(exe != profile.executables.end(), "'{}/{}' pairs with {}, which the directory lacks; copy the "
                     "NEFF next to it", path, file.path, formats::ntff_paired_neff_file_name(traced.trace.neff_hash));

@@ -32,6 +32,7 @@ struct TracedExecutable {
   std::shared_ptr<const device::Executable> executable;
   formats::NtffTrace trace;
   std::string ntff_file;  // file name inside the directory
+  int rank = 0;           // the rank that ran it: the file's rank in a merged profile, else the profile's
 };
 
 struct ProfileDir {
@@ -40,6 +41,10 @@ struct ProfileDir {
   std::map<uint64_t, std::shared_ptr<const device::Executable>> executables;  // by NEFF hash
   std::vector<TracedExecutable> traced;  // NTFF files, in manifest order
   std::optional<profiler::CollectedTrace> trace;  // trace.json, when the directory has one
+
+  // The ranks of its traced executables, ascending: one for a profile of one process, every merged rank's
+  // for a merged profile (sightline merge).
+  std::vector<int> ranks() const;
 };
 
 struct ProfileDirOptions {

@@ -4,6 +4,9 @@
 
 #include "analysis/collectives.h"
 
+#include <algorithm>
+#include <array>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -25,10 +28,10 @@ struct Field {
 };
 
 // One ordered list feeds both the text and the JSON, so they never disagree.
-std::vector<Field> summary_fields(const ProfileDir& profile, const Summary& s) {
+std::vector<Field> summary_fields(const ProfileDir& profile, const Summary& s, uint64_t executables) {
   std::vector<Field> f;
   f.push_back({"device", profile.manifest.device.name});
-  f.push_back({"executables", uint64_t{profile.executables.size()}});
+  f.push_back({"executables", executables});
   f.push_back({"executions", s.executions});
   f.push_back({"total_time_us", s.total_time_ns / 1000});
   f.push_back({"neuroncore_cycle_count", s.cycles});
@@ -88,6 +91,53 @@ nlohmann::json fields_json(const std::vector<Field>& fields) {
   return out;
 }
 
+std::vector<Field> profile_fields(const ProfileDir& profile) {
+  return summary_fields(profile, summarize_profile(profile), profile.executables.size());
+}
+
+// The per-rank table of a merged profile: the columns a reader compares ranks by (every rank's whole
+// summary is in the JSON).
+constexpr std::array<std::string_view, 8> kRankColumns = {
+    "executions", "total_time_us", "neuroncore_cycle_count", "hbm_read_bytes", "hbm_write_bytes",
+    "mfu_estimated_percent", "mbu_estimated_percent", "bound"};
+
+std::string ranks_text(const ProfileDir& profile, const RankSummaries& ranks) {
+  std::string out = "\n== summary per rank (the summary above is their sum) ==\n";
+  out += fmt::format("{:>4}", "rank");
+  for (std::string_view column : kRankColumns) out += fmt::format("  {:>{}}", column, column.size());
+  out += '\n';
+  for (const RankSummary& r : ranks.ranks) {
+    out += fmt::format("{:>4}", r.rank);
+    for (const Field& f : summary_fields(profile, r.summary, r.executables)) {
+      for (std::string_view column : kRankColumns) {
+        if (f.key == column) out += fmt::format("  {:>{}}", text_value(f.value), column.size());
+      }
+    }
+    out += '\n';
+  }
+  const RankSummary& slowest = ranks.ranks.at(static_cast<size_t>(
+      std::find_if(ranks.ranks.begin(), ranks.ranks.end(), [&](const RankSummary& r) { return r.rank == ranks.straggler; }) -
+      ranks.ranks.begin()));
+  if (ranks.straggler_excess_ns > 0) {
+    out += fmt::format("straggler: rank {} with {:.3f} us of device time, {:.3f} us more than rank {} (the least)\n",
+                       ranks.straggler, slowest.summary.total_time_ns / 1000, ranks.straggler_excess_ns / 1000,
+                       ranks.fastest);
+  } else {
+    out += fmt::format("straggler: none, every rank ran {:.3f} us of device time\n", slowest.summary.total_time_ns / 1000);
+  }
+  return out;
+}
+
+nlohmann::json ranks_json(const ProfileDir& profile, const RankSummaries& ranks) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const RankSummary& r : ranks.ranks) {
+    nlohmann::json row = fields_json(summary_fields(profile, r.summary, r.executables));
+    row["rank"] = r.rank;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 nlohmann::json insights_json(const std::vector<Insight>& list) {
   nlohmann::json out = nlohmann::json::array();
   for (const Insight& i : list) {
@@ -115,11 +165,12 @@ nlohmann::json roofs_json(const Roofline& roof) {
 }  // namespace
 
 std::string report_summary_text(const ProfileDir& profile) {
-  const std::vector<Field> fields = summary_fields(profile, summarize_profile(profile));
+  const std::vector<Field> fields = profile_fields(profile);
   size_t width = 0;
   for (const Field& f : fields) width = std::max(width, f.key.size());
   std::string out = "== summary (all captured executions) ==\n";
   for (const Field& f : fields) out += fmt::format("{:<{}}  {}\n", f.key, width, text_value(f.value));
+  if (profile.ranks().size() > 1) out += ranks_text(profile, summarize_ranks(profile));
   out += "\n== roofline (HBM level) ==\n";
   const Roofline roof = roofline(profile);
   for (const RooflinePoint& p : roof.ops) {
@@ -160,7 +211,13 @@ std::string report_summary_text(const ProfileDir& profile) {
 }
 
 std::string report_summary_json(const ProfileDir& profile) {
-  nlohmann::json out = fields_json(summary_fields(profile, summarize_profile(profile)));
+  nlohmann::json out = fields_json(profile_fields(profile));
+  if (profile.ranks().size() > 1) {
+    const RankSummaries ranks = summarize_ranks(profile);
+    out["ranks"] = ranks_json(profile, ranks);
+    out["straggler"] = {{"rank", ranks.straggler}, {"fastest_rank", ranks.fastest},
+                        {"excess_us", ranks.straggler_excess_ns / 1000}};
+  }
   out["insights"] = insights_json(insights(profile));
   return out.dump(2) + "\n";
 }
@@ -168,13 +225,14 @@ std::string report_summary_json(const ProfileDir& profile) {
 std::string report_json(const ProfileDir& profile) {
   nlohmann::json out;
   out["path"] = profile.path;
-  out["summary"] = fields_json(summary_fields(profile, summarize_profile(profile)));
+  out["summary"] = fields_json(profile_fields(profile));
   out["executables"] = nlohmann::json::array();
   for (const TracedExecutable& traced : profile.traced) {
-    nlohmann::json entry = fields_json(summary_fields(profile, summarize_traced(profile, traced)));
+    nlohmann::json entry = fields_json(summary_fields(profile, summarize_traced(profile, traced), profile.executables.size()));
     entry["name"] = traced.executable->name;
     entry["ntff"] = traced.ntff_file;
     entry["core"] = traced.trace.core;
+    if (profile.ranks().size() > 1) entry["rank"] = traced.rank;
     out["executables"].push_back(std::move(entry));
   }
   const Roofline roof = roofline(profile);

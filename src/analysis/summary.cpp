@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "device/cost_model.h"
 #include "sightline/error.h"
 #include "sightline/ops.h"
@@ -205,7 +207,7 @@ std::vector<ExecutionSpan> captured_executions(const ProfileDir& profile) {
     for (const formats::NtffExecution& run : traced.trace.executions) {
       // The runtime's rule for the end of nc_exec_running (runtime.cpp): device ns rounded half up.
       const auto duration = static_cast<int64_t>(run.duration_ns + 0.5);
-      out.push_back({static_cast<int>(traced.trace.core), run.start_ns, run.start_ns + duration});
+      out.push_back({static_cast<int>(traced.trace.core), run.start_ns, run.start_ns + duration, traced.rank});
     }
   }
   return out;
@@ -267,6 +269,38 @@ Summary summarize_profile(const ProfileDir& profile) {
     for (const formats::NtffExecution& execution : traced.trace.executions) builder.add(*traced.executable, execution);
   }
   return builder.finish(profile.path);
+}
+
+RankSummaries summarize_ranks(const ProfileDir& profile) {
+  RankSummaries out;
+  for (const int rank : profile.ranks()) {
+    SummaryBuilder builder(profile.manifest.device);
+    for (const TracedExecutable& traced : profile.traced) {
+      if (traced.rank != rank) continue;
+      for (const formats::NtffExecution& execution : traced.trace.executions) builder.add(*traced.executable, execution);
+    }
+    RankSummary r;
+    r.rank = rank;
+    r.summary = builder.finish(fmt::format("rank {}", rank));
+    const uint32_t own = static_cast<uint32_t>(rank);
+    for (const formats::ManifestFile& file : profile.manifest.files) {
+      if (file.kind == formats::ManifestFileKind::neff && formats::manifest_file_rank(profile.manifest, file).value_or(own) == own) {
+        ++r.executables;
+      }
+    }
+    out.ranks.push_back(std::move(r));
+  }
+  if (out.ranks.empty()) return out;
+  const RankSummary* slowest = &out.ranks.front();
+  const RankSummary* fastest = &out.ranks.front();
+  for (const RankSummary& r : out.ranks) {
+    if (r.summary.total_time_ns > slowest->summary.total_time_ns) slowest = &r;
+    if (r.summary.total_time_ns < fastest->summary.total_time_ns) fastest = &r;
+  }
+  out.straggler = slowest->rank;
+  out.fastest = fastest->rank;
+  out.straggler_excess_ns = slowest->summary.total_time_ns - fastest->summary.total_time_ns;
+  return out;
 }
 
 }  // namespace sightline::analysis

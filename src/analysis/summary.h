@@ -148,8 +148,25 @@ void for_each_record(const device::Executable& exe, const formats::NtffExecution
 // does not run exactly one op the table knows.
 std::optional<double> op_table_flops(const device::Executable& exe);
 
-// Every execution of every traced executable in the directory.
+// Every execution of every traced executable in the directory (of every rank, in a merged profile).
 Summary summarize_profile(const ProfileDir& profile);
+
+// A merged profile's summary per rank (ProfileDir::ranks), and its straggler: the rank with the most
+// device time (the sum of its executions), against the rank with the least. Every rank's summary is the one
+// its own profile directory gives; the profile's summary is their sum (counts, bytes, FLOPs, times) with its
+// ratios (MFU, MBU) over the summed time.
+struct RankSummary {
+  int rank = 0;
+  uint64_t executables = 0;  // the rank's NEFF files
+  Summary summary;
+};
+struct RankSummaries {
+  std::vector<RankSummary> ranks;  // by rank
+  int straggler = 0;               // the rank with the largest total_time_ns (the lowest such rank)
+  int fastest = 0;                 // the rank with the smallest
+  double straggler_excess_ns = 0;  // its total_time_ns minus the fastest rank's
+};
+RankSummaries summarize_ranks(const ProfileDir& profile);
 // Every execution of one traced executable.
 Summary summarize_traced(const ProfileDir& profile, const TracedExecutable& traced);
 

@@ -91,6 +91,41 @@ uint64_t collective_output_bytes(CollectiveKind kind, int ranks, uint64_t bytes)
   return kind == CollectiveKind::reduce_scatter ? bytes / static_cast<uint64_t>(ranks) : bytes;
 }
 
+CollectiveTiming ring_collective_timing(const Spec& spec, CollectiveKind kind, std::span<const int> cores,
+                                        uint64_t bytes) {
+  CollectiveTiming t = ring_collective_timing(spec, kind, static_cast<int>(cores.size()), bytes);
+  const int per_chip = static_cast<int>(std::max<uint32_t>(1, spec.cores_per_instance));
+  const CollectiveSpec& cc = spec.collective;
+  std::vector<int> chips;
+  for (const int core : cores) {
+    const int chip = core / per_chip;
+    SIGHTLINE_CHECK(core >= 0 && chip < static_cast<int>(cc.chips_per_instance),
+                    "collective {}: core {} is beyond the {} chip(s) of {} cores of device spec '{}' "
+                    "(collective.chips_per_instance); use cores below {}",
+                    collective_name(kind), core, cc.chips_per_instance, per_chip, spec.name,
+                    static_cast<int>(cc.chips_per_instance) * per_chip);
+    if (std::find(chips.begin(), chips.end(), chip) == chips.end()) chips.push_back(chip);
+  }
+  t.chips = static_cast<uint32_t>(std::max<size_t>(1, chips.size()));
+  if (t.steps == 0 || chips.size() < 2) return t;
+  SIGHTLINE_CHECK(cc.chip_link_bytes_per_ns > 0,
+                  "collective {}: its cores span {} chips, but device spec '{}' has no chip-to-chip links "
+                  "(collective.chip_link_bytes_per_ns, chips_per_instance); add them as specs/trn2.json has, or "
+                  "keep the group on the {} cores of one chip",
+                  collective_name(kind), chips.size(), spec.name, per_chip);
+  const double chunk = static_cast<double>(t.chunk_bytes);
+  const double within = cc.step_latency_ns + chunk / cc.link_bytes_per_ns;
+  const double across = cc.chip_step_latency_ns + chunk / cc.chip_link_bytes_per_ns;
+  bool any_within = false;  // a ring of one core per chip has no hop inside a chip
+  for (size_t r = 0; r < cores.size(); ++r) {
+    any_within = any_within || cores[r] / per_chip == cores[(r + 1) % cores.size()] / per_chip;
+  }
+  const double step = any_within ? std::max(within, across) : across;
+  t.chip_hop_bounds = !any_within || across > within;
+  t.duration_ns = static_cast<double>(t.steps) * step;
+  return t;
+}
+
 CollectiveTiming ring_collective_timing(const Spec& spec, CollectiveKind kind, int ranks, uint64_t bytes) {
   check_split(kind, ranks, bytes);
   SIGHTLINE_CHECK(spec.collective.link_bytes_per_ns > 0,

@@ -42,6 +42,8 @@ struct CollectiveTiming {
   uint32_t steps = 0;           // ring steps
   uint64_t chunk_bytes = 0;     // what one link carries per step (the largest chunk)
   uint64_t bus_bytes = 0;       // what each rank's link carries in all: nccl-tests' bus bandwidth numerator
+  uint32_t chips = 1;           // chips the ring spans
+  bool chip_hop_bounds = false; // the slowest hop, which bounds every step, is a chip-to-chip one
 };
 
 // `bytes`: the size of one rank's larger buffer: all-reduce the buffer (input = output), all-gather the
@@ -49,6 +51,16 @@ struct CollectiveTiming {
 // collective section, for ranks < 1 and for sizes that do not split into `ranks` equal parts where the
 // operation needs them to.
 CollectiveTiming ring_collective_timing(const Spec& spec, CollectiveKind kind, int ranks, uint64_t bytes);
+// The ring over `cores` in that order (rank r is cores[r]; the ring's hops are cores[r] -> cores[r + 1] and
+// the last back to the first). Core c is on chip c / spec.cores_per_instance; a hop between two chips runs
+// on a chip-to-chip link (collective.chip_link_bytes_per_ns, chip_step_latency_ns), one within a chip on
+// the chip's (link_bytes_per_ns, step_latency_ns). Every step moves a chunk over every hop at once, so the
+// slowest hop bounds each step:
+//   duration = steps x max over the ring's hops of (hop latency + chunk / hop bandwidth)
+// Throws, beside the errors above, when the ring spans chips and the spec has no chip-to-chip links, or
+// a core beyond the instance's chips.
+CollectiveTiming ring_collective_timing(const Spec& spec, CollectiveKind kind, std::span<const int> cores,
+                                        uint64_t bytes);
 
 // Bytes of each rank's input and output for a collective whose larger buffer is `bytes`.
 uint64_t collective_input_bytes(CollectiveKind kind, int ranks, uint64_t bytes);

@@ -181,6 +181,12 @@ Spec Spec::parse(std::string_view json_text, const std::string& origin) {
   if (root.contains("collective")) {
     s.collective.link_bytes_per_ns = r.positive("collective.link_bytes_per_ns");
     s.collective.step_latency_ns = r.non_negative("collective.step_latency_ns");
+    // Optional within it: a spec without them has no links between chips (one chip per instance).
+    if (root["collective"].contains("chips_per_instance")) {
+      s.collective.chips_per_instance = static_cast<uint32_t>(r.count("collective.chips_per_instance", 1, 1024));
+      s.collective.chip_link_bytes_per_ns = r.positive("collective.chip_link_bytes_per_ns");
+      s.collective.chip_step_latency_ns = r.non_negative("collective.chip_step_latency_ns");
+    }
   }
   r.reject_unknown();
 

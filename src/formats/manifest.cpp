@@ -286,6 +286,21 @@ std::string file_problem(const ManifestFile& f) {
   return {};
 }
 
+// What is wrong with a merged rank's entry (given the ranks before it in `d`), or an empty string.
+std::string rank_problem(const ManifestRank& r, const ManifestDistributed& d) {
+  if (r.rank >= d.world_size) return fmt::format("rank {} is not below the world size {}", r.rank, d.world_size);
+  if (r.folder.empty() || r.folder == "." || r.folder == ".." || r.folder.find_first_of("/\\") != std::string::npos) {
+    return fmt::format("folder \"{}\" is not one path component", r.folder);
+  }
+  for (const ManifestRank& other : d.ranks) {
+    if (&other == &r) break;
+    if (other.rank == r.rank || other.folder == r.folder) {
+      return fmt::format("rank {} or folder \"{}\" is listed twice", r.rank, r.folder);
+    }
+  }
+  return {};
+}
+
 // Directory-level rules: unique paths, every NTFF's executable listed.
 std::string files_problem(const std::vector<ManifestFile>& files) {
   std::set<std::string> paths;
@@ -373,6 +388,15 @@ std::string manifest_serialize(const Manifest& m) {
                             {"collective_cores", d.collective_cores},
                             {"link_bytes_per_ns", d.link_bytes_per_ns},
                             {"step_latency_ns", d.step_latency_ns}};
+    if (!d.ranks.empty()) {
+      Json ranks = Json::array();
+      for (const ManifestRank& r : d.ranks) {
+        const std::string problem = rank_problem(r, d);
+        SIGHTLINE_CHECK(problem.empty(), "manifest: cannot list rank {}: {}", r.rank, problem);
+        ranks.push_back(Json{{"rank", r.rank}, {"folder", r.folder}});
+      }
+      j["distributed"]["ranks"] = std::move(ranks);
+    }
   }
   Json files = Json::array();
   for (const auto& f : m.files) {
@@ -462,6 +486,16 @@ Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
     }
     dist.link_bytes_per_ns = d.non_negative("link_bytes_per_ns");
     dist.step_latency_ns = d.non_negative("step_latency_ns");
+    if (d.has("ranks")) {
+      const Json& ranks = d.array("ranks");
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        const Object r(ranks[i], fmt::format("{}[{}]", d.path_of("ranks"), i), origin);
+        ManifestRank rank{.rank = r.u32("rank"), .folder = r.string("folder")};
+        const std::string problem = rank_problem(rank, dist);
+        if (!problem.empty()) r.error("{}: {}", r.path(), problem);
+        dist.ranks.push_back(std::move(rank));
+      }
+    }
     m.distributed = dist;
   }
   const Json& files = top.array("files");
@@ -485,6 +519,17 @@ Manifest manifest_parse(std::string_view json_text, const std::string& origin) {
   const std::string problem = files_problem(m.files);
   if (!problem.empty()) top.error("$.files: {}", problem);
   return m;
+}
+
+std::optional<uint32_t> manifest_file_rank(const Manifest& manifest, const ManifestFile& file) {
+  if (!manifest.distributed) return std::nullopt;
+  const size_t slash = file.path.find('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string_view folder = std::string_view(file.path).substr(0, slash);
+  for (const ManifestRank& r : manifest.distributed->ranks) {
+    if (r.folder == folder) return r.rank;
+  }
+  return std::nullopt;
 }
 
 std::string manifest_save(const Manifest& manifest, const std::string& dir) {

@@ -88,6 +88,14 @@ struct ManifestTiming {
   bool operator==(const ManifestTiming&) const = default;
 };
 
+// A merged profile's rank and the folder of the directory that holds its NEFF and NTFF files.
+struct ManifestRank {
+  uint32_t rank = 0;
+  std::string folder;  // one path component, "rank<r>" as sightline merge names it
+
+  bool operator==(const ManifestRank&) const = default;
+};
+
 // Which rank of a job the profile is, and the collectives it ran (written when it ran collectives or is
 // one rank of several; older manifests and single-core profiles have none).
 struct ManifestDistributed {
@@ -97,6 +105,7 @@ struct ManifestDistributed {
   std::vector<uint32_t> collective_cores; // cores that took part in them
   double link_bytes_per_ns = 0;           // the spec's ring link bandwidth (docs/hardware-model.md §1.8)
   double step_latency_ns = 0;
+  std::vector<ManifestRank> ranks;        // merged profiles only (sightline merge): every rank's folder
 
   bool operator==(const ManifestDistributed&) const = default;
 };
@@ -122,6 +131,10 @@ std::string manifest_serialize(const Manifest& manifest);
 // invalid file entry, or an NTFF whose paired NEFF is not listed is a sightline::Error naming `origin`
 // and the JSON path. Fields it does not know are ignored (additions within a version stay readable).
 Manifest manifest_parse(std::string_view json_text, const std::string& origin = "<memory>");
+
+// The rank whose folder (ManifestDistributed::ranks) holds `file` in a merged profile; nullopt for a file
+// outside every rank's folder and for a profile that is not merged.
+std::optional<uint32_t> manifest_file_rank(const Manifest& manifest, const ManifestFile& file);
 
 // Writes `dir`/manifest.json and returns its path.
 std::string manifest_save(const Manifest& manifest, const std::string& dir);

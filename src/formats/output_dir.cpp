@@ -143,6 +143,21 @@ bool written_by_exporter(const std::string& name, const std::set<std::string>& l
          ends_with(".ntff");
 }
 
+// A subdirectory whose every file the manifest lists (by its path from the profile directory) and that
+// holds nothing else: what `sightline merge` writes for each rank.
+bool only_listed_files(const fs::path& dir, const fs::path& root, const std::set<std::string>& listed) {
+  std::error_code ec;
+  bool any = false;
+  for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec)) continue;
+    if (!entry.is_regular_file(ec) || listed.count(entry.path().lexically_relative(root).generic_string()) == 0) {
+      return false;
+    }
+    any = true;
+  }
+  return any && !ec;
+}
+
 // Removes a set-aside previous profile: the files the exporter wrote go (the manifest last); anything else
 // (a user's notes, a subdirectory) is never deleted: the directory is kept as `<dir>.kept-<id>` and a note
 // says so.
@@ -166,6 +181,8 @@ void retire_previous(const fs::path& aside, const fs::path& clean, std::string_v
       } else {
         fs::remove(entry.path(), ec);
       }
+    } else if (entry.is_directory(ec) && only_listed_files(entry.path(), aside, listed)) {
+      fs::remove_all(entry.path(), ec);  // a merged profile's rank<r>/ folder of listed NEFF/NTFF files
     } else {
       foreign.push_back(name);
     }

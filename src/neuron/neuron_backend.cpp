@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -30,6 +31,12 @@ device::Spec load_spec(const std::string& name) {
     return device::Spec::load(name);
   }
   return device::Spec::builtin(name);
+}
+
+// The cores the runtime starts with: Options::cores, or every core of Options::chips chips.
+int configured_cores(const Options& options, const device::Spec& spec) {
+  if (options.cores > 0) return options.cores;
+  return static_cast<int>(spec.cores_per_instance) * std::max(1, options.chips);
 }
 
 // A device allocation: the storage's backend context.
@@ -126,7 +133,7 @@ class NeuronBackend final : public Backend {
     State& s = state();
     std::lock_guard lock(s.mutex);
     if (s.rt) return s.rt->core_count();
-    return s.options.cores > 0 ? s.options.cores : static_cast<int>(load_spec(s.options.spec).cores_per_instance);
+    return configured_cores(s.options, load_spec(s.options.spec));
   }
 
   std::shared_ptr<Storage> allocate(Device device, size_t nbytes) override {
@@ -164,7 +171,12 @@ void configure(const Options& options) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   SIGHTLINE_CHECK(!s.rt, "neuron::configure must be called before the first use of a neuron device");
-  runtime::install_host_costs(load_spec(options.spec));  // also checks the spec now, not at first use
+  const device::Spec spec = load_spec(options.spec);
+  runtime::install_host_costs(spec);  // also checks the spec now, not at first use
+  SIGHTLINE_CHECK(options.chips >= 0 && static_cast<uint32_t>(std::max(1, options.chips)) <= spec.collective.chips_per_instance,
+                  "neuron::configure: {} chips asked, but device spec '{}' has {} chip(s) per instance "
+                  "(collective.chips_per_instance); ask for 1 to {}",
+                  options.chips, spec.name, spec.collective.chips_per_instance, spec.collective.chips_per_instance);
   s.options = options;
 }
 
@@ -173,7 +185,8 @@ runtime::Runtime& runtime() {
   std::lock_guard lock(s.mutex);
   if (!s.rt) {
     runtime::RuntimeOptions o;
-    o.cores = s.options.cores;
+    const device::Spec spec = load_spec(s.options.spec);
+    o.cores = configured_cores(s.options, spec);
     o.queue_capacity = s.options.queue_capacity;
     o.functional = s.options.functional;
     s.rt = std::make_unique<runtime::Runtime>(load_spec(s.options.spec), o);

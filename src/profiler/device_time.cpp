@@ -1,19 +1,24 @@
 #include "profiler/device_time.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace sightline::profiler {
 
 std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions) {
   std::stable_sort(executions.begin(), executions.end(), [](const ExecutionSpan& a, const ExecutionSpan& b) {
-    return a.core != b.core ? a.core < b.core : a.start_ns < b.start_ns;
+    return std::tie(a.rank, a.core, a.start_ns) < std::tie(b.rank, b.core, b.start_ns);
   });
   std::vector<CoreActivity> out;
   for (size_t first = 0; first < executions.size();) {
     size_t last = first;
-    while (last < executions.size() && executions[last].core == executions[first].core) ++last;
+    while (last < executions.size() && executions[last].core == executions[first].core &&
+           executions[last].rank == executions[first].rank) {
+      ++last;
+    }
     CoreActivity c;
     c.core = executions[first].core;
+    c.rank = executions[first].rank;
     c.executions = last - first;
     c.first_start_ns = executions[first].start_ns;
     int64_t busy_end = executions[first].end_ns;

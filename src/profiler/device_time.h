@@ -22,11 +22,13 @@ struct ExecutionSpan {
   int core = 0;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  int rank = 0;  // in a merged profile, each rank's times are on that rank's own clock
 };
 
 // What one core's executions show, in time order.
 struct CoreActivity {
   int core = 0;
+  int rank = 0;  // the rank the core belongs to (a merged profile has a core 0 on every rank)
   uint64_t executions = 0;
   int64_t busy_ns = 0;         // sum of the executions' durations
   int64_t first_start_ns = 0;  // host clock ns: the first execution's start
@@ -40,7 +42,7 @@ struct CoreActivity {
   int64_t span_ns() const { return last_end_ns - first_start_ns; }
 };
 
-// Per core, in core order: executions, busy time, first start, last end, idle gaps and the largest one.
+// Per core (of each rank), in rank and core order: executions, busy time, first start, last end, idle gaps and the largest one.
 std::vector<CoreActivity> core_activity(std::vector<ExecutionSpan> executions);
 
 class DeviceTimeline {

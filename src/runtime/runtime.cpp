@@ -595,7 +595,7 @@ std::vector<uint64_t> Runtime::collective(const CollectiveRequest& request) {
   op->request = request;
   op->ready_ns.assign(n, 0);
   op->seqs.assign(n, 0);
-  op->timing = device::ring_collective_timing(spec_, request.kind, static_cast<int>(n), request.bytes);  // checks sizes
+  op->timing = device::ring_collective_timing(spec_, request.kind, request.cores, request.bytes);  // checks sizes
   std::vector<uint64_t> seqs;
   std::lock_guard order(collectives_mutex_);
   op->id = next_collective_id_++;

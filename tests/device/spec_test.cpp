@@ -113,3 +113,26 @@ TEST(DeviceSpec, NumbersTooLargeForAnyTypeAreANamedError) {
 
 }  // namespace
 }  // namespace sightline::device
+
+namespace sightline::device {
+
+// The instance's chips and their links (docs/hardware-model.md §1.8) are optional in a spec file: one
+// written before them reads as one chip without chip-to-chip links.
+TEST(DeviceSpec, ChipLinksAreOptional) {
+  const Spec trn2 = Spec::builtin("trn2");
+  EXPECT_EQ(trn2.collective.chips_per_instance, 16u);
+  EXPECT_EQ(trn2.collective.chip_link_bytes_per_ns, 320);
+  std::string text = trn2_text();
+  const auto at = text.find("\n    \"chips_per_instance\"");
+  ASSERT_NE(at, std::string::npos);
+  const auto end = text.find("\n  },", at);
+  ASSERT_NE(end, std::string::npos);
+  text.erase(at, end - at);
+  text.erase(text.rfind(',', at), 1);  // the comma after step_latency_ns
+  const Spec old = Spec::parse(text, "old-trn2.json");
+  EXPECT_EQ(old.collective.chips_per_instance, 1u);
+  EXPECT_EQ(old.collective.chip_link_bytes_per_ns, 0);
+  EXPECT_EQ(old.collective.link_bytes_per_ns, trn2.collective.link_bytes_per_ns);
+}
+
+}  // namespace sightline::device

@@ -1,6 +1,7 @@
 // manifest.json: round trip of every field (the whole device spec included) and the strict reader's errors.
 #include <filesystem>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -269,6 +270,39 @@ TEST(Manifest, AManifestWithoutHostCostsRoundTrips) {
   const std::string text = manifest_serialize(old);
   EXPECT_NO_THROW(manifest_parse(text, "again.json"));
   EXPECT_EQ(manifest_serialize(manifest_parse(text, "again.json")), text);
+}
+
+// A merged profile (sightline merge): each rank's folder, and which rank a file under it belongs to.
+TEST(Manifest, MergedRanksRoundTripAndNameTheirFiles) {
+  Manifest m = sample();
+  ManifestDistributed d;
+  d.world_size = 2;
+  d.ranks = {{.rank = 0, .folder = "rank0"}, {.rank = 1, .folder = "rank1"}};
+  m.distributed = d;
+  m.files.push_back({ManifestFileKind::neff, "rank1/" + ntff_paired_neff_file_name(kHash), kHash, std::nullopt, 99});
+  const std::string text = manifest_serialize(m);
+  const Manifest back = manifest_parse(text, "merged.json");
+  ASSERT_TRUE(back.distributed.has_value());
+  EXPECT_EQ(back.distributed->ranks, d.ranks);
+  EXPECT_EQ(manifest_file_rank(back, back.files.back()), 1u);
+  EXPECT_EQ(manifest_file_rank(back, back.files.front()), std::nullopt);  // trace.json: no rank's folder
+  EXPECT_EQ(manifest_file_rank(sample(), sample().files.front()), std::nullopt);
+  // Older manifests have no ranks; a rank beyond the world size or a folder that is a path is refused.
+  auto j = nlohmann::ordered_json::parse(text);
+  j["distributed"].erase("ranks");
+  EXPECT_TRUE(manifest_parse(j.dump(), "old.json").distributed->ranks.empty());
+  j = nlohmann::ordered_json::parse(text);
+  j["distributed"]["ranks"][1]["rank"] = 2;
+  EXPECT_THAT([&] { manifest_parse(j.dump(), "bad.json"); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("rank 2 is not below the world size 2")));
+  j = nlohmann::ordered_json::parse(text);
+  j["distributed"]["ranks"][1]["folder"] = "a/b";
+  EXPECT_THAT([&] { manifest_parse(j.dump(), "bad.json"); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("is not one path component")));
+  j = nlohmann::ordered_json::parse(text);
+  j["distributed"]["ranks"][1]["folder"] = "rank0";
+  EXPECT_THAT([&] { manifest_parse(j.dump(), "bad.json"); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("listed twice")));
 }
 
 }  // namespace

@@ -99,6 +99,86 @@ TEST(CollectiveTiming, BadSizesAndSpecsAreClearErrors) {
               ::testing::ThrowsMessage<Error>(HasSubstr("has no collective section")));
 }
 
+// A ring over the cores of several chips: each step is bounded by its slowest hop, by hand from the spec
+// figures (docs/hardware-model.md §1.8). trn1: 2 cores per chip, so 4 cores 0-3 are chips 0 and 1, with
+// hops 0->1 and 2->3 inside a chip (205 B/ns) and 1->2, 3->0 over NeuronLink (96 B/ns): the chip link
+// bounds. trn2: 8 cores per chip, 16 cores over 2 chips: the chip link (320 B/ns) beats the in-chip
+// hop (181 B/ns), which bounds, as on one chip.
+TEST(CollectiveTiming, TheSlowestHopOfARingOverChipsBoundsEveryStep) {
+  const auto trn1 = device::Spec::builtin("trn1");
+  ASSERT_EQ(trn1.cores_per_instance, 2u);
+  EXPECT_EQ(trn1.collective.chips_per_instance, 16u);
+  const uint64_t bytes = 4 * 96 * 205 * 64;  // chunks of 96 x 205 x 64 bytes: whole nanoseconds on both links
+  const std::vector<int> two_chips = {0, 1, 2, 3};
+  const auto t = device::ring_collective_timing(trn1, CollectiveKind::all_reduce, two_chips, bytes);
+  EXPECT_EQ(t.steps, 6u);
+  EXPECT_EQ(t.chips, 2u);
+  EXPECT_TRUE(t.chip_hop_bounds);
+  // 6 steps x (1500 ns + 1,259,520 B / 96 B/ns = 13,120 ns) = 87,720 ns
+  EXPECT_EQ(t.chunk_bytes, 1'259'520u);
+  EXPECT_DOUBLE_EQ(t.duration_ns, 6 * (1500.0 + 13'120.0));
+  // The same cores on one chip's links only: 6 x (1500 + 1,259,520 / 205 = 6,144) = 45,864 ns.
+  EXPECT_DOUBLE_EQ(device::ring_collective_timing(trn1, CollectiveKind::all_reduce, 4, bytes).duration_ns,
+                   6 * (1500.0 + 6'144.0));
+  // One core per chip (cores 0, 2, 4): every hop crosses chips.
+  const std::vector<int> spread = {0, 2, 4};
+  const auto g = device::ring_collective_timing(trn1, CollectiveKind::all_gather, spread, 3 * 96 * 1000);
+  EXPECT_EQ(g.chips, 3u);
+  EXPECT_DOUBLE_EQ(g.duration_ns, 2 * (1500.0 + 1000.0));  // 2 steps x (1500 + 96,000 B / 96 B/ns)
+
+  const auto trn2 = device::Spec::builtin("trn2");
+  std::vector<int> sixteen(16);
+  std::iota(sixteen.begin(), sixteen.end(), 0);
+  const uint64_t big = 16 * 181 * 320 * 8;  // chunks of 463,360 bytes
+  const auto u = device::ring_collective_timing(trn2, CollectiveKind::reduce_scatter, sixteen, big);
+  EXPECT_EQ(u.chips, 2u);
+  EXPECT_FALSE(u.chip_hop_bounds);
+  // 15 steps x (1500 + 463,360 / 181 = 2,560) = 60,900 ns; the NeuronLink hop would take 1500 + 1,448.
+  EXPECT_DOUBLE_EQ(u.duration_ns, 15 * (1500.0 + 2'560.0));
+}
+
+TEST(CollectiveTiming, ARingOverChipsNeedsChipLinks) {
+  device::Spec old = device::Spec::builtin("trn2");
+  old.collective.chips_per_instance = 1;  // what a spec written before chip links reads as
+  old.collective.chip_link_bytes_per_ns = 0;
+  const std::vector<int> cores = {6, 7, 8, 9};
+  EXPECT_THAT([&] { device::ring_collective_timing(old, CollectiveKind::all_reduce, cores, 4096); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("core 8 is beyond the 1 chip(s) of 8 cores")));
+  old.collective.chips_per_instance = 2;
+  EXPECT_THAT([&] { device::ring_collective_timing(old, CollectiveKind::all_reduce, cores, 4096); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("span 2 chips, but device spec 'trn2' has no chip-to-chip links")));
+  // Within one chip it still runs, as before.
+  const std::vector<int> one_chip = {4, 5, 6, 7};
+  EXPECT_GT(device::ring_collective_timing(old, CollectiveKind::all_reduce, one_chip, 4096).duration_ns, 0);
+}
+
+// 16 cores of two trn2 chips in one process: exact sums on every rank, timed by the ring over both chips.
+TEST(Collective, AllReduceOverTwoChipsIsExactAndTimedByTheRing) {
+  const int ranks = 16;
+  const size_t n = 16 * 64;
+  Runtime rt(device::Spec::builtin("trn2"), cores(ranks));
+  CaptureOptions cap;
+  cap.enabled = true;
+  rt.set_capture(cap);
+  const Buffers b = upload(rt, ranks, n, n);
+  rt.collective(request(CollectiveKind::all_reduce, ranks, b, n * 4));
+  std::vector<float> expected(n, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const auto v = rank_values(r, n);
+    for (size_t i = 0; i < n; ++i) expected[i] += v[i];
+  }
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(download(rt, r, b.out[r], n), expected) << "rank " << r;
+  const Captured c = rt.drain();
+  ASSERT_EQ(c.collectives.size(), 1u);
+  std::vector<int> all(16);
+  std::iota(all.begin(), all.end(), 0);
+  const auto timing = device::ring_collective_timing(rt.spec(), CollectiveKind::all_reduce, all, n * 4);
+  EXPECT_EQ(timing.chips, 2u);
+  for (const Event& e : of_kind(c, RuntimeEventKind::cc_running)) {
+    EXPECT_EQ(e.end_ns - e.start_ns, static_cast<int64_t>(timing.duration_ns + 0.5));
+  }
+}
+
 TEST(Collective, AllReduceIsExactOnEveryRankAndTimedByTheRing) {
   const int ranks = 4;
   const size_t n = 128 * 64;

@@ -380,6 +380,11 @@ int main(int argc, char** argv) {
                  "tensor parallelism: shard the model over this many NeuronCores of the device (Megatron/NxD style: "
                  "column-parallel q/k/v/gate/up, row-parallel o_proj/down with an all-reduce after each)")
       ->check(CLI::PositiveNumber);
+  int chips = 1;
+  app.add_option("--chips", chips,
+                 "chips of the instance to run on, their cores numbered chip by chip: --tp over more cores than one "
+                 "chip has needs more, and its collectives then cross the chip-to-chip links")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (o.out_dir.empty()) o.out_dir = "profiles/llama_" + o.config;
 
@@ -388,6 +393,7 @@ int main(int argc, char** argv) {
     neuron::Options options;
     options.spec = o.spec;
     options.functional = !o.timing_only;
+    options.chips = chips;
     neuron::configure(options);
     const int64_t wall_start = host_clock::wall_now_ns();
     const Device device = Device::parse(o.device);
@@ -410,6 +416,9 @@ int main(int argc, char** argv) {
     if (tp > 1) {
       SIGHTLINE_CHECK(!device.is_cpu(), "--tp {} shards the model over neuron cores: drop --device cpu", tp);
       check_tp(c, tp, o.config);
+      const int cores = neuron::device_info().cores, per_chip = cores / chips;
+      SIGHTLINE_CHECK(tp <= cores, "--tp {} needs {} NeuronCores, but {} chip(s) of {} cores have {}; add --chips {}", tp,
+                      tp, chips, per_chip, cores, (tp + per_chip - 1) / per_chip);
       o.capture_cores = fmt::format("0-{}", tp - 1);
     }
     std::string source;
@@ -448,7 +457,9 @@ int main(int argc, char** argv) {
                "batch {} x {} tokens on {} ({}{}); profiles go to {}/\n",
                o.config, c.layers, c.hidden, c.heads, c.kv_heads, c.intermediate, c.vocab,
                models::parameter_text(models::parameter_count(all)), dtype_name(dtype), o.batch, o.tokens,
-               tp > 1 ? fmt::format("neuron:0-{}, tensor parallel over {} cores", tp - 1, tp) : device.to_string(),
+               tp > 1 ? fmt::format("neuron:0-{}, tensor parallel over {} cores{}", tp - 1, tp,
+                                    chips > 1 ? fmt::format(" of {} chips", chips) : "")
+                      : device.to_string(),
                device.is_cpu() ? "reference backend" : neuron::device_info().spec_name, o.timing_only ? ", timing only" : "",
                o.out_dir);
     fmt::print("{}\n", source);

@@ -3,17 +3,23 @@
 // (run-e2e.sh makes it). Usage: node tests/e2e/ranks.e2e.mjs BASE_URL PROFILE   (PROFILE: the merged
 // profile's name under the served directory). Checks that the timeline lists every rank's lanes
 // (rank<r>/...) with each core's collective lane (CC:k), that the collectives line up across ranks and
-// cores, that search finds a cc_running and its details show the collective's arguments, and that the
+// cores, that search finds a cc_running and its details show the collective's arguments, that the
 // summary reports the collectives per rank and core (and the collective_wait insight when the server
-// finds one). Screenshots go to test-results/.
+// finds one), and that the summary's metrics (MFU/MBU, engines, executions, the rows per rank and the
+// straggler) are there and equal `sightline view`'s (CLI_SUMMARY_JSON), and that a collective's chain
+// (c10d op -> nrta_cc_schedule -> cc_running on each core) is one tree opened from either end. Usage: node tests/e2e/ranks.e2e.mjs
+// BASE_URL PROFILE CLI_SUMMARY_JSON. Screenshots go to test-results/.
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { check, launchBrowser, resultsDir } from './browser.mjs';
 
-const [baseUrl, profile] = process.argv.slice(2);
-if (!baseUrl || !profile) {
-  console.error('usage: ranks.e2e.mjs BASE_URL PROFILE');
+const [baseUrl, profile, cliSummaryPath] = process.argv.slice(2);
+if (!baseUrl || !profile || !cliSummaryPath) {
+  console.error('usage: ranks.e2e.mjs BASE_URL PROFILE CLI_SUMMARY_JSON');
   process.exit(2);
 }
+// `sightline view PROFILE --output-format summary-json` of the same merged profile (run-e2e.sh writes it).
+const cli = JSON.parse(readFileSync(cliSummaryPath, 'utf8'));
 const results = resultsDir();
 
 const { context, close } = await launchBrowser('sightline-ranks-e2e');
@@ -121,6 +127,69 @@ try {
       `no collective_wait insight, as the server found none (the longest wait is ${(100 * share).toFixed(1)}% of its core's span)`);
   }
   await shot('ranks-03-summary.png');
+
+  // ---- 5. A merged profile is a full profile: its summary metrics are every rank's, equal to the CLI's.
+  const skip = new Set(['insights', 'roofline', 'collectives']);
+  const differing = Object.keys(cli).filter((key) => !skip.has(key) &&
+    JSON.stringify(summary[key]) !== JSON.stringify(cli[key]));
+  check(differing.length === 0 && Object.keys(cli).length > 10,
+    `the served summary equals \`sightline view\`'s, every metric (${differing.join(', ') || `${Object.keys(cli).length} keys`})`);
+  check(cli.executions > 0 && cli.mfu_estimated_percent > 0 && cli.mbu_estimated_percent > 0 && cli.total_time_us > 0,
+    `the merged profile has metrics (${cli.executions} executions, MFU ${cli.mfu_estimated_percent.toFixed(3)} %, ` +
+    `MBU ${cli.mbu_estimated_percent.toFixed(3)} %)`);
+  const shownCount = async (selector) => Number((await page.textContent(selector)).replace(/[^0-9]/g, ''));
+  check(await shownCount('tr[data-metric="executions"] td.num') === cli.executions,
+    `the Summary tab shows the CLI's ${cli.executions} executions`);
+  for (const key of ['mfu_estimated_percent', 'mbu_estimated_percent']) {
+    const shown = Number.parseFloat(await page.textContent(`.gauge[data-metric="${key}"] .gauge-value`));
+    check(Number.isFinite(shown) && shown > 0 && Math.abs(shown - cli[key]) <= 0.05 + 0.01 * cli[key],
+      `the ${key.slice(0, 3).toUpperCase()} gauge shows ${shown} % (the CLI: ${cli[key]})`);
+  }
+  const bars = await page.$$eval('[data-testid="engine-bars"] .bar-row', (rows) => rows.map((r) => r.dataset.engine));
+  check(bars.includes('tensor') && bars.includes('dma'), `the engine bars are drawn (${bars.join(', ')})`);
+  const dmaShown = Number.parseFloat(await page.textContent('.bar-row[data-engine="dma"] .bar-value'));
+  check(dmaShown > 0 && Math.abs(dmaShown - cli.dma_engine_active_time_percent) <= 0.05 + 0.01 * cli.dma_engine_active_time_percent,
+    `the DMA bar shows ${dmaShown} % active (the CLI: ${cli.dma_engine_active_time_percent})`);
+  // One row per rank, each the rank's executions as the CLI counts them, summing to the profile's.
+  check(Array.isArray(cli.ranks) && cli.ranks.length === cc.world_size, `the CLI has a row per rank (${cli.ranks?.length})`);
+  let rankExecutions = 0;
+  for (const row of cli.ranks) {
+    const shown = await shownCount(`[data-testid="ranks"] tr[data-rank="${row.rank}"] td[data-metric="executions"]`);
+    check(shown === row.executions, `rank ${row.rank}'s row shows its ${row.executions} executions (${shown})`);
+    rankExecutions += row.executions;
+  }
+  check(rankExecutions === cli.executions, `the ranks' executions sum to the profile's (${rankExecutions})`);
+  const stragglerRank = await page.getAttribute('[data-testid="straggler"]', 'data-rank');
+  check(stragglerRank === (cli.straggler.excess_us > 0 ? String(cli.straggler.rank) : ''),
+    `the straggler is the CLI's (${cli.straggler.excess_us > 0 ? `rank ${cli.straggler.rank}` : 'none'})`);
+  await page.locator('[data-testid="ranks"]').screenshot({ path: join(results, 'ranks-04-per-rank.png') });
+
+  // ---- 6. The chain of a collective: c10d op -> nrta_cc_schedule per core -> cc_running, from either end.
+  await page.click('#tabs button[data-tab="timeline"]');
+  const treeOf = async (id) => {
+    await page.evaluate((sel) => { location.hash = `#/p/${sel.profile}?sel=${sel.id}`; }, { profile, id });
+    await page.waitForFunction((sel) => window.__explorer.chain?.selected.id === sel, id);
+    return page.$$eval('[data-testid="chain-tree"] .tree-row', (rows) =>
+      rows.map((r) => `${parseInt(r.style.paddingLeft, 10) / 18}:${r.querySelector('.layer').textContent}`));
+  };
+  const run = await api(`/api/profiles/${profile}/events/${matches[0].id}`);
+  check(run.flows_in.length === 1 && run.flows_in[0].category === 'ac2g' && run.flows_in[0].event.name === 'nrta_cc_schedule',
+    `cc_running's flow comes from its nrta_cc_schedule (${run.flows_in.map((f) => `${f.category} ${f.event.name}`).join(', ')})`);
+  const schedule = await api(`/api/profiles/${profile}/events/${run.flows_in[0].event.id}`);
+  const op = schedule.flows_in.find((f) => f.category === 'fwd')?.event;
+  check(op !== undefined && op.name.startsWith('c10d::'), `nrta_cc_schedule's flow comes from the ${op?.name} op`);
+  const fromRun = await treeOf(matches[0].id);
+  const schedulesShown = fromRun.filter((row) => row === '1:nrta_cc_schedule').length;
+  check(fromRun[0] === `0:${op.name}` && schedulesShown === cc.lanes.length / cc.world_size &&
+    fromRun.filter((row) => row === '2:cc_running').length === schedulesShown,
+  `opened from cc_running, the chain is ${op.name} -> a schedule -> a cc_running per core (${fromRun.join(' ')})`);
+  const arrowsFromRun = await page.evaluate(() => window.__explorer.arrows());
+  await shot('ranks-05-chain.png');
+  const fromOp = await treeOf(op.id);
+  const arrowsFromOp = await page.evaluate(() => window.__explorer.arrows());
+  check(JSON.stringify(fromOp) === JSON.stringify(fromRun) && JSON.stringify(arrowsFromOp) === JSON.stringify(arrowsFromRun),
+    `opened from ${op.name}, the chain is the same tree with the same arrows (${arrowsFromOp.length} arrows)`);
+
   check(consoleErrors.length === 0, `no uncaught page errors (${consoleErrors.join('; ')})`);
 } catch (error) {
   failed = true;

@@ -64,11 +64,16 @@ struct RuntimeCostSpec {
   double first_load_ns = 0;         // first execution of an executable on a core
 };
 
-// Collectives between the cores of one chip (docs/hardware-model.md §1.8): a ring over the cores, each
-// step moving one chunk per link. A spec without this section runs no collectives.
+// Collectives between the cores of one chip, and between the chips of an instance over their chip-to-chip
+// links (docs/hardware-model.md §1.8): a ring over the cores, each step moving one chunk per link, the
+// slowest hop bounding the step. A spec without this section runs no collectives; one without the chip
+// fields (chips_per_instance 1, no chip link) runs them within one chip only.
 struct CollectiveSpec {
   double link_bytes_per_ns = 0;  // one ring link (core to its neighbour), per direction
   double step_latency_ns = 0;    // fixed cost of one ring step (hop latency, synchronisation)
+  uint32_t chips_per_instance = 1;    // chips of the instance, each of cores_per_instance cores
+  double chip_link_bytes_per_ns = 0;  // one chip-to-chip link (NeuronLink), per direction; 0: none
+  double chip_step_latency_ns = 0;    // fixed cost of a ring step whose hop crosses chips
 };
 
 // Host-side costs of the modeled host clock (core/host_clock.h; derivations in docs/host-model.md).
