@@ -332,7 +332,7 @@ _BACKENDS = ("neuron", "inductor", "sightline")
 class CompiledFunction:
     """What compile(fn) returns: calls run the captured, optimized program of their input signature."""
 
-    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none"):
+    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none", substitute_builtins=False):
         try:
             params = _inspect.signature(fn).parameters.values()
             variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
@@ -340,7 +340,7 @@ class CompiledFunction:
         except (TypeError, ValueError):
             arity = -1
         self._fn = fn
-        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast)
+        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast, substitute_builtins)
         _functools.update_wrapper(self, fn)
 
     def _inputs(self, args, kwargs):
@@ -370,8 +370,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
 
     Usable as @compile, @compile(backend="neuron") or compile(fn). On a neuron device each call is
     one device execution ("Torch-Compiled Region" in the profile). options: {"optimize": bool,
-    "cache_dir": str, "autocast": "none" | "matmul_bf16"} (CompileOptions in include/sightline/compile.h;
-    "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything else stays f32)."""
+    "cache_dir": str, "autocast": "none" | "matmul_bf16", "substitute_builtins": bool} (CompileOptions in
+    include/sightline/compile.h; "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything
+    else stays f32; "substitute_builtins": replace naive forms of built-in fused ops, such as the RMSNorm
+    chain, by the built-in instead of compiling the function's own ops)."""
     if isinstance(backend, str) and backend not in _BACKENDS:
         raise ValueError(f"compile: unknown backend {backend!r}; sightline compiles for {', '.join(_BACKENDS)} "
                          "(one compiler: the device is the one the inputs are on)")
@@ -381,8 +383,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
     optimize = _builtins.bool(options.pop("optimize", True))
     cache_dir = str(options.pop("cache_dir", ""))
     autocast = str(options.pop("autocast", "none"))
+    substitute_builtins = _builtins.bool(options.pop("substitute_builtins", False))
     if options:
-        raise ValueError(f"compile: unknown options {sorted(options)}; accepted: optimize, cache_dir, autocast")
+        raise ValueError(f"compile: unknown options {sorted(options)}; accepted: optimize, cache_dir, autocast, "
+                         "substitute_builtins")
 
     def wrap(fn):
         if disable:
@@ -392,7 +396,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
         if hasattr(fn, "forward") and hasattr(fn, "parameters"):
             _warnings.warn("compile: an nn.Module is captured through its __call__; its parameters are "
                            "tensors of the enclosing scope, which capture refuses: pass them as arguments")
-        return CompiledFunction(fn, optimize=optimize, cache_dir=cache_dir, autocast=autocast)
+        return CompiledFunction(fn, optimize=optimize, cache_dir=cache_dir, autocast=autocast,
+                                substitute_builtins=substitute_builtins)
 
     if model is None:
         return wrap

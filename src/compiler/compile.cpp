@@ -130,7 +130,7 @@ struct CompiledFunctionState {
     for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
     compiler::Graph graph = compiler::capture_graph(fn, metas, device);
     if (options.optimize) {
-      graph = compiler::optimize(std::move(graph), {}, options.autocast);
+      graph = compiler::optimize(std::move(graph), {}, options);
     } else {
       graph = compiler::eliminate_dead_code(graph);
       if (options.autocast == Autocast::matmul_bf16) graph = compiler::autocast_matmuls(graph);

@@ -351,7 +351,7 @@ constexpr Pass kPipeline[] = {
 
 std::span<const Pass> default_pipeline() { return kPipeline; }
 
-Graph optimize(Graph graph, const PassObserver& after_pass, Autocast autocast) {
+Graph optimize(Graph graph, const PassObserver& after_pass, const CompileOptions& options) {
   verify(graph, "capture", VerifyOptions{.allow_dead_nodes = true});
   auto run = [&](const Pass& pass) {
     graph = pass.run(graph);
@@ -359,8 +359,9 @@ Graph optimize(Graph graph, const PassObserver& after_pass, Autocast autocast) {
     if (after_pass) after_pass(pass.name, graph);
   };
   for (const Pass& pass : kPipeline) {
-    run(pass);
-    if (pass.name == "recognize_builtins" && autocast == Autocast::matmul_bf16) run({"autocast", &autocast_matmuls});
+    const bool substitution = pass.name == "recognize_builtins";
+    if (!substitution || options.substitute_builtins) run(pass);
+    if (substitution && options.autocast == Autocast::matmul_bf16) run({"autocast", &autocast_matmuls});
   }
   return graph;
 }

@@ -190,7 +190,7 @@ class Lowerer {
       if (in.kind == NodeKind::input)
         places.push_back({0, 0, TensorDesc::contiguous(in.meta.dtype, in.meta.shape)});
     }
-    return !row_program_unsupported(row_program(*n.body, places), builder_.sbuf_free_bytes());
+    return !row_program_unsupported(row_program(*n.body, places), builder_.spec(), builder_.sbuf_free_bytes());
   }
 
   // A fused.rows node as one row-tiled loop with its intermediates in SBUF; nullopt (nothing emitted)

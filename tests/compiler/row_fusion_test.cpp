@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 
 const Device kCore0 = Device::parse("neuron:0");
 
-// x * sigmoid(x) * y: silu (recognized) times a gate, a two-op row group.
+// x * sigmoid(x) * y: a sigmoid, its product with x and a gate, a three-op row group.
 std::vector<Tensor> gated(const std::vector<Tensor>& a) { return {a[0] * sigmoid(a[0]) * a[1]}; }
 
 // A normalization that is not a built-in: centre each row, scale by its largest magnitude, weight.
@@ -40,8 +40,8 @@ std::vector<Tensor> scaled_softmax(const std::vector<Tensor>& a) {
   return {p * reciprocal(sum(exp(a[0] * 0.25), {-1}, true)) + a[1]};
 }
 
-// The textbook softmax and layer_norm: the row loop cuts their steps into two stages after the Scalar
-// engine's exp / inside the rms_norm the layer_norm's variance becomes (stage_split,
+// The textbook softmax and layer_norm: the row loop puts the steps either engine can run on the less
+// loaded one and cuts the steps into stages where the engine changes (schedule, stage_bounds in
 // compiler/row_kernel.cpp), interleaved across row tiles.
 std::vector<Tensor> naive_softmax(const std::vector<Tensor>& a) {
   const Tensor e = exp(a[0] - amax(a[0], {-1}, true));
@@ -52,6 +52,15 @@ std::vector<Tensor> naive_layer_norm(const std::vector<Tensor>& a) {
   const Tensor centred = a[0] - mean(a[0], {-1}, true);
   return {centred * rsqrt(mean(centred * centred, {-1}, true) + 1e-5) * a[1] + a[2]};
 }
+
+// Scalar affine chains the activations absorb (sigmoid(x * 0.5 - 1), rsqrt(mean * 2 + 1)), a row mean
+// of a scaled row (mean of x * 3), and a square whose row only its mean reads.
+std::vector<Tensor> affine_activations(const std::vector<Tensor>& a) {
+  const Tensor& x = a[0];
+  return {sigmoid(x * 0.5 - 1.0) * rsqrt(mean(x * x, {-1}, true) * 2.0 + 1.0) + mean(x * 3.0, {-1}, true)};
+}
+
+std::vector<Tensor> naive_rms_norm(const std::vector<Tensor>& a) { return {testing::naive_rms_norm(a[0], a[1])}; }
 
 struct Program {
   const char* name;
@@ -80,6 +89,14 @@ const Program kPrograms[] = {
     {"naive_layer_norm", &naive_layer_norm,
      [](int64_t r, int64_t c) {
        return std::vector<Dims>{{r, c}, {c}, {c}};
+     }},
+    {"naive_rms_norm", &naive_rms_norm,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}, {c}};
+     }},
+    {"affine_activations", &affine_activations,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}};
      }},
 };
 
@@ -220,6 +237,32 @@ TEST(RowLoopDeviceTime, NaiveSoftmaxAsFastAsTheBuiltIn) {
   RecordProperty("row_loop_ns", std::to_string(fused[0]));
   // Within 1%: the loop's fill and drain take about a microsecond longer than the kernel's (0.5% here).
   EXPECT_LE(fused[0] * 100, builtin[0] * 101) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
+}
+
+// The user's RMSNorm and layer_norm, fused by the compiler from their own ops (no built-in substituted),
+// take no more device time than the hand-written rms_norm / layer_norm kernels on the same inputs.
+TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
+  Generator g(37);
+  const std::vector<Tensor> args = {randn({4096, 2048}, {}, &g).to(kCore0), randn({2048}, {}, &g).to(kCore0),
+                                    randn({2048}, {}, &g).to(kCore0)};
+  auto rms = compile(&naive_rms_norm);
+  auto ln = compile(&naive_layer_norm);
+  (void)rms({args[0], args[1]});  // compile outside the measurement
+  (void)ln(args);
+  const std::vector<int64_t> rms_builtin = executions_of([&] { (void)rms_norm(args[0], args[1], 1e-6); });
+  const std::vector<int64_t> rms_fused = executions_of([&] { (void)rms({args[0], args[1]}); });
+  const std::vector<int64_t> ln_builtin = executions_of([&] { (void)layer_norm(args[0], args[1], args[2], 1e-5); });
+  const std::vector<int64_t> ln_fused = executions_of([&] { (void)ln(args); });
+  ASSERT_EQ(rms_builtin.size(), 1u);
+  ASSERT_EQ(rms_fused.size(), 1u);
+  ASSERT_EQ(ln_builtin.size(), 1u);
+  ASSERT_EQ(ln_fused.size(), 1u);
+  RecordProperty("rms_norm_builtin_ns", std::to_string(rms_builtin[0]));
+  RecordProperty("rms_norm_row_loop_ns", std::to_string(rms_fused[0]));
+  RecordProperty("layer_norm_builtin_ns", std::to_string(ln_builtin[0]));
+  RecordProperty("layer_norm_row_loop_ns", std::to_string(ln_fused[0]));
+  EXPECT_LE(rms_fused[0], rms_builtin[0]) << "row loop " << rms_fused[0] << " ns, rms_norm " << rms_builtin[0];
+  EXPECT_LE(ln_fused[0], ln_builtin[0]) << "row loop " << ln_fused[0] << " ns, layer_norm " << ln_builtin[0];
 }
 
 TEST(RowLoopDeviceTime, FasterThanTheOpByOpKernels) {
