@@ -333,6 +333,35 @@ TEST(MatmulEpilogue, AppliedOnResultTilesWithoutAnHbmRoundTrip) {
   }
 }
 
+// Attention's scores: softmax(a @ b * scale) along the last dim.
+std::vector<Tensor> scores_softmax(const std::vector<Tensor>& a) { return {softmax(matmul(a[0], a[1]) * 0.125, -1)}; }
+
+TEST(MatmulEpilogue, SoftmaxOfWholeRowTilesRunsOnChip) {
+  Generator g(38);
+  const int64_t rows = 130, inner = 64, cols = 200;
+  const std::vector<TensorMeta> metas = {{{rows, inner}, DType::f32}, {{inner, cols}, DType::f32}};
+  const Graph graph = optimize(capture_graph(&scores_softmax, metas, Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "scores");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
+  EXPECT_FALSE(has_scratch(exe)) << "the scores went through HBM";
+  const std::vector<Tensor> args = {randn({rows, inner}, {}, &g).to(kCore0), randn({inner, cols}, {}, &g).to(kCore0)};
+  expect_close(compile(&scores_softmax)(args)[0], scores_softmax(args)[0]);
+}
+
+TEST(MatmulEpilogue, SoftmaxOfRowsLongerThanATileRunsAfterTheFusedScale) {
+  // 3000 columns are more than one result tile of the matmul kernel holds: the matmul and its scale
+  // stay one kernel, the softmax runs after it through HBM.
+  Generator g(39);
+  const int64_t rows = 64, inner = 32, cols = 3000;
+  const std::vector<TensorMeta> metas = {{{rows, inner}, DType::f32}, {{inner, cols}, DType::f32}};
+  const Graph graph = optimize(capture_graph(&scores_softmax, metas, Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "scores_long");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
+  EXPECT_TRUE(has_scratch(exe));
+  const std::vector<Tensor> args = {randn({rows, inner}, {}, &g).to(kCore0), randn({inner, cols}, {}, &g).to(kCore0)};
+  expect_close(compile(&scores_softmax)(args)[0], scores_softmax(args)[0]);
+}
+
 TEST(MatmulEpilogue, DecoderBlockFusesAllFourEpilogues) {
   const std::vector<TensorMeta> metas = testing::decoder_block_metas();
   const device::Executable exe = lower(optimize(capture_graph(&testing::decoder_block, metas, Device::cpu())),
