@@ -22,6 +22,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -193,15 +194,19 @@ void print_compiled(const device::Spec& spec) {
     std::string label;
     std::function<void()> fused, compiled, substituted;
   };
-  const std::string shape = fmt::format("f32[{},{}]", rows, cols);
-  const std::vector<Pair> pairs = {
-      {"RMSNorm " + shape, [&] { (void)rms_norm(x, w, 1e-6); }, [&] { (void)rms_compiled(x, w); },
-       [&] { (void)rms_substituted(x, w); }},
-      {"layer_norm " + shape, [&] { (void)layer_norm(x, w, b, 1e-5); }, [&] { (void)ln_compiled(x, w, b); },
-       [&] { (void)ln_substituted(x, w, b); }},
-      {"softmax " + shape, [&] { (void)softmax(x, -1); }, [&] { (void)sm_compiled(x); },
-       [&] { (void)sm_substituted(x); }},
-  };
+  std::vector<Pair> pairs;
+  // Both widths: a 16-bit program keeps its full-row intermediates in its dtype (as eager rounds them).
+  const Tensor x16 = x.to(DType::bf16), w16 = w.to(DType::bf16), b16 = b.to(DType::bf16);
+  for (const auto& [xs, ws, bs] : {std::tuple{&x, &w, &b}, std::tuple{&x16, &w16, &b16}}) {
+    const Tensor &xt = *xs, &wt = *ws, &bt = *bs;
+    const std::string shape = fmt::format("{}[{},{}]", dtype_name(xt.dtype()), rows, cols);
+    pairs.push_back({"RMSNorm " + shape, [&] { (void)rms_norm(xt, wt, 1e-6); }, [&] { (void)rms_compiled(xt, wt); },
+                     [&] { (void)rms_substituted(xt, wt); }});
+    pairs.push_back({"layer_norm " + shape, [&] { (void)layer_norm(xt, wt, bt, 1e-5); },
+                     [&] { (void)ln_compiled(xt, wt, bt); }, [&] { (void)ln_substituted(xt, wt, bt); }});
+    pairs.push_back({"softmax " + shape, [&] { (void)softmax(xt, -1); }, [&] { (void)sm_compiled(xt); },
+                     [&] { (void)sm_substituted(xt); }});
+  }
   fmt::print("\n== compile(naive function) vs the fused built-in, device busy of one call, modeled ==\n");
   fmt::print("  discovered: the default compile() (the function's own ops fused); substituted: with\n"
              "  CompileOptions::substitute_builtins (naive forms of built-ins replaced by the built-in)\n");

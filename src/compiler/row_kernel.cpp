@@ -463,7 +463,9 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spe
     ValueInfo& out = plan.values[inputs + k];
     out.wide = s.meta.shape.back() == p.cols;
     const bool last = k + 1 == p.steps.size();
-    out.dtype = last || s.op == OpId::to_copy ? s.meta.dtype : DType::f32;
+    // f32, but a full row of a 16-bit step keeps its dtype, as eager rounds it (row_kernel.h).
+    out.dtype =
+        last || s.op == OpId::to_copy || (out.wide && dtype_size(s.meta.dtype) == 2) ? s.meta.dtype : DType::f32;
     for (int a : s.args) {
       SIGHTLINE_ASSERT_MSG(a == kNoValue || (a >= 0 && static_cast<size_t>(a) < inputs + k),
                            "row step {} reads value {}", k, a);

@@ -12,8 +12,10 @@
 //   if (std::optional<std::string> why = emit_row_program(b, p, [&] { return output_operand; })) ...
 //
 // Per row tile (up to 128 rows on partitions): each input that varies with the row is loaded once from
-// HBM into SBUF, every step runs on SBUF tiles (f32 for floating intermediates, so a chain rounds only
-// once, at the result), and only the last step's value is stored. Inputs that are the same for every
+// HBM into SBUF, every step runs on SBUF tiles, and only the last step's value is stored. Intermediates
+// are f32, so an f32 chain rounds only at the result, except the full rows of a 16-bit step, which
+// keep its dtype as the eager op's result does (the Vector engine then runs at its 16-bit rate, twice
+// the 32-bit one, and the row takes half the SBUF); per-row values (statistics) stay f32. Inputs that are the same for every
 // row (a weight [cols], a 0-dim tensor) are loaded once for the whole loop, on every partition. So the
 // HBM traffic of the loop is its inputs once plus its output once. Intermediates share tiles by
 // liveness (an elementwise step writes in place the row it reads last), and every tile rotates over up
