@@ -289,8 +289,12 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     if (sp.elided || fold_sum(k)) continue;
     const int y = static_cast<int>(inputs + k);
     const double elements = wide(y) ? static_cast<double>(cols) : 1.0;
-    const DType dtype = s.args.empty() || s.args[0] == kNoValue ? DType::f32
-                                                                : plan.values[static_cast<size_t>(s.args[0])].dtype;
+    // The engines run at their 16-bit rate only when the output and the row operands are all 16-bit.
+    bool narrow = dtype_size(plan.values[static_cast<size_t>(y)].dtype) == 2;
+    for (int a : s.args) {
+      if (a != kNoValue && wide(a)) narrow = narrow && dtype_size(plan.values[static_cast<size_t>(a)].dtype) == 2;
+    }
+    const DType dtype = narrow ? DType::bf16 : DType::f32;
     if (sp.on_scalar) {
       scalar_load += engine_ns(spec.scalar, elements, 1, dtype);
       continue;

@@ -264,13 +264,19 @@ TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   EXPECT_LE(rms_fused[0], rms_builtin[0]) << "row loop " << rms_fused[0] << " ns, rms_norm " << rms_builtin[0];
   EXPECT_LE(ln_fused[0], ln_builtin[0]) << "row loop " << ln_fused[0] << " ns, layer_norm " << ln_builtin[0];
   // bf16: the row loop keeps 16-bit rows in bf16, so the Vector engine runs at its 16-bit rate too.
-  const Tensor x16 = args[0].to(DType::bf16), w16 = args[1].to(DType::bf16);
+  const Tensor x16 = args[0].to(DType::bf16), w16 = args[1].to(DType::bf16), b16 = args[2].to(DType::bf16);
   (void)rms({x16, w16});
+  (void)ln({x16, w16, b16});
   const std::vector<int64_t> rms16_builtin = executions_of([&] { (void)rms_norm(x16, w16, 1e-6); });
   const std::vector<int64_t> rms16_fused = executions_of([&] { (void)rms({x16, w16}); });
+  const std::vector<int64_t> ln16_builtin = executions_of([&] { (void)layer_norm(x16, w16, b16, 1e-5); });
+  const std::vector<int64_t> ln16_fused = executions_of([&] { (void)ln({x16, w16, b16}); });
   ASSERT_EQ(rms16_fused.size(), 1u);
+  ASSERT_EQ(ln16_fused.size(), 1u);
   EXPECT_LE(rms16_fused[0], rms16_builtin[0]) << "bf16 row loop " << rms16_fused[0] << " ns, rms_norm "
                                               << rms16_builtin[0];
+  EXPECT_LE(ln16_fused[0], ln16_builtin[0]) << "bf16 row loop " << ln16_fused[0] << " ns, layer_norm "
+                                            << ln16_builtin[0];
 }
 
 TEST(RowLoopDeviceTime, FasterThanTheOpByOpKernels) {
