@@ -686,7 +686,7 @@ class Emitter {
   enum class Half : uint8_t { whole, first, second };
 
   // Step k on this tile's values, through the op's tile-level emitter; a half of an rms_norm step
-  // (stage_split) through its split emitters, with the tile's statistics kept between them.
+  // (stage_bounds) through its split emitters, with the tile's statistics kept between them.
   void step(size_t k, uint16_t p, uint32_t f, Half half = Half::whole, size_t tile = 0) {
     const RowStep& s = p_.steps[k];
     const StepPlan& sp = plan_.steps[k];
