@@ -12,7 +12,8 @@
 //
 // Part 2 runs whole functions through the public API under the profiler, as a user does, and divides
 // compile()'s device busy time by the fused built-in's (or, for the decoder block, by the eager
-// block's): neuron::last_trace_summary, the one definition the examples print. The decoder block's floor is
+// block's), for the default compile() ("discovered": the row loop fuses the function's own ops) and
+// with CompileOptions::substitute_builtins ("substituted": naive forms of built-ins replaced by them): neuron::last_trace_summary, the one definition the examples print. The decoder block's floor is
 // max(weights + input + output bytes / HBM bandwidth, the block's FLOPs / Tensor fp32 roof) with the
 // FLOPs summed from the profiler's with_flops rows (the op table's rule again).
 //
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -179,26 +181,44 @@ void print_compiled(const device::Spec& spec) {
   const Tensor x = randn({rows, cols}, {}, &g).to(dev);
   const Tensor w = (rand({cols}, {}, &g) + 0.5).to(dev);
   const Tensor b = rand({cols}, {}, &g).to(dev);
+  // Discovered: the default pipeline fuses the function's own ops. Substituted: recognize_builtins
+  // replaces the naive forms it knows (the RMSNorm chain) by the built-in first.
+  const CompileOptions substituted{.substitute_builtins = true};
   auto rms_compiled = compile(rms_norm_naive);
+  auto rms_substituted = compile(rms_norm_naive, substituted);
   auto ln_compiled = compile(layer_norm_naive);
+  auto ln_substituted = compile(layer_norm_naive, substituted);
   auto sm_compiled = compile(softmax_naive);
+  auto sm_substituted = compile(softmax_naive, substituted);
   struct Pair {
     std::string label;
-    std::function<void()> fused, compiled;
+    std::function<void()> fused, compiled, substituted;
   };
-  const std::string shape = fmt::format("f32[{},{}]", rows, cols);
-  const std::vector<Pair> pairs = {
-      {"RMSNorm " + shape, [&] { (void)rms_norm(x, w, 1e-6); }, [&] { (void)rms_compiled(x, w); }},
-      {"layer_norm " + shape, [&] { (void)layer_norm(x, w, b, 1e-5); }, [&] { (void)ln_compiled(x, w, b); }},
-      {"softmax " + shape, [&] { (void)softmax(x, -1); }, [&] { (void)sm_compiled(x); }},
-  };
+  std::vector<Pair> pairs;
+  // Both widths: a 16-bit program keeps its full-row intermediates in its dtype (as eager rounds them).
+  const Tensor x16 = x.to(DType::bf16), w16 = w.to(DType::bf16), b16 = b.to(DType::bf16);
+  for (const auto& [xs, ws, bs] : {std::tuple{&x, &w, &b}, std::tuple{&x16, &w16, &b16}}) {
+    const Tensor &xt = *xs, &wt = *ws, &bt = *bs;
+    const std::string shape = fmt::format("{}[{},{}]", dtype_name(xt.dtype()), rows, cols);
+    pairs.push_back({"RMSNorm " + shape, [&] { (void)rms_norm(xt, wt, 1e-6); }, [&] { (void)rms_compiled(xt, wt); },
+                     [&] { (void)rms_substituted(xt, wt); }});
+    pairs.push_back({"layer_norm " + shape, [&] { (void)layer_norm(xt, wt, bt, 1e-5); },
+                     [&] { (void)ln_compiled(xt, wt, bt); }, [&] { (void)ln_substituted(xt, wt, bt); }});
+    pairs.push_back({"softmax " + shape, [&] { (void)softmax(xt, -1); }, [&] { (void)sm_compiled(xt); },
+                     [&] { (void)sm_substituted(xt); }});
+  }
   fmt::print("\n== compile(naive function) vs the fused built-in, device busy of one call, modeled ==\n");
-  fmt::print("  {:<28} {:>10} {:>14} {:>10} {:>14} {:>16}\n", "function", "fused us", "fused execs", "compiled us",
-             "compiled execs", "compiled/fused");
+  fmt::print("  discovered: the default compile() (the function's own ops fused); substituted: with\n"
+             "  CompileOptions::substitute_builtins (naive forms of built-ins replaced by the built-in)\n");
+  fmt::print("  {:<28} {:<12} {:>10} {:>14} {:>10} {:>14} {:>16}\n", "function", "compile()", "fused us",
+             "fused execs", "compiled us", "compiled execs", "compiled/fused");
   for (const Pair& p : pairs) {
-    const Measured fused = profile_busy(p.fused), compiled = profile_busy(p.compiled);
-    fmt::print("  {:<28} {:>10.2f} {:>14} {:>10.2f} {:>14} {:>15.3f}x\n", p.label, fused.busy_us, fused.executions,
-               compiled.busy_us, compiled.executions, compiled.busy_us / fused.busy_us);
+    const Measured fused = profile_busy(p.fused);
+    for (const auto& [how, call] : {std::pair{"discovered", &p.compiled}, std::pair{"substituted", &p.substituted}}) {
+      const Measured compiled = profile_busy(*call);
+      fmt::print("  {:<28} {:<12} {:>10.2f} {:>14} {:>10.2f} {:>14} {:>15.3f}x\n", p.label, how, fused.busy_us,
+                 fused.executions, compiled.busy_us, compiled.executions, compiled.busy_us / fused.busy_us);
+    }
   }
 
   const examples::Dimensions dims;

@@ -6,13 +6,14 @@
 //   });
 //   Tensor y = rms(x, w);   // first call for f32[4096, 4096], f32[4096] on neuron:0: capture + compile
 //   Tensor z = rms(x, w);   // same signature: the compiled program runs again (a guard hit)
-//   fmt::print("{}", rms.graph_dump({x, w}));   // the optimized graph: one aten::rms_norm node
+//   fmt::print("{}", rms.graph_dump({x, w}));   // the optimized graph: one fused.rows group of the 6 ops
 //
 // On the first call for an input signature (each argument's shape, dtype and device: the guards) the
 // function runs once on proxy tensors that record its ops into a graph and do no device work. The graph
-// is optimized (dead code, scalar constant folding, recognition of built-in fused ops, matmul epilogue
-// and row fusion, layout choice; see src/compiler/passes.h) and cached under the signature; later calls
-// with that signature run the cached program, a new signature compiles again. Arguments are made
+// is optimized (dead code, scalar constant folding, matmul epilogue and row fusion, layout choice, and
+// with CompileOptions::substitute_builtins the recognition of built-in fused ops; see
+// src/compiler/passes.h) and cached under the signature; later calls with that signature run the
+// cached program, a new signature compiles again. Arguments are made
 // contiguous before they are bound, so any strides share one program.
 //
 // Running on a neuron device: the optimized graph is lowered to ONE device executable
@@ -75,6 +76,11 @@ struct CompileOptions {
   // true: a graph break is an error (sightline::Error) with its reason, as torch.compile(fullgraph=True);
   // false: the function is split into graphs around the ops the graph cannot hold.
   bool fullgraph = false;
+  // true: the recognize_builtins pass replaces the naive forms of built-in fused ops (the RMSNorm chain
+  // -> aten::rms_norm, x * sigmoid(x) -> aten::silu), whose hand-written kernels then run and label the
+  // instructions. false (the default): the fusions compile the function's own ops, and every instruction
+  // keeps the name of the op it comes from. bench/kernels/kernel_floors prints both.
+  bool substitute_builtins = false;
 };
 
 // One graph break: the op that runs eagerly and why the graph cannot hold it.

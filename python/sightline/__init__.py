@@ -333,7 +333,8 @@ _BACKENDS = ("neuron", "inductor", "sightline")
 class CompiledFunction:
     """What compile(fn) returns: calls run the captured, optimized program of their input signature."""
 
-    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none", fullgraph=False):
+    def __init__(self, fn, *, optimize=True, cache_dir="", autocast="none", fullgraph=False,
+                 substitute_builtins=False):
         try:
             params = _inspect.signature(fn).parameters.values()
             variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
@@ -341,7 +342,8 @@ class CompiledFunction:
         except (TypeError, ValueError):
             arity = -1
         self._fn = fn
-        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast, fullgraph)
+        self._impl = _sightline.CompiledFunction(fn, optimize, cache_dir, arity, autocast, fullgraph,
+                                                 substitute_builtins)
         _functools.update_wrapper(self, fn)
 
     def _inputs(self, args, kwargs):
@@ -377,8 +379,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
 
     Usable as @compile, @compile(backend="neuron") or compile(fn). On a neuron device each call is
     one device execution ("Torch-Compiled Region" in the profile). options: {"optimize": bool,
-    "cache_dir": str, "autocast": "none" | "matmul_bf16"} (CompileOptions in include/sightline/compile.h;
-    "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything else stays f32).
+    "cache_dir": str, "autocast": "none" | "matmul_bf16", "substitute_builtins": bool} (CompileOptions in
+    include/sightline/compile.h; "matmul_bf16": matmuls read bf16 operands and accumulate in f32, everything
+    else stays f32; "substitute_builtins": replace naive forms of built-in fused ops, such as the RMSNorm
+    chain, by the built-in instead of compiling the function's own ops).
     An op the graph cannot hold (topk) is a graph break: the graphs before and after it are compiled
     and it runs eagerly between them (explain() lists the breaks); fullgraph=True makes a break an
     error with its reason, as in torch."""
@@ -391,8 +395,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
     optimize = _builtins.bool(options.pop("optimize", True))
     cache_dir = str(options.pop("cache_dir", ""))
     autocast = str(options.pop("autocast", "none"))
+    substitute_builtins = _builtins.bool(options.pop("substitute_builtins", False))
     if options:
-        raise ValueError(f"compile: unknown options {sorted(options)}; accepted: optimize, cache_dir, autocast")
+        raise ValueError(f"compile: unknown options {sorted(options)}; accepted: optimize, cache_dir, autocast, "
+                         "substitute_builtins")
 
     def wrap(fn):
         if disable:
@@ -403,7 +409,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="neuron", mode
             _warnings.warn("compile: an nn.Module is captured through its __call__; its parameters are "
                            "tensors of the enclosing scope, which capture refuses: pass them as arguments")
         return CompiledFunction(fn, optimize=optimize, cache_dir=cache_dir, autocast=autocast,
-                                fullgraph=_builtins.bool(fullgraph))
+                                fullgraph=_builtins.bool(fullgraph), substitute_builtins=substitute_builtins)
 
     if model is None:
         return wrap

@@ -33,14 +33,15 @@ std::shared_ptr<PyFunction> hold(py::object fn) {
 class PyCompiledFunction {
  public:
   PyCompiledFunction(py::object fn, bool optimize, std::string cache_dir, int arity, const std::string& autocast,
-                     bool fullgraph)
+                     bool fullgraph, bool substitute_builtins)
       : py_(hold(std::move(fn))),
         compiled_(compile(
             TensorListFunction([py = py_](const std::vector<Tensor>& inputs) { return call(*py, inputs); }),
             CompileOptions{.optimize = optimize,
                            .cache_dir = std::move(cache_dir),
                            .autocast = autocast_parse(autocast),
-                           .fullgraph = fullgraph},
+                           .fullgraph = fullgraph,
+                           .substitute_builtins = substitute_builtins},
             arity)) {}
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const {
@@ -122,9 +123,9 @@ void init_compile(py::module_& m) {
       .def("__str__", &CompileReport::to_string)
       .def("__repr__", &CompileReport::to_string);
   py::class_<PyCompiledFunction>(m, "CompiledFunction")
-      .def(py::init<py::object, bool, std::string, int, std::string, bool>(), py::arg("fn"),
+      .def(py::init<py::object, bool, std::string, int, std::string, bool, bool>(), py::arg("fn"),
            py::arg("optimize") = true, py::arg("cache_dir") = "", py::arg("arity") = -1, py::arg("autocast") = "none",
-           py::arg("fullgraph") = false)
+           py::arg("fullgraph") = false, py::arg("substitute_builtins") = false)
       .def("__call__", &PyCompiledFunction::operator(), py::arg("inputs"))
       .def_property_readonly("returns_single", &PyCompiledFunction::returns_single)
       .def("stats", &PyCompiledFunction::stats)

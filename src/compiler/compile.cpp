@@ -128,7 +128,7 @@ struct CompiledFunctionState {
   Program compile_graph(compiler::Graph graph, std::span<const TensorMeta> metas, const Device& device,
                         profiler::NameId region, compiler::CacheOutcome& outcome) const {
     if (options.optimize) {
-      graph = compiler::optimize(std::move(graph), {}, options.autocast);
+      graph = compiler::optimize(std::move(graph), {}, options);
     } else {
       graph = compiler::eliminate_dead_code(graph);
       if (options.autocast == Autocast::matmul_bf16) graph = compiler::autocast_matmuls(graph);

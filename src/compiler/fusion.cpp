@@ -76,12 +76,18 @@ bool is_activation(OpId op) {
   return op == OpId::relu || op == OpId::gelu || op == OpId::silu || op == OpId::sigmoid || op == OpId::tanh;
 }
 
-// Whether `user` is an elementwise op on the matmul chain's value `value` that keeps its shape and dtype:
-// an activation, or add/sub/mul/div with a scalar or with another tensor (a bias, a residual, a gate).
+// Whether `user` is an op on the matmul chain's value `value` that keeps its shape and dtype and that a
+// result tile can apply: an activation, add/sub/mul/div with a scalar or with another tensor (a bias, a
+// residual, a gate), or softmax / log_softmax along the last dim (attention's scores: applied on chip
+// when the matmul's result tiles hold whole rows, else the group is lowered op by op).
 bool is_epilogue(const Graph& g, const Node& user, int value) {
   if (user.kind != NodeKind::op || !same_meta(user.meta, g.nodes[static_cast<size_t>(value)].meta))
     return false;
   if (is_activation(user.op)) return true;
+  if (user.op == OpId::softmax || user.op == OpId::log_softmax) {
+    const int rank = user.meta.shape.size();
+    return rank >= 1 && (user.attrs.dim == -1 || user.attrs.dim == rank - 1);
+  }
   const bool arithmetic =
       user.op == OpId::add || user.op == OpId::sub || user.op == OpId::mul || user.op == OpId::div;
   if (!arithmetic) return false;
@@ -351,7 +357,7 @@ constexpr Pass kPipeline[] = {
 
 std::span<const Pass> default_pipeline() { return kPipeline; }
 
-Graph optimize(Graph graph, const PassObserver& after_pass, Autocast autocast) {
+Graph optimize(Graph graph, const PassObserver& after_pass, const CompileOptions& options) {
   verify(graph, "capture", VerifyOptions{.allow_dead_nodes = true});
   auto run = [&](const Pass& pass) {
     graph = pass.run(graph);
@@ -359,8 +365,9 @@ Graph optimize(Graph graph, const PassObserver& after_pass, Autocast autocast) {
     if (after_pass) after_pass(pass.name, graph);
   };
   for (const Pass& pass : kPipeline) {
-    run(pass);
-    if (pass.name == "recognize_builtins" && autocast == Autocast::matmul_bf16) run({"autocast", &autocast_matmuls});
+    const bool substitution = pass.name == "recognize_builtins";
+    if (!substitution || options.substitute_builtins) run(pass);
+    if (substitution && options.autocast == Autocast::matmul_bf16) run({"autocast", &autocast_matmuls});
   }
   return graph;
 }

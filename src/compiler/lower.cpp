@@ -190,7 +190,7 @@ class Lowerer {
       if (in.kind == NodeKind::input)
         places.push_back({0, 0, TensorDesc::contiguous(in.meta.dtype, in.meta.shape)});
     }
-    return !row_program_unsupported(row_program(*n.body, places), builder_.sbuf_free_bytes());
+    return !row_program_unsupported(row_program(*n.body, places), builder_.spec(), builder_.sbuf_free_bytes());
   }
 
   // A fused.rows node as one row-tiled loop with its intermediates in SBUF; nullopt (nothing emitted)
@@ -210,6 +210,63 @@ class Lowerer {
     ++row_loops_;
     ++kernel_count_;
     return out;
+  }
+
+  // An epilogue chain with a softmax whose matmul tiles do not hold whole rows: the body with the ops
+  // before the softmax as an epilogue group of their own (the matmul and its elementwise epilogue
+  // still make one kernel), the rest after it op by op; nullopt when there is nothing to keep fused.
+  static std::optional<Graph> epilogue_before_row_wide(const Graph& body) {
+    size_t cut = 0, ops = 0;
+    for (size_t k = 0; k < body.nodes.size(); ++k) {
+      if (body.nodes[k].kind != NodeKind::op) continue;
+      if (kernels::tile_op_needs(body.nodes[k].op).row_wide) {
+        cut = k;
+        break;
+      }
+      ++ops;
+    }
+    if (cut == 0 || ops < 2) return std::nullopt;
+    Graph prefix, split;
+    std::vector<int> inner(body.nodes.size(), kNoValue), outer(body.nodes.size(), kNoValue);
+    std::vector<int> externals;
+    for (size_t k = 0; k < body.nodes.size(); ++k) {
+      const Node& m = body.nodes[k];
+      if (m.kind == NodeKind::input) outer[k] = split.add(m);
+    }
+    for (size_t k = 0; k < cut; ++k) {
+      const Node& m = body.nodes[k];
+      if (m.kind != NodeKind::op) continue;
+      Node copy = m;
+      for (int& v : copy.inputs) {
+        if (v == kNoValue) continue;
+        if (inner[static_cast<size_t>(v)] == kNoValue) {  // a group input
+          inner[static_cast<size_t>(v)] =
+              prefix.add(make_input_node(static_cast<int>(externals.size()), body.nodes[static_cast<size_t>(v)].meta));
+          externals.push_back(v);
+        }
+        v = inner[static_cast<size_t>(v)];
+      }
+      inner[k] = prefix.add(std::move(copy));
+    }
+    prefix.outputs = {inner[cut - 1]};
+    Node fused;
+    fused.kind = NodeKind::fused;
+    fused.fusion = FusionKind::matmul_epilogue;
+    fused.meta = body.nodes[cut - 1].meta;
+    for (int v : externals) fused.inputs.push_back(outer[static_cast<size_t>(v)]);
+    fused.body = std::make_shared<Graph>(std::move(prefix));
+    outer[cut - 1] = split.add(std::move(fused));
+    for (size_t k = cut; k < body.nodes.size(); ++k) {
+      const Node& m = body.nodes[k];
+      if (m.kind != NodeKind::op) continue;
+      Node copy = m;
+      for (int& v : copy.inputs) {
+        if (v != kNoValue) v = outer[static_cast<size_t>(v)];
+      }
+      outer[k] = split.add(std::move(copy));
+    }
+    for (int v : body.outputs) split.outputs.push_back(outer[static_cast<size_t>(v)]);
+    return split;
   }
 
   // A fused.matmul_epilogue node: the matmul kernel with the epilogue ops (activations, and add / sub /
@@ -240,7 +297,9 @@ class Lowerer {
       const bool unary =
           op_is_unary_elementwise(e.op) && (e.op == OpId::pow || kernels::unary_activation(e.op, e.attrs, func));
       const bool binary = e.op == OpId::add || e.op == OpId::sub || e.op == OpId::mul || e.op == OpId::div;
-      if ((!unary && !binary) || std::find(e.inputs.begin(), e.inputs.end(), previous) == e.inputs.end()) {
+      const bool row_wide = e.op == OpId::softmax || e.op == OpId::log_softmax;
+      if ((!unary && !binary && !row_wide) ||
+          std::find(e.inputs.begin(), e.inputs.end(), previous) == e.inputs.end()) {
         return std::nullopt;
       }
       for (int v : e.inputs) {
@@ -279,6 +338,10 @@ class Lowerer {
       kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &plan);
     }
     const int64_t row_length = meta.shape.back();
+    // A softmax in the chain needs each tile to hold whole rows (from partition 0, where its
+    // statistics and work rows are).
+    bool row_wide = false;
+    for (size_t k = 1; k < chain.size(); ++k) row_wide |= kernels::tile_op_needs(chain[k]->op).row_wide;
     uint32_t widest = 1;
     for (const ResultTile& t : tiles) {
       const device::AccessPattern &y = t.y, &d = t.dst;
@@ -287,16 +350,22 @@ class Lowerer {
                            y.dims[0].stride == 1 && d.dim_count == 1 && d.dims[0].stride == 1 &&
                            e0 % row_length + d.dims[0].size <= row_length && d.partition_stride % row_length == 0;
       if (!row_run) return std::nullopt;
+      if (row_wide && (y.partition_start != 0 || d.dims[0].size != row_length)) return std::nullopt;
       widest = std::max(widest, d.dims[0].size);
     }
     size_t operand_ops = 0;
     for (size_t k = 1; k < chain.size(); ++k) operand_ops += op_is_binary_elementwise(chain[k]->op);
     const uint64_t tile_bytes = (uint64_t{widest} * dtype_size(meta.dtype) + 63) / 64 * 64;
-    if (operand_ops * kEpilogueBuffers * tile_bytes > sbuf_left) return std::nullopt;
+    constexpr size_t kRowWideBuffers = 2;
+    const uint64_t row_wide_bytes =
+        row_wide ? kRowWideBuffers * ((uint64_t{widest} * 4 + 63) / 64 * 64 + (kernels::kTileStatColumns * 4 + 63) / 64 * 64)
+                 : 0;
+    if (operand_ops * kEpilogueBuffers * tile_bytes + row_wide_bytes > sbuf_left) return std::nullopt;
 
     const Place out = dst ? *dst : scratch(meta);
     // The operand buffers go above the kernel's own tiles.
     std::vector<kernels::TilePool> pools(chain.size());
+    kernels::TilePool work, stats;  // a softmax's f32 row and per-row statistics
     const Dims out_strides = contiguous_strides(meta.shape);
     const int rank = meta.shape.size();
     // Loads the operands of the epilogue of result tile `piece` into its buffers.
@@ -355,6 +424,10 @@ class Lowerer {
           pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
         }
       }
+      if (row_wide) {
+        work = builder_.pool("epilogue_work", DType::f32, widest, kRowWideBuffers);
+        stats = builder_.pool("epilogue_stats", DType::f32, kernels::kTileStatColumns, kRowWideBuffers);
+      }
       for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
     };
     size_t stored = 0;
@@ -368,6 +441,11 @@ class Lowerer {
         builder_.set_source_op(op_name(e.op));
         if (op_is_unary_elementwise(e.op)) {
           kernels::emit_unary(builder_, e.op, e.attrs, y, y);
+          continue;
+        }
+        if (e.op == OpId::softmax || e.op == OpId::log_softmax) {
+          kernels::emit_softmax(builder_, e.op, y, y, work.next().region(0, y.partition_count, 0, y.dims[0].size),
+                                stats.next(), y.partition_count);
           continue;
         }
         // The chain value and the operand tile (a host scalar: one per row) in the op's input order.
@@ -444,6 +522,12 @@ class Lowerer {
             }
           }
           const std::optional<Place> body_result[] = {dst};
+          if (n.fusion == FusionKind::matmul_epilogue) {
+            if (std::optional<Graph> split = epilogue_before_row_wide(*n.body)) {
+              values[i] = lower_graph(*split, operands, body_result).front();
+              break;
+            }
+          }
           values[i] = lower_graph(*n.body, operands, body_result).front();
           break;
         }

@@ -8,7 +8,8 @@
 //   fused.rows             one row-tiled loop (row_kernel.h): each input row tile loaded once into
 //                          SBUF, every member op on SBUF tiles, only the group's result stored;
 //   fused.matmul_epilogue  the matmul kernel, with the epilogue ops (activation, scalar, bias, residual,
-//                          gate) applied to each result tile in SBUF before the kernel stores it.
+//                          gate, and a softmax along the last dim when each result tile holds whole
+//                          rows) applied to each result tile in SBUF before the kernel stores it.
 // A group that cannot take that form (rows too long for SBUF with a row-wide op, integer values, a
 // matmul kernel whose stores are not whole row blocks) lowers its member ops one by one through HBM
 // scratch tensors; the executable's metadata says how many groups were fused

@@ -3,8 +3,9 @@
 //   dead_code           drop nodes whose values reach no output
 //   fold_constants      scalar identities and chains: x * 1, x + 0, (x * a) * b -> x * (a*b),
 //                       pow(x, 2) -> x*x
-//   recognize_builtins  naive forms of built-in fused ops: the RMSNorm chain -> rms_norm,
-//                       x * sigmoid(x) -> silu
+//   recognize_builtins  (CompileOptions::substitute_builtins only) naive forms of built-in fused ops:
+//                       the RMSNorm chain -> rms_norm, x * sigmoid(x) -> silu; off by default, so the
+//                       fusions below compile the user's own ops
 //   autocast            (CompileOptions::autocast = matmul_bf16 only) f32 matmul/linear operands cast
 //                       to bf16, the result widened back to f32 (autocast.cpp); before the fusions, so
 //                       the matmul of every fused group the compiler emits reads bf16
@@ -37,13 +38,15 @@ struct Pass {
   std::string_view name;
   Graph (*run)(const Graph&);
 };
-// The passes compile() runs, in order, for the default options (Autocast::none).
+// The passes compile() can run, in order: every pass of the list above (the pipeline for
+// substitute_builtins = true, autocast = none).
 std::span<const Pass> default_pipeline();
 
-// Runs the pipeline, verifying after every pass (a broken invariant throws, naming the pass);
-// `after_pass` sees each intermediate graph (tests dump them). With Autocast::matmul_bf16 the autocast
-// pass runs after recognize_builtins.
+// Runs the pipeline `options` ask for (options.optimize is the caller's), verifying after every pass (a
+// broken invariant throws, naming the pass); `after_pass` sees each intermediate graph (tests dump
+// them). recognize_builtins runs only with options.substitute_builtins; with Autocast::matmul_bf16 the
+// autocast pass runs where recognize_builtins does, after it.
 using PassObserver = std::function<void(std::string_view pass, const Graph& graph)>;
-Graph optimize(Graph graph, const PassObserver& after_pass = {}, Autocast autocast = Autocast::none);
+Graph optimize(Graph graph, const PassObserver& after_pass = {}, const CompileOptions& options = {});
 
 }  // namespace sightline::compiler

@@ -77,6 +77,29 @@ struct ValueInfo {
   OpId first_reader = OpId::add;  // inputs: for profiler attribution of the load
 };
 
+// How one step runs (schedule()). By default a step is its op's tile-level emitter (kernels/emit.h);
+// the schedule may instead run it as one Scalar-engine activation func(x * scale + bias), fold it into
+// the activation that reads it, or fold a row sum into the activation that produces its row.
+struct StepPlan {
+  std::vector<int> args;    // the values it reads (an activation reads the start of the chain it absorbed)
+  bool elided = false;      // computed by its reader's activation (as its scale or bias): emits nothing
+  bool on_scalar = false;   // one Scalar-engine activation
+  kernels::ActFunc func = kernels::ActFunc::identity;
+  float scale = 1.0f, bias = 0.0f;
+  int scale_by = -1;         // a per-row value that replaces `scale`
+  bool accumulates = false;  // also writes its row sum into the next step's value (that step is folded)
+  bool reduces = false;      // on_scalar: a sum / mean of x, through the accumulate output (x's copy to work)
+  bool folded = false;       // a sum / mean that the previous step's activation accumulated
+  bool raw_sum = false;      // a mean whose 1 / n its reader's activation applies: its value holds the sum
+  bool to_scratch = false;   // its row is read by no step (only its folded sum is): written to scratch
+};
+
+// Where the row loop cuts a tile's steps into stages (stage_bounds).
+struct Stages {
+  std::vector<size_t> bounds;  // stage i runs steps [bounds[i], bounds[i + 1])
+  bool within = false;         // the step at bounds[1] is an rms_norm split over stages 0 and 1
+};
+
 struct SlotKey {
   bool wide = true;
   DType dtype = DType::f32;
@@ -85,8 +108,12 @@ struct SlotKey {
 
 struct Plan {
   std::vector<ValueInfo> values;
+  std::vector<StepPlan> steps;
   std::vector<SlotKey> slots;
   std::vector<int> work_slot;  // per step: a full f32 row it uses as scratch, or -1
+  std::vector<size_t> slot_buffers;  // per slot: the buffers its ring rotates over (choose_stages)
+  bool scratch = false;  // a ring of two f32 rows for outputs no step reads (StepPlan::to_scratch, reduces)
+  Stages stages;
   bool stats = false;
   int64_t chunk = 0;  // columns per tile
   int buffers = 1;
@@ -113,17 +140,34 @@ void assign_slots(const RowProgram& p, Plan& plan) {
   };
   plan.work_slot.assign(p.steps.size(), -1);
   for (size_t k = 0; k < p.steps.size(); ++k) {
+    const StepPlan& sp = plan.steps[k];
+    if (sp.elided) continue;
     ValueInfo& out = plan.values[inputs + k];
-    out.slot = take({out.wide, out.dtype});
+    const SlotKey key{out.wide, out.dtype};
+    // An elementwise step may write the row it reads for the last time (the engines read each element
+    // before writing it): a chain of them then lives in one slot, as in the hand-written kernels.
+    int in_place = -1;
+    if (!sp.to_scratch && ((sp.on_scalar && !sp.reduces) || op_info(p.steps[k].op).kind == OpKind::elementwise)) {
+      for (int a : sp.args) {
+        if (a < static_cast<int>(inputs)) continue;
+        const ValueInfo& v = plan.values[static_cast<size_t>(a)];
+        if (v.last_use == static_cast<int>(k) && v.slot >= 0 && plan.slots[static_cast<size_t>(v.slot)] == key) {
+          in_place = v.slot;
+          break;
+        }
+      }
+    }
+    out.slot = sp.to_scratch ? -1 : in_place >= 0 ? in_place : take(key);
     const kernels::TileOpNeeds needs = kernels::tile_op_needs(p.steps[k].op);
-    if (needs.work || needs.scratch) plan.work_slot[k] = take({true, DType::f32});
+    if (!sp.on_scalar && (needs.work || needs.scratch)) plan.work_slot[k] = take({true, DType::f32});
     std::vector<int> released;
-    for (int a : p.steps[k].args) {
+    for (int a : sp.args) {
       if (a < static_cast<int>(inputs) || std::find(released.begin(), released.end(), a) != released.end())
         continue;
-      if (plan.values[static_cast<size_t>(a)].last_use == static_cast<int>(k)) released.push_back(a);
+      const ValueInfo& v = plan.values[static_cast<size_t>(a)];
+      if (v.last_use == static_cast<int>(k) && v.slot >= 0 && v.slot != in_place) released.push_back(a);
     }
-    if (out.last_use < 0 && k + 1 < p.steps.size())
+    if (out.last_use < 0 && out.slot >= 0 && k + 1 < p.steps.size())
       released.push_back(static_cast<int>(inputs + k));  // unused
     for (int a : released) free_slots.push_back(plan.values[static_cast<size_t>(a)].slot);
     if (plan.work_slot[k] >= 0) free_slots.push_back(plan.work_slot[k]);
@@ -133,6 +177,7 @@ void assign_slots(const RowProgram& p, Plan& plan) {
 // Bytes per partition: what is loaded once, and what one row tile in flight needs.
 void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per_tile) {
   once = plan.stats ? kStatBuffers * aligned(kStatColumns * 4) : 0;
+  if (plan.scratch) once += 2 * width_bytes(true, plan.chunk, DType::f32);
   per_tile = 0;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const ValueInfo& v = plan.values[i];
@@ -142,7 +187,252 @@ void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per
   for (const SlotKey& s : plan.slots) per_tile += width_bytes(s.wide, plan.chunk, s.dtype);
 }
 
-std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_bytes) {
+// ---- the schedule ----
+
+// A step's time on an engine for one row tile, by the rule the simulator charges
+// (src/device/cost_model.h): static overhead + inputs * elements / rate cycles, plus the accumulate
+// cycles of an activation that sums its row. Partitions run in parallel, so the row length decides.
+double engine_ns(const device::EngineSpec& e, double elements, int inputs, DType dtype, bool accumulate = false) {
+  const double rate = dtype_size(dtype) == 2 ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit;
+  return e.cycles_to_ns(e.static_overhead_cycles + inputs * elements / rate +
+                        (accumulate ? e.accumulate_extra_cycles : 0));
+}
+
+// Decides how each step runs, from the user's ops alone (no op is replaced by a built-in):
+//  1. a unary activation absorbs the scalar affine chain it reads, act((x * c) + d) -> one activation
+//     with scale c and bias d (the Scalar engine computes func(x * scale + bias), rounding the product
+//     and the sum as the separate ops do), and a mean read only there leaves its 1 / n to that scale;
+//     x * x is the activation square;
+//  2. a sum / mean of the previous step's activated row is that activation's accumulate output;
+//  3. the steps either engine can compute (a row scaled by a per-row value or an immediate, an
+//     immediate added, a row sum) go to the engine that is less loaded after them, largest first (list
+//     scheduling), so that neither the Vector nor the Scalar engine becomes the loop's bottleneck;
+//     the rest run where their op's emitter puts them.
+void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
+  const size_t inputs = p.inputs.size(), n = p.steps.size();
+  const int64_t cols = p.cols;
+  plan.steps.assign(n, StepPlan{});
+  std::vector<int> uses(inputs + n, 0);
+  for (size_t k = 0; k < n; ++k) {
+    plan.steps[k].args = p.steps[k].args;
+    for (int a : p.steps[k].args) {
+      if (a != kNoValue) ++uses[static_cast<size_t>(a)];
+    }
+  }
+  // The step computing value v, if v is a step value read once and `pred` holds for it.
+  auto single_use_step = [&](int v, auto pred) {
+    if (v < static_cast<int>(inputs) || uses[static_cast<size_t>(v)] != 1) return -1;
+    const int j = v - static_cast<int>(inputs);
+    return !plan.steps[static_cast<size_t>(j)].elided && pred(p.steps[static_cast<size_t>(j)]) ? j : -1;
+  };
+  auto wide = [&](int v) { return plan.values[static_cast<size_t>(v)].wide; };
+  for (size_t k = 0; k < n; ++k) {
+    const RowStep& s = p.steps[k];
+    StepPlan& sp = plan.steps[k];
+    kernels::ActFunc func{};
+    if (s.op != OpId::to_copy && kernels::unary_activation(s.op, s.attrs, func)) {
+      sp.on_scalar = true;
+      sp.func = func;
+      int v = s.args[0];
+      const int add = single_use_step(v, [](const RowStep& t) {
+        return (t.op == OpId::add || t.op == OpId::sub) && t.attrs.has_scalar;
+      });
+      if (add >= 0) {
+        const RowStep& a = p.steps[static_cast<size_t>(add)];
+        const float c = scalar_in(a.attrs.scalar, a.meta.dtype);
+        sp.bias = a.op == OpId::sub ? -c : c;
+        plan.steps[static_cast<size_t>(add)].elided = true;
+        v = a.args[0];
+      }
+      const int mul = single_use_step(v, [](const RowStep& t) { return t.op == OpId::mul && t.attrs.has_scalar; });
+      const int mean = single_use_step(v, [](const RowStep& t) { return t.op == OpId::mean; });
+      if (mul >= 0) {
+        const RowStep& m = p.steps[static_cast<size_t>(mul)];
+        sp.scale = scalar_in(m.attrs.scalar, m.meta.dtype);
+        plan.steps[static_cast<size_t>(mul)].elided = true;
+        v = m.args[0];
+      } else if (mean >= 0) {
+        plan.steps[static_cast<size_t>(mean)].raw_sum = true;
+        sp.scale = cols > 0 ? 1.0f / static_cast<float>(cols) : 0.0f;  // emit_reduce_finish's factor
+      }
+      sp.args = {v};
+    } else if (s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 && s.args[0] == s.args[1]) {
+      sp.on_scalar = true;
+      sp.func = kernels::ActFunc::square;
+      sp.args = {s.args[0]};
+    }
+  }
+  // Step k sums the previous step's full-row activation: folded into it (not the last step, whose
+  // dtype is the output's rather than the accumulator's f32).
+  auto fold_sum = [&](size_t k) {
+    const RowStep& s = p.steps[k];
+    const int prev = static_cast<int>(inputs + k) - 1;
+    if (k == 0 || k + 1 >= n || plan.steps[k].folded || (s.op != OpId::sum && s.op != OpId::mean) ||
+        s.args.size() != 1 || s.args[0] != prev || !wide(prev))
+      return false;
+    StepPlan& producer = plan.steps[k - 1];
+    if (!producer.on_scalar || producer.reduces || producer.accumulates) return false;
+    producer.accumulates = true;
+    plan.steps[k].folded = true;
+    plan.steps[k].on_scalar = plan.steps[k].reduces = false;
+    return true;
+  };
+  struct Choice {
+    size_t k;
+    double vector_ns, scalar_ns;
+  };
+  std::vector<Choice> flexible;
+  double vector_load = 0, scalar_load = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const RowStep& s = p.steps[k];
+    const StepPlan& sp = plan.steps[k];
+    if (sp.elided || fold_sum(k)) continue;
+    const int y = static_cast<int>(inputs + k);
+    const double elements = wide(y) ? static_cast<double>(cols) : 1.0;
+    // The engines run at their 16-bit rate only when the output and the row operands are all 16-bit.
+    bool narrow = dtype_size(plan.values[static_cast<size_t>(y)].dtype) == 2;
+    for (int a : s.args) {
+      if (a != kNoValue && wide(a)) narrow = narrow && dtype_size(plan.values[static_cast<size_t>(a)].dtype) == 2;
+    }
+    const DType dtype = narrow ? DType::bf16 : DType::f32;
+    if (sp.on_scalar) {
+      scalar_load += engine_ns(spec.scalar, elements, 1, dtype);
+      continue;
+    }
+    const bool immediate = s.attrs.has_scalar && (s.op == OpId::mul || s.op == OpId::add || s.op == OpId::sub);
+    const bool per_row_scale = s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 &&
+                               wide(s.args[0]) != wide(s.args[1]) && wide(y);
+    const bool row_sum = (s.op == OpId::sum || s.op == OpId::mean) && s.args.size() == 1 && wide(s.args[0]);
+    if ((immediate && wide(y)) || per_row_scale) {
+      flexible.push_back({k, engine_ns(spec.vector, elements, 1, dtype), engine_ns(spec.scalar, elements, 1, dtype)});
+    } else if (row_sum) {
+      const auto c = static_cast<double>(cols);
+      flexible.push_back({k, engine_ns(spec.vector, c, 1, dtype), engine_ns(spec.scalar, c, 1, dtype, true)});
+    } else {
+      int tensor_inputs = 0;
+      for (int a : s.args) tensor_inputs += a != kNoValue && wide(a);
+      // A row-wide op (softmax, a normalization) makes about two passes over its row; a reduction one.
+      const bool composite = kernels::tile_op_needs(s.op).stats;
+      const bool whole_row = composite || kernels::tile_op_needs(s.op).row_wide || wide(y);
+      vector_load += engine_ns(spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
+                               composite ? 2 : std::max(tensor_inputs, 1), dtype);
+    }
+  }
+  std::stable_sort(flexible.begin(), flexible.end(), [](const Choice& a, const Choice& b) {
+    return std::min(a.vector_ns, a.scalar_ns) > std::min(b.vector_ns, b.scalar_ns);
+  });
+  for (const Choice& c : flexible) {
+    if (scalar_load + c.scalar_ns >= vector_load + c.vector_ns) {
+      vector_load += c.vector_ns;
+      continue;
+    }
+    scalar_load += c.scalar_ns;
+    const RowStep& s = p.steps[c.k];
+    StepPlan& sp = plan.steps[c.k];
+    sp.on_scalar = true;
+    sp.func = kernels::ActFunc::identity;
+    if (s.op == OpId::sum || s.op == OpId::mean) {
+      sp.reduces = true;
+    } else if (s.attrs.has_scalar) {
+      const float v = scalar_in(s.attrs.scalar, s.meta.dtype);
+      (s.op == OpId::mul ? sp.scale : sp.bias) = s.op == OpId::sub ? -v : v;
+      sp.args = {s.args[0]};
+    } else {
+      const int row = wide(s.args[0]) ? 0 : 1;
+      sp.scale_by = s.args[static_cast<size_t>(1 - row)];
+      sp.args = {s.args[static_cast<size_t>(row)], sp.scale_by};
+    }
+  }
+  for (size_t k = 0; k < n; ++k) fold_sum(k);  // sums of the rows the flexible steps now activate
+  for (size_t k = 0; k < n; ++k) {
+    StepPlan& sp = plan.steps[k];
+    sp.to_scratch = sp.accumulates && uses[inputs + k] == 1;  // x * x whose only reader is its mean
+    plan.scratch |= sp.to_scratch || sp.reduces;
+  }
+}
+
+// Where the row loop cuts a tile's steps into stages (pipeline_staged, eager_internal.h): stage i runs
+// steps [bounds[i], bounds[i + 1]); with `within`, the step at bounds[1] is an rms_norm whose statistics
+// half (its sum of squares and rsqrt on the Scalar engine) runs in stage 0 and its scaling (Vector) in
+// stage 1. A cut goes where the engine changes (folded and elided steps belong to the step before
+// them), so that each engine, which runs its instructions in order, works on a neighbouring tile instead
+// of waiting for this tile's other engine: layer_norm's user ops cut into mean and centring | variance,
+// rsqrt and scaling | the affine step, as the hand-written kernel does. `both_ways` false: only where a
+// Vector step follows a Scalar one (softmax: max, shift and exp | the division). Only the first stage
+// may read the loaded row tiles (the next loads run ahead into their buffers), and there are at most
+// `buffers` stages.
+Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
+  const size_t n = p.steps.size();
+  Stages one{{0, n}, false};
+  if (plan.buffers < 2) return one;
+  size_t inputs_read_until = 1;  // steps before this read every per-tile input they need
+  for (size_t k = 0; k < n; ++k) {
+    if (plan.steps[k].elided) continue;
+    for (int a : plan.steps[k].args) {
+      if (a >= 0 && static_cast<size_t>(a) < p.inputs.size() &&
+          plan.values[static_cast<size_t>(a)].source == Source::per_tile)
+        inputs_read_until = std::max(inputs_read_until, k + 1);
+    }
+  }
+  for (size_t k = n; k-- > inputs_read_until;) {
+    if (p.steps[k].op == OpId::rms_norm && !plan.steps[k].elided) return {{0, k, n}, true};
+  }
+  Stages staged{{0}, false};
+  int engine = -1;  // of the last step that runs: 0 Vector, 1 Scalar
+  for (size_t k = 0; k < n; ++k) {
+    const StepPlan& sp = plan.steps[k];
+    if (sp.elided || sp.folded) continue;
+    const int here = sp.on_scalar ? 1 : 0;
+    if (engine >= 0 && here != engine && (both_ways || here == 0) && k >= inputs_read_until &&
+        staged.bounds.size() < static_cast<size_t>(plan.buffers))
+      staged.bounds.push_back(k);
+    engine = here;
+  }
+  staged.bounds.push_back(n);
+  return staged;
+}
+
+// The stages and each slot's ring: a slot used from stage a to stage b of a tile rotates over
+// max(buffers, b - a + 2) buffers, so that a tile's first use of a buffer comes two steps of the
+// pipeline after the last use by the tile before it in the ring (one for its store or last reader to
+// drain). Cutting at every engine change first, then only after the Scalar engine, then not at all,
+// whichever first fits the `spare` bytes of SBUF the row tiles leave.
+void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
+  const size_t inputs = p.inputs.size(), n = p.steps.size();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    plan.stages = attempt < 2 ? stage_bounds(p, plan, attempt == 0) : Stages{{0, n}, false};
+    std::vector<size_t> lo(n), hi(n);
+    for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
+      for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
+    }
+    if (plan.stages.within) lo[plan.stages.bounds[1]] = 0;
+    std::vector<size_t> first(plan.slots.size(), n), last(plan.slots.size(), 0);
+    auto use = [&](int slot, size_t k) {
+      if (slot < 0) return;
+      first[static_cast<size_t>(slot)] = std::min(first[static_cast<size_t>(slot)], lo[k]);
+      last[static_cast<size_t>(slot)] = std::max(last[static_cast<size_t>(slot)], hi[k]);
+    };
+    for (size_t k = 0; k < n; ++k) {
+      if (plan.steps[k].elided) continue;
+      use(plan.values[inputs + k].slot, k);
+      use(plan.work_slot[k], k);
+      for (int a : plan.steps[k].args) {
+        if (a >= static_cast<int>(inputs)) use(plan.values[static_cast<size_t>(a)].slot, k);
+      }
+    }
+    uint64_t extra = 0;
+    plan.slot_buffers.assign(plan.slots.size(), static_cast<size_t>(plan.buffers));
+    for (size_t i = 0; i < plan.slots.size(); ++i) {
+      if (first[i] > last[i]) continue;
+      plan.slot_buffers[i] = std::max(plan.slot_buffers[i], last[i] - first[i] + 2);
+      extra += (plan.slot_buffers[i] - static_cast<size_t>(plan.buffers)) *
+               width_bytes(plan.slots[i].wide, plan.chunk, plan.slots[i].dtype);
+    }
+    if (extra <= spare) return;
+  }
+}
+
+std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spec& spec, uint32_t sbuf_bytes) {
   if (p.steps.empty()) return std::string("the group has no ops");
   const int rank = p.lead.size() + 1;
   Plan plan;
@@ -177,12 +467,21 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_byt
     ValueInfo& out = plan.values[inputs + k];
     out.wide = s.meta.shape.back() == p.cols;
     const bool last = k + 1 == p.steps.size();
-    out.dtype = last || s.op == OpId::to_copy ? s.meta.dtype : DType::f32;
+    // f32, but a full row of a 16-bit step keeps its dtype, as eager rounds it (row_kernel.h).
+    out.dtype =
+        last || s.op == OpId::to_copy || (out.wide && dtype_size(s.meta.dtype) == 2) ? s.meta.dtype : DType::f32;
     for (int a : s.args) {
+      SIGHTLINE_ASSERT_MSG(a == kNoValue || (a >= 0 && static_cast<size_t>(a) < inputs + k),
+                           "row step {} reads value {}", k, a);
+    }
+  }
+  schedule(p, plan, spec);
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    if (plan.steps[k].elided) continue;
+    for (int a : plan.steps[k].args) {
       if (a == kNoValue) continue;
-      SIGHTLINE_ASSERT_MSG(a >= 0 && static_cast<size_t>(a) < inputs + k, "row step {} reads value {}", k, a);
       ValueInfo& in = plan.values[static_cast<size_t>(a)];
-      if (static_cast<size_t>(a) < inputs && in.last_use < 0) in.first_reader = s.op;
+      if (static_cast<size_t>(a) < inputs && in.last_use < 0) in.first_reader = p.steps[k].op;
       in.last_use = static_cast<int>(k);
     }
   }
@@ -204,6 +503,7 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_byt
     const uint64_t wanted = row_wide ? 1 : 2;  // a cut row can always be cut further to double buffer
     if (buffers >= wanted) {
       plan.buffers = static_cast<int>(std::min<uint64_t>(kMaxBuffers, buffers));
+      choose_stages(p, plan, sbuf_bytes - once - per_tile * static_cast<uint64_t>(plan.buffers));
       return plan;
     }
     if (row_wide || plan.chunk == 1) break;
@@ -217,62 +517,6 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, uint32_t sbuf_byt
           : "");
 }
 
-// The Scalar-engine activation a step computes (a unary activation, or x * x as square), if any.
-std::optional<kernels::ActFunc> activation_of(const RowStep& s) {
-  kernels::ActFunc func{};
-  if (s.op != OpId::to_copy && kernels::unary_activation(s.op, s.attrs, func)) return func;
-  if (s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 && s.args[0] == s.args[1])
-    return kernels::ActFunc::square;
-  return std::nullopt;
-}
-
-// Where the row loop cuts a tile's steps into two stages (pipeline_staged, eager_internal.h): stage 0
-// runs the steps before `step` (and, when `within`, step `step`'s statistics half), stage 1 the rest;
-// step 0 and not within: one stage. The cut goes after the last Scalar-engine activation that a step
-// follows (softmax's exp, layer_norm's rsqrt) or inside the last rms_norm (its sum of squares and
-// rsqrt on the Scalar engine, then the scaling on the Vector engine), so the next tile's first steps
-// run on the Vector engine while the Scalar engine works on this tile. Only the first stage may read
-// the loaded row tiles (the next loads run ahead into their buffers), and a tile's values must not
-// share buffers with the next tile's.
-struct Split {
-  size_t step = 0;
-  bool within = false;
-};
-
-Split stage_split(const RowProgram& p, const Plan& plan) {
-  if (plan.buffers < 2) return {};
-  size_t inputs_read_until = 0;  // steps before this read every per-tile input they need
-  for (size_t k = 0; k < p.steps.size(); ++k) {
-    for (int a : p.steps[k].args) {
-      if (a >= 0 && static_cast<size_t>(a) < p.inputs.size() &&
-          plan.values[static_cast<size_t>(a)].source == Source::per_tile)
-        inputs_read_until = k + 1;
-    }
-  }
-  for (size_t k = p.steps.size(); k-- > std::max<size_t>(inputs_read_until, 1);) {
-    if (p.steps[k].op == OpId::rms_norm) return {k, true};
-    if (activation_of(p.steps[k - 1])) return {k, false};
-  }
-  return {};
-}
-
-// Per step: a row sum (or mean) of the previous step's full-row activation, which that activation
-// accumulates as it writes its row (the Scalar engine's accumulate output) instead of a second pass
-// over the row on the Vector engine. The last step keeps its own reduction (its dtype is the
-// output's, not the accumulator's f32).
-std::vector<bool> folded_sums(const RowProgram& p, const Plan& plan) {
-  std::vector<bool> folded(p.steps.size(), false);
-  for (size_t k = 1; k + 1 < p.steps.size(); ++k) {
-    const RowStep& s = p.steps[k];
-    const size_t prev = p.inputs.size() + k - 1;
-    if ((s.op != OpId::sum && s.op != OpId::mean) || s.args.size() != 1 ||
-        s.args[0] != static_cast<int>(prev) || !plan.values[prev].wide || plan.chunk < p.cols)
-      continue;
-    folded[k] = activation_of(p.steps[k - 1]).has_value();
-  }
-  return folded;
-}
-
 struct RowTile {
   std::vector<int64_t> offset;  // per nest operand: per-tile inputs, then the output
   uint16_t partitions = 1;
@@ -283,7 +527,7 @@ struct RowTile {
 class Emitter {
  public:
   Emitter(KernelBuilder& b, const RowProgram& p, const Plan& plan)
-      : b_(b), p_(p), plan_(plan), folded_(folded_sums(p, plan)) {}
+      : b_(b), p_(p), plan_(plan) {}
 
   void run(const RowOperand& out) {
     const size_t inputs = p_.inputs.size();
@@ -355,8 +599,8 @@ class Emitter {
         loaded[t].push_back(ap);
       }
     };
-    const Split split = stage_split(p_, plan_);
-    const size_t stages = split.step || split.within ? 2 : 1;
+    const Stages& split = plan_.stages;
+    const size_t stages = split.bounds.size() - 1;
     split_stats_.assign(tiles.size(), Tile{});
     auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
@@ -365,16 +609,10 @@ class Emitter {
       }
       current_ = slots[t];
       for (size_t o = 0; o < tiled.size(); ++o) tile_input_[tiled[o]] = loaded[t][o];
-      if (stages == 1) {
-        for (size_t k = 0; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
-      } else if (st == 0) {
-        for (size_t k = 0; k < split.step; ++k) step(k, tile.partitions, tile.free);
-        if (split.within) step(split.step, tile.partitions, tile.free, Half::first, t);
-      } else {
-        size_t k = split.step;
-        if (split.within) step(k++, tile.partitions, tile.free, Half::second, t);
-        for (; k < p_.steps.size(); ++k) step(k, tile.partitions, tile.free);
-      }
+      size_t k = split.bounds[st];
+      if (split.within && st == 1) step(k++, tile.partitions, tile.free, Half::second, t);
+      for (; k < split.bounds[st + 1]; ++k) step(k, tile.partitions, tile.free);
+      if (split.within && st == 0) step(k, tile.partitions, tile.free, Half::first, t);
       if (st + 1 < stages) return;
       const uint32_t w = root.wide ? tile.free : 1;
       const int64_t col_stride = out_strides.back();
@@ -395,6 +633,7 @@ class Emitter {
     for (const TilePool& pool : input_pools_) b_.free(pool);
     for (const TilePool& pool : slot_pools_) b_.free(pool);
     if (plan_.stats) b_.free(stats_);
+    if (plan_.scratch) b_.free(scratch_);
   }
 
  private:
@@ -419,10 +658,12 @@ class Emitter {
       invariant_index_[i] = static_cast<int>(invariant_.size());
       invariant_.push_back(t);
     }
-    for (const SlotKey& s : plan_.slots) {
+    for (size_t i = 0; i < plan_.slots.size(); ++i) {
+      const SlotKey& s = plan_.slots[i];
       slot_pools_.push_back(b_.pool("row_value", s.dtype, s.wide ? static_cast<uint32_t>(plan_.chunk) : 1,
-                                    static_cast<size_t>(plan_.buffers)));
+                                    plan_.slot_buffers[i]));
     }
+    if (plan_.scratch) scratch_ = b_.pool("row_scratch", DType::f32, static_cast<uint32_t>(plan_.chunk), 2);
     if (plan_.stats) stats_ = b_.pool("row_stats", DType::f32, kStatColumns, kStatBuffers);
   }
 
@@ -445,18 +686,31 @@ class Emitter {
   enum class Half : uint8_t { whole, first, second };
 
   // Step k on this tile's values, through the op's tile-level emitter; a half of an rms_norm step
-  // (stage_split) through its split emitters, with the tile's statistics kept between them.
+  // (stage_bounds) through its split emitters, with the tile's statistics kept between them.
   void step(size_t k, uint16_t p, uint32_t f, Half half = Half::whole, size_t tile = 0) {
     const RowStep& s = p_.steps[k];
+    const StepPlan& sp = plan_.steps[k];
+    if (sp.elided) return;  // its reader's activation applies it
     b_.set_source_op(op_name(s.op));
     const size_t y = p_.inputs.size() + k;
-    if (folded_[k]) {  // summed by step k - 1
-      kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
+    if (sp.folded) {  // summed by step k - 1
+      if (!sp.raw_sum) kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
       return;
     }
-    if (k + 1 < p_.steps.size() && folded_[k + 1]) {
-      b_.activate(*activation_of(s), value(y, p, f), value(static_cast<size_t>(s.args[0]), p, f), 1.0f, 0.0f,
-                  value(y + 1, p, f));
+    if (sp.on_scalar) {
+      const AccessPattern x = value(static_cast<size_t>(sp.args[0]), p, f);
+      if (sp.reduces) {  // the row sum is the accumulate output; the activated copy is scratch
+        b_.activate(kernels::ActFunc::identity, scratch_.next().region(0, p, 0, f), x, 1.0f, 0.0f, value(y, p, f));
+        if (!sp.raw_sum) kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
+        return;
+      }
+      const AccessPattern out = sp.to_scratch ? scratch_.next().region(0, p, 0, f) : value(y, p, f);
+      b_.activate(sp.func, out, x, sp.scale, sp.bias, sp.accumulates ? value(y + 1, p, f) : AccessPattern{},
+                  sp.scale_by >= 0 ? value(static_cast<size_t>(sp.scale_by), p, f) : AccessPattern{});
+      return;
+    }
+    if (sp.raw_sum) {  // a mean whose reader applies the 1 / n
+      b_.reduce(kernels::reduction_alu(s.op), value(y, p, f), value(static_cast<size_t>(sp.args[0]), p, f));
       return;
     }
     if (half != Half::whole) {
@@ -493,11 +747,10 @@ class Emitter {
   KernelBuilder& b_;
   const RowProgram& p_;
   const Plan& plan_;
-  const std::vector<bool> folded_;  // folded_sums
   std::vector<Tile> invariant_;
   std::vector<int> invariant_index_;
   std::vector<TilePool> input_pools_, slot_pools_;
-  TilePool stats_;
+  TilePool stats_, scratch_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
   std::vector<Tile> split_stats_;          // per tile: the statistics of a split rms_norm step
   std::vector<AccessPattern> tile_input_;  // this tile's loaded per-tile inputs
@@ -505,15 +758,16 @@ class Emitter {
 
 }  // namespace
 
-std::optional<std::string> row_program_unsupported(const RowProgram& program, uint32_t sbuf_bytes) {
-  std::variant<Plan, std::string> plan = make_plan(program, sbuf_bytes);
+std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
+                                                   uint32_t sbuf_bytes) {
+  std::variant<Plan, std::string> plan = make_plan(program, spec, sbuf_bytes);
   if (std::string* why = std::get_if<std::string>(&plan)) return std::move(*why);
   return std::nullopt;
 }
 
 std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& program,
                                             const std::function<RowOperand()>& output) {
-  std::variant<Plan, std::string> planned = make_plan(program, b.sbuf_free_bytes());
+  std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
   const Plan& plan = std::get<Plan>(planned);
   const RowOperand out = output();

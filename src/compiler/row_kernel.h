@@ -12,12 +12,23 @@
 //   if (std::optional<std::string> why = emit_row_program(b, p, [&] { return output_operand; })) ...
 //
 // Per row tile (up to 128 rows on partitions): each input that varies with the row is loaded once from
-// HBM into SBUF, every step runs on SBUF tiles (f32 for floating intermediates, so a chain rounds only
-// once, at the result), and only the last step's value is stored. Inputs that are the same for every
+// HBM into SBUF, every step runs on SBUF tiles, and only the last step's value is stored. Intermediates
+// are f32, so an f32 chain rounds only at the result, except the full rows of a 16-bit step, which
+// keep its dtype as the eager op's result does (the Vector engine then runs at its 16-bit rate, twice
+// the 32-bit one, and the row takes half the SBUF); per-row values (statistics) stay f32. Inputs that are the same for every
 // row (a weight [cols], a 0-dim tensor) are loaded once for the whole loop, on every partition. So the
 // HBM traffic of the loop is its inputs once plus its output once. Intermediates share tiles by
-// liveness, and every tile rotates over up to three buffers so the next tile's loads overlap this
-// tile's compute and store (the builder's hazard tracking orders the reuse).
+// liveness (an elementwise step writes in place the row it reads last), and every tile rotates over up
+// to three buffers so the next tile's loads overlap this tile's compute and store (the builder's hazard
+// tracking orders the reuse).
+//
+// The loop is scheduled from the program's own ops, so a user's RMSNorm or layer_norm runs as fast as
+// the hand-written kernels without being replaced by them: a unary activation absorbs the scalar
+// affine chain it reads (rsqrt(mean(x * x) + eps) is one Scalar-engine activation with scale 1 / n and
+// bias eps), a row sum of an activated row is that activation's accumulate output, the steps either
+// engine can run (scaling by a per-row value or an immediate, adding an immediate, a row sum) go to
+// the less loaded of the Vector and Scalar engines by the spec's rates, and the steps are cut into
+// pipeline stages where the engine changes.
 //
 // Rows longer than fit SBUF: a program of elementwise steps only is also tiled along the row (column
 // chunks); a program with a row-wide step (reduction, softmax, normalization) needs its whole row on
@@ -61,9 +72,10 @@ struct RowProgram {
   std::vector<RowStep> steps;  // in order; the last one is the result
 };
 
-// Why `program` cannot be emitted as one row loop with `sbuf_bytes` bytes of SBUF per partition free,
-// or nullopt when it can.
-std::optional<std::string> row_program_unsupported(const RowProgram& program, uint32_t sbuf_bytes);
+// Why `program` cannot be emitted as one row loop with `sbuf_bytes` bytes of SBUF per partition free on
+// a core of `spec` (whose engine rates the loop's schedule balances), or nullopt when it can.
+std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
+                                                   uint32_t sbuf_bytes);
 
 // Emits `program` through `b`: `output` is called once, after the program is known to fit, for where
 // the result goes (a view of shape [lead..., last dim of the result]). Returns the reason and emits

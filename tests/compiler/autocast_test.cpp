@@ -35,7 +35,7 @@ constexpr double kF32Unit = 1.0 / (1 << 24);
 Graph decoder_graph(Autocast autocast) {
   const std::vector<TensorMeta> metas = compiler::testing::decoder_block_metas();
   return compiler::optimize(compiler::capture_graph(&compiler::testing::decoder_block, metas, Device::cpu()), {},
-                            autocast);
+                            CompileOptions{.autocast = autocast});
 }
 
 // Calls f(node, graph) for every node of `graph` and of the fused bodies in it.

@@ -33,18 +33,26 @@ void expect_golden(const std::string& name, const std::string& actual) {
                                        "SIGHTLINE_UPDATE_GOLDEN=1 and review the diff";
 }
 
-Graph optimized_with_checks(const Graph& g) {
-  return optimize(g, [](std::string_view pass, const Graph& after) { verify(after, pass); });
+Graph optimized_with_checks(const Graph& g, const CompileOptions& options = {}) {
+  return optimize(g, [](std::string_view pass, const Graph& after) { verify(after, pass); }, options);
 }
 
-TEST(Golden, RmsNorm) {
+Graph naive_rms_norm_graph() {
   const TensorMeta metas[] = {{{4, 4096}, DType::f32}, {{4096}, DType::f32}};
-  const Graph g = capture_graph(
+  return capture_graph(
       [](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
       },
       metas, Device::cpu());
-  expect_golden("rms_norm.txt", dump(optimized_with_checks(g)));
+}
+
+// The default compile(): the user's six ops as one row group.
+TEST(Golden, RmsNorm) { expect_golden("rms_norm.txt", dump(optimized_with_checks(naive_rms_norm_graph()))); }
+
+// CompileOptions::substitute_builtins: the built-in rms_norm instead.
+TEST(Golden, RmsNormSubstituted) {
+  expect_golden("rms_norm_substituted.txt",
+                dump(optimized_with_checks(naive_rms_norm_graph(), CompileOptions{.substitute_builtins = true})));
 }
 
 TEST(Golden, DecoderBlock) {

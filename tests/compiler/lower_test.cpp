@@ -15,16 +15,24 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Graph optimized(const TensorListFunction& fn, const std::vector<TensorMeta>& metas) {
-  return optimize(capture_graph(fn, metas, Device::cpu()));
+Graph optimized(const TensorListFunction& fn, const std::vector<TensorMeta>& metas,
+                const CompileOptions& options = {}) {
+  return optimize(capture_graph(fn, metas, Device::cpu()), {}, options);
 }
 
-Graph rms_norm_graph(int64_t rows, int64_t cols) {
+Graph rms_norm_graph(int64_t rows, int64_t cols, const CompileOptions& options = {}) {
   return optimized(
       [](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
       },
-      {{{rows, cols}, DType::f32}, {{cols}, DType::f32}});
+      {{{rows, cols}, DType::f32}, {{cols}, DType::f32}}, options);
+}
+
+std::string metadata(const device::Executable& exe, const std::string& key) {
+  for (const auto& [k, v] : exe.metadata) {
+    if (k == key) return v;
+  }
+  return {};
 }
 
 Graph decoder_graph() {
@@ -48,8 +56,26 @@ void for_each_instruction(const device::Executable& exe, F&& f) {
   }
 }
 
-TEST(Lowering, RmsNormIsTheFusedKernelAlone) {
+TEST(Lowering, NaiveRmsNormIsOneRowLoopLabelledWithTheUsersOps) {
+  // x * rsqrt(mean(x * x, -1, keepdim) + eps) * w: the compiler fuses these ops itself, so every
+  // instruction carries one of them, never the built-in's name.
   const device::Executable exe = lower(rms_norm_graph(130, 200), device::Spec::builtin("trn2"), "rms");
+  EXPECT_EQ(roles_of(exe), (std::vector<IoRole>{IoRole::argument, IoRole::argument, IoRole::result}));
+  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+  const std::set<std::string> users_ops = {"aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul"};
+  for (const std::string& op : exe.source_ops) EXPECT_TRUE(users_ops.contains(op)) << op;
+  size_t instructions = 0;
+  for_each_instruction(exe, [&](const device::Instruction& in) {
+    ASSERT_LT(in.source_op, exe.source_ops.size());
+    EXPECT_TRUE(users_ops.contains(exe.source_ops[in.source_op])) << exe.source_ops[in.source_op];
+    ++instructions;
+  });
+  EXPECT_GT(instructions, 0u);
+}
+
+TEST(Lowering, SubstitutedRmsNormIsTheFusedKernelAlone) {
+  const device::Executable exe = lower(rms_norm_graph(130, 200, CompileOptions{.substitute_builtins = true}),
+                                       device::Spec::builtin("trn2"), "rms");
   EXPECT_EQ(roles_of(exe), (std::vector<IoRole>{IoRole::argument, IoRole::argument, IoRole::result}));
   EXPECT_EQ(exe.source_ops, std::vector<std::string>{"aten::rms_norm"});
   EXPECT_GT(exe.instruction_count(), 0u);
@@ -69,10 +95,11 @@ TEST(Lowering, DecoderBlockIsOneProgramWithScratchAndSourceOps) {
     }
   }
   const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
-  for (const char* op : {"aten::rms_norm", "aten::linear", "aten::matmul", "aten::mul", "aten::softmax",
-                         "aten::contiguous", "aten::add", "aten::silu"}) {
+  for (const char* op : {"aten::mean", "aten::rsqrt", "aten::linear", "aten::matmul", "aten::mul",
+                         "aten::softmax", "aten::contiguous", "aten::add", "aten::silu"}) {
     EXPECT_TRUE(ops.contains(op)) << op;
   }
+  EXPECT_FALSE(ops.contains("aten::rms_norm")) << "the naive RMSNorm was replaced by the built-in";
   for_each_instruction(
       exe, [&](const device::Instruction& in) { EXPECT_LT(in.source_op, exe.source_ops.size()); });
 }

@@ -14,11 +14,14 @@ Graph capture_fn(const TensorListFunction& fn, std::vector<TensorMeta> metas) {
 }
 
 // The optimized graph, with the verifier run after every pass (optimize does) and the pass names seen.
-Graph optimized(const Graph& g, std::vector<std::string>* passes = nullptr) {
-  return optimize(g, [&](std::string_view pass, const Graph& after) {
-    verify(after, pass);
-    if (passes) passes->emplace_back(pass);
-  });
+Graph optimized(const Graph& g, std::vector<std::string>* passes = nullptr, const CompileOptions& options = {}) {
+  return optimize(
+      g,
+      [&](std::string_view pass, const Graph& after) {
+        verify(after, pass);
+        if (passes) passes->emplace_back(pass);
+      },
+      options);
 }
 
 int count_ops(const Graph& g, OpId op) {
@@ -28,10 +31,14 @@ int count_ops(const Graph& g, OpId op) {
 }
 
 TEST(Passes, PipelineRunsEveryPassInOrder) {
+  const Graph g = capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0])}; },
+                             {{{4}, DType::f32}});
   std::vector<std::string> seen;
-  optimized(capture_fn([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0])}; },
-                       {{{4}, DType::f32}}),
-            &seen);
+  optimized(g, &seen);
+  EXPECT_EQ(seen, (std::vector<std::string>{"dead_code", "fold_constants", "fuse_epilogues", "fuse_rows",
+                                            "choose_layout"}));
+  seen.clear();
+  optimized(g, &seen, CompileOptions{.substitute_builtins = true});
   EXPECT_EQ(seen, (std::vector<std::string>{"dead_code", "fold_constants", "recognize_builtins",
                                             "fuse_epilogues", "fuse_rows", "choose_layout"}));
 }
@@ -78,13 +85,36 @@ TEST(Passes, FoldingNeverChangesADtype) {
   EXPECT_EQ(count_ops(folded, OpId::add), 1);
 }
 
-TEST(Passes, NaiveRmsNormBecomesTheBuiltin) {
+TEST(Passes, NaiveRmsNormStaysTheUsersOpsInOneRowGroup) {
   const Graph g = capture_fn(
       [](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
       },
       {{{6, 130}, DType::f32}, {{130}, DType::f32}});
-  const Graph out = optimized(g);
+  EXPECT_EQ(dump(optimized(g)),
+            "graph(%0: f32[6, 130], %1: f32[130]) {\n"
+            "  %2: f32[6, 130] = fused.rows(%0, %1) layout(p=[0], f=[1]) {\n"
+            "    graph(%0: f32[6, 130], %1: f32[130]) {\n"
+            "      %2: f32[6, 130] = aten::mul(%0, %0)\n"
+            "      %3: f32[6, 1] = aten::mean(%2) {dims=[-1], keepdim=true}\n"
+            "      %4: f32[6, 1] = aten::add(%3, 1e-06)\n"
+            "      %5: f32[6, 1] = aten::rsqrt(%4)\n"
+            "      %6: f32[6, 130] = aten::mul(%0, %5)\n"
+            "      %7: f32[6, 130] = aten::mul(%6, %1)\n"
+            "      return %7\n"
+            "    }\n"
+            "  }\n"
+            "  return %2\n"
+            "}\n");
+}
+
+TEST(Passes, NaiveRmsNormBecomesTheBuiltinWhenSubstituting) {
+  const Graph g = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{testing::naive_rms_norm(in[0], in[1])};
+      },
+      {{{6, 130}, DType::f32}, {{130}, DType::f32}});
+  const Graph out = optimized(g, nullptr, CompileOptions{.substitute_builtins = true});
   EXPECT_EQ(dump(out),
             "graph(%0: f32[6, 130], %1: f32[130]) {\n"
             "  %2: f32[6, 130] = aten::rms_norm(%0, %1) {eps=1e-06} layout(p=[0], f=[1])\n"

@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 
 const Device kCore0 = Device::parse("neuron:0");
 
-// x * sigmoid(x) * y: silu (recognized) times a gate, a two-op row group.
+// x * sigmoid(x) * y: a sigmoid, its product with x and a gate, a three-op row group.
 std::vector<Tensor> gated(const std::vector<Tensor>& a) { return {a[0] * sigmoid(a[0]) * a[1]}; }
 
 // A normalization that is not a built-in: centre each row, scale by its largest magnitude, weight.
@@ -40,8 +40,8 @@ std::vector<Tensor> scaled_softmax(const std::vector<Tensor>& a) {
   return {p * reciprocal(sum(exp(a[0] * 0.25), {-1}, true)) + a[1]};
 }
 
-// The textbook softmax and layer_norm: the row loop cuts their steps into two stages after the Scalar
-// engine's exp / inside the rms_norm the layer_norm's variance becomes (stage_split,
+// The textbook softmax and layer_norm: the row loop puts the steps either engine can run on the less
+// loaded one and cuts the steps into stages where the engine changes (schedule, stage_bounds in
 // compiler/row_kernel.cpp), interleaved across row tiles.
 std::vector<Tensor> naive_softmax(const std::vector<Tensor>& a) {
   const Tensor e = exp(a[0] - amax(a[0], {-1}, true));
@@ -52,6 +52,15 @@ std::vector<Tensor> naive_layer_norm(const std::vector<Tensor>& a) {
   const Tensor centred = a[0] - mean(a[0], {-1}, true);
   return {centred * rsqrt(mean(centred * centred, {-1}, true) + 1e-5) * a[1] + a[2]};
 }
+
+// Scalar affine chains the activations absorb (sigmoid(x * 0.5 - 1), rsqrt(mean * 2 + 1)), a row mean
+// of a scaled row (mean of x * 3), and a square whose row only its mean reads.
+std::vector<Tensor> affine_activations(const std::vector<Tensor>& a) {
+  const Tensor& x = a[0];
+  return {sigmoid(x * 0.5 - 1.0) * rsqrt(mean(x * x, {-1}, true) * 2.0 + 1.0) + mean(x * 3.0, {-1}, true)};
+}
+
+std::vector<Tensor> naive_rms_norm(const std::vector<Tensor>& a) { return {testing::naive_rms_norm(a[0], a[1])}; }
 
 struct Program {
   const char* name;
@@ -80,6 +89,14 @@ const Program kPrograms[] = {
     {"naive_layer_norm", &naive_layer_norm,
      [](int64_t r, int64_t c) {
        return std::vector<Dims>{{r, c}, {c}, {c}};
+     }},
+    {"naive_rms_norm", &naive_rms_norm,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}, {c}};
+     }},
+    {"affine_activations", &affine_activations,
+     [](int64_t r, int64_t c) {
+       return std::vector<Dims>{{r, c}};
      }},
 };
 
@@ -222,6 +239,46 @@ TEST(RowLoopDeviceTime, NaiveSoftmaxAsFastAsTheBuiltIn) {
   EXPECT_LE(fused[0] * 100, builtin[0] * 101) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
 }
 
+// The user's RMSNorm and layer_norm, fused by the compiler from their own ops (no built-in substituted),
+// take no more device time than the hand-written rms_norm / layer_norm kernels on the same inputs.
+TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
+  Generator g(37);
+  const std::vector<Tensor> args = {randn({4096, 2048}, {}, &g).to(kCore0), randn({2048}, {}, &g).to(kCore0),
+                                    randn({2048}, {}, &g).to(kCore0)};
+  auto rms = compile(&naive_rms_norm);
+  auto ln = compile(&naive_layer_norm);
+  (void)rms({args[0], args[1]});  // compile outside the measurement
+  (void)ln(args);
+  const std::vector<int64_t> rms_builtin = executions_of([&] { (void)rms_norm(args[0], args[1], 1e-6); });
+  const std::vector<int64_t> rms_fused = executions_of([&] { (void)rms({args[0], args[1]}); });
+  const std::vector<int64_t> ln_builtin = executions_of([&] { (void)layer_norm(args[0], args[1], args[2], 1e-5); });
+  const std::vector<int64_t> ln_fused = executions_of([&] { (void)ln(args); });
+  ASSERT_EQ(rms_builtin.size(), 1u);
+  ASSERT_EQ(rms_fused.size(), 1u);
+  ASSERT_EQ(ln_builtin.size(), 1u);
+  ASSERT_EQ(ln_fused.size(), 1u);
+  RecordProperty("rms_norm_builtin_ns", std::to_string(rms_builtin[0]));
+  RecordProperty("rms_norm_row_loop_ns", std::to_string(rms_fused[0]));
+  RecordProperty("layer_norm_builtin_ns", std::to_string(ln_builtin[0]));
+  RecordProperty("layer_norm_row_loop_ns", std::to_string(ln_fused[0]));
+  EXPECT_LE(rms_fused[0], rms_builtin[0]) << "row loop " << rms_fused[0] << " ns, rms_norm " << rms_builtin[0];
+  EXPECT_LE(ln_fused[0], ln_builtin[0]) << "row loop " << ln_fused[0] << " ns, layer_norm " << ln_builtin[0];
+  // bf16: the row loop keeps 16-bit rows in bf16, so the Vector engine runs at its 16-bit rate too.
+  const Tensor x16 = args[0].to(DType::bf16), w16 = args[1].to(DType::bf16), b16 = args[2].to(DType::bf16);
+  (void)rms({x16, w16});
+  (void)ln({x16, w16, b16});
+  const std::vector<int64_t> rms16_builtin = executions_of([&] { (void)rms_norm(x16, w16, 1e-6); });
+  const std::vector<int64_t> rms16_fused = executions_of([&] { (void)rms({x16, w16}); });
+  const std::vector<int64_t> ln16_builtin = executions_of([&] { (void)layer_norm(x16, w16, b16, 1e-5); });
+  const std::vector<int64_t> ln16_fused = executions_of([&] { (void)ln({x16, w16, b16}); });
+  ASSERT_EQ(rms16_fused.size(), 1u);
+  ASSERT_EQ(ln16_fused.size(), 1u);
+  EXPECT_LE(rms16_fused[0], rms16_builtin[0]) << "bf16 row loop " << rms16_fused[0] << " ns, rms_norm "
+                                              << rms16_builtin[0];
+  EXPECT_LE(ln16_fused[0], ln16_builtin[0]) << "bf16 row loop " << ln16_fused[0] << " ns, layer_norm "
+                                            << ln16_builtin[0];
+}
+
 TEST(RowLoopDeviceTime, FasterThanTheOpByOpKernels) {
   // The custom norm is six ops eagerly (mean, sub, abs, amax, add, div, mul), one loop compiled.
   Generator g(35);
@@ -288,6 +345,35 @@ TEST(MatmulEpilogue, AppliedOnResultTilesWithoutAnHbmRoundTrip) {
     const double tol = dtype == DType::f32 ? 1e-4 : 3e-2;
     expect_close(compile(&projected)(args)[0], projected(args)[0], tol, tol);
   }
+}
+
+// Attention's scores: softmax(a @ b * scale) along the last dim.
+std::vector<Tensor> scores_softmax(const std::vector<Tensor>& a) { return {softmax(matmul(a[0], a[1]) * 0.125, -1)}; }
+
+TEST(MatmulEpilogue, SoftmaxOfWholeRowTilesRunsOnChip) {
+  Generator g(38);
+  const int64_t rows = 130, inner = 64, cols = 200;
+  const std::vector<TensorMeta> metas = {{{rows, inner}, DType::f32}, {{inner, cols}, DType::f32}};
+  const Graph graph = optimize(capture_graph(&scores_softmax, metas, Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "scores");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
+  EXPECT_FALSE(has_scratch(exe)) << "the scores went through HBM";
+  const std::vector<Tensor> args = {randn({rows, inner}, {}, &g).to(kCore0), randn({inner, cols}, {}, &g).to(kCore0)};
+  expect_close(compile(&scores_softmax)(args)[0], scores_softmax(args)[0]);
+}
+
+TEST(MatmulEpilogue, SoftmaxOfRowsLongerThanATileRunsAfterTheFusedScale) {
+  // 3000 columns are more than one result tile of the matmul kernel holds: the matmul and its scale
+  // stay one kernel, the softmax runs after it through HBM.
+  Generator g(39);
+  const int64_t rows = 64, inner = 32, cols = 3000;
+  const std::vector<TensorMeta> metas = {{{rows, inner}, DType::f32}, {{inner, cols}, DType::f32}};
+  const Graph graph = optimize(capture_graph(&scores_softmax, metas, Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "scores_long");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << dump(graph);
+  EXPECT_TRUE(has_scratch(exe));
+  const std::vector<Tensor> args = {randn({rows, inner}, {}, &g).to(kCore0), randn({inner, cols}, {}, &g).to(kCore0)};
+  expect_close(compile(&scores_softmax)(args)[0], scores_softmax(args)[0]);
 }
 
 TEST(MatmulEpilogue, DecoderBlockFusesAllFourEpilogues) {

@@ -31,16 +31,25 @@ def test_compile_as_decorator_and_call():
     assert f2.__name__ == "f2" and f3.__wrapped__ is naive
 
 
-def test_the_naive_rmsnorm_compiles_to_one_fused_op_and_one_device_call():
+def test_the_naive_rmsnorm_compiles_to_one_row_group_of_its_own_ops_and_one_device_call():
     compiled = torch.compile(naive, backend="neuron")
     x, w = torch.from_numpy(X).to("neuron"), torch.from_numpy(W).to("neuron")
     compiled(x, w)
     compiled(x, w)
     s = compiled.stats()
     assert (s.compilations, s.calls, s.cache_hits, s.device_calls) == (1, 2, 1, 2)
-    assert "aten::rms_norm" in compiled.graph_dump(x, w)
+    dump = compiled.graph_dump(x, w)
+    assert "fused.rows" in dump and "aten::rsqrt" in dump and "aten::rms_norm" not in dump
     compiled(torch.from_numpy(X[:4]).to("neuron"), w)  # a new signature compiles again
     assert compiled.stats().compilations == 2
+
+
+def test_substitute_builtins_replaces_the_naive_rmsnorm_by_the_builtin():
+    substituted = torch.compile(naive, options={"substitute_builtins": True})
+    x, w = torch.from_numpy(X).to("neuron"), torch.from_numpy(W).to("neuron")
+    assert "aten::rms_norm" in substituted.graph_dump(x, w)
+    np.testing.assert_allclose(substituted(x, w).cpu().numpy(), torch.compile(naive)(x, w).cpu().numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_compile_on_cpu_and_tuple_results():
