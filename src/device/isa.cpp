@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sightline/error.h"
+
 namespace sightline::device {
 namespace {
 
@@ -123,6 +125,11 @@ Engine opcode_engine(Opcode op) {
   return Engine::dma;
 }
 
+bool opcode_runs_on(Opcode op, Engine e) {
+  if (e == opcode_engine(op)) return true;
+  return e == Engine::gpsimd && (op == Opcode::tensor_tensor || op == Opcode::tensor_scalar);
+}
+
 AccessPattern sbuf(uint16_t partition_start, uint16_t partition_count, uint64_t byte_offset, DType dtype,
                    std::initializer_list<uint32_t> sizes) {
   return contiguous(Memory::sbuf, partition_start, partition_count, byte_offset, dtype, sizes);
@@ -149,26 +156,38 @@ Instruction matmul(const AccessPattern& dst_psum, const AccessPattern& stationar
   return in;
 }
 
-Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                          const AccessPattern& b) {
+namespace {
+
+// The flag that puts an elementwise instruction on `on`: the Vector engine (none) or GpSimd.
+uint8_t engine_flag(Opcode op, Engine on) {
+  SIGHTLINE_CHECK(on == Engine::vector || on == Engine::gpsimd, "{} runs on the Vector or GpSimd engine, not {}",
+                  opcode_name(op), engine_name(on));
+  return on == Engine::gpsimd ? kFlagGpSimd : 0;
+}
+
+}  // namespace
+
+Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b,
+                          Engine on) {
   Instruction in = make(Opcode::tensor_tensor, static_cast<uint8_t>(op), dst, a);
   in.src1 = b;
+  in.flags = engine_flag(in.opcode, on);
   return in;
 }
 
 Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
-                          bool reverse) {
+                          bool reverse, Engine on) {
   Instruction in = make(Opcode::tensor_scalar, static_cast<uint8_t>(op), dst, a);
   in.imm0 = scalar;
-  in.flags = reverse ? kFlagReverse : 0;
+  in.flags = static_cast<uint8_t>((reverse ? kFlagReverse : 0) | engine_flag(in.opcode, on));
   return in;
 }
 
 Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                          const AccessPattern& per_partition_scalar, bool reverse) {
+                          const AccessPattern& per_partition_scalar, bool reverse, Engine on) {
   Instruction in = make(Opcode::tensor_scalar, static_cast<uint8_t>(op), dst, a);
   in.src1 = per_partition_scalar;
-  in.flags = reverse ? kFlagReverse : 0;
+  in.flags = static_cast<uint8_t>((reverse ? kFlagReverse : 0) | engine_flag(in.opcode, on));
   return in;
 }
 

@@ -71,6 +71,8 @@ class Checker {
   void instruction(const Instruction& in, Engine engine) {
     if (static_cast<int>(in.opcode) >= kOpcodeCount) error("opcode {} does not exist", int(in.opcode));
     where_.opcode = &in.opcode;
+    if ((in.flags & kFlagGpSimd) && !opcode_runs_on(in.opcode, Engine::gpsimd))
+      error("only tensor_tensor and tensor_scalar can run on GpSimd (flag {})", int(kFlagGpSimd));
     if (in.engine() != engine) {
       error("{} runs on the {} engine, not in the {} stream", opcode_name(in.opcode),
             engine_name(in.engine()), engine_name(engine));

@@ -85,7 +85,7 @@ std::string record_problem(const NtffRecord& r) {
     return fmt::format("engine {}, valid values are 0..{}", engine, device::kEngineCount - 1);
   }
   const Opcode op = static_cast<Opcode>(opcode);
-  if (device::opcode_engine(op) != static_cast<Engine>(engine)) {
+  if (!device::opcode_runs_on(op, static_cast<Engine>(engine))) {
     return fmt::format("{} record on the {} engine; it runs on {}", device::opcode_name(op),
                        device::engine_name(static_cast<Engine>(engine)),
                        device::engine_name(device::opcode_engine(op)));

@@ -313,18 +313,18 @@ void KernelBuilder::gather(const AccessPattern& dst, const AccessPattern& table,
 }
 
 void KernelBuilder::tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                                  const AccessPattern& b) {
-  emit(device::tensor_tensor(op, dst, a, b));
+                                  const AccessPattern& b, Engine on) {
+  emit(device::tensor_tensor(op, dst, a, b, on));
 }
 
 void KernelBuilder::tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
-                                  bool reverse) {
-  emit(device::tensor_scalar(op, dst, a, scalar, reverse));
+                                  bool reverse, Engine on) {
+  emit(device::tensor_scalar(op, dst, a, scalar, reverse, on));
 }
 
 void KernelBuilder::tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                                  const AccessPattern& per_partition, bool reverse) {
-  emit(device::tensor_scalar(op, dst, a, per_partition, reverse));
+                                  const AccessPattern& per_partition, bool reverse, Engine on) {
+  emit(device::tensor_scalar(op, dst, a, per_partition, reverse, on));
 }
 
 void KernelBuilder::reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src) {

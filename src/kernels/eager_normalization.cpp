@@ -152,41 +152,19 @@ void build_layer_norm(EagerContext& c) {
     return ap;
   };
   std::vector<Tile> stats_of;
-  // The Scalar-engine statistics need two f32 scratch rows more; without room for them and a full
-  // pipeline (three x and four y rows) the bn_stats schedule runs instead.
-  const uint64_t row_f32 = uint64_t{n} * 4, x_row = uint64_t{n} * dtype_size(c.inputs[0].dtype),
-                 y_row = uint64_t{n} * dtype_size(c.out.dtype);
-  const bool scalar_stats = dtype_size(c.inputs[0].dtype) == 4 &&
-                            2 * row_f32 + 3 * x_row + 4 * y_row + 1024 <= b.sbuf_free_bytes();
-  if (!scalar_stats) {
-    // bn_stats on the Vector engine (for 16-bit x the better split: the Scalar engine reads every
-    // dtype at one element per cycle), the Scalar engine scales; then the affine step.
-    TilePool stats = b.pool("moments", DType::f32, 3, 3);
-    for_each_row_tile(c, l, 2, [&](size_t st, size_t i, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
-      if (st == 0) {
-        if (stats_of.size() <= i) stats_of.resize(i + 1);
-        stats_of[i] = stats.next();
-        emit_layer_norm_normalize(b, y, x, stats_of[i], p, eps);
-      } else {
-        emit_layer_norm_affine(b, y, rows(w, p), rows(bi, p));
-      }
-    });
-    return;
-  }
-  // 32-bit x: the Vector engine's share of bn_stats + the affine step (two tensor-tensor passes) would
-  // exceed the HBM time of a row tile, so the statistics move to the Scalar engine
-  // (emit_layer_norm_scalar_stats), in three stages.
+  // Three stages a tile apart (emit_layer_norm splits the work over the Vector, Scalar and GpSimd
+  // engines): the normalization, the weight (Vector), the bias (GpSimd), so that each engine works on
+  // a neighbouring tile while the next engine of a tile's chain finishes.
   TilePool stats = b.pool("moments", DType::f32, 3, 4);
-  TilePool work = b.pool("work", DType::f32, n, 2);
   for_each_row_tile(c, l, 3, [&](size_t st, size_t i, const AccessPattern& x, const AccessPattern& y, uint16_t p) {
     if (st == 0) {
       if (stats_of.size() <= i) stats_of.resize(i + 1);
       stats_of[i] = stats.next();
-      emit_layer_norm_center(b, y, x, work.next().rows(p), stats_of[i], p, n);
+      emit_layer_norm_normalize(b, y, x, stats_of[i], p, eps);
     } else if (st == 1) {
-      emit_layer_norm_scale(b, y, work.next().rows(p), stats_of[i], p, n, eps);
+      emit_layer_norm_affine(b, y, rows(w, p), {});
     } else {
-      emit_layer_norm_affine(b, y, rows(w, p), rows(bi, p));
+      emit_layer_norm_affine(b, y, {}, rows(bi, p));
     }
   });
 }

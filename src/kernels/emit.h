@@ -117,12 +117,6 @@ void emit_layer_norm(KernelBuilder& b, const AccessPattern& y, const AccessPatte
 // _affine applies the weight and bias to it.
 void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
                                uint16_t p, float eps);
-// The same normalization with the statistics on the Scalar engine, in two steps: _center writes
-// x - mean to y, _scale multiplies y by rstd (each with an f32 [p, n] scratch tile `work`).
-void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x,
-                            const AccessPattern& work, const Tile& stats, uint16_t p, uint32_t n);
-void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const AccessPattern& work, const Tile& stats,
-                           uint16_t p, uint32_t n, float eps);
 void emit_layer_norm_affine(KernelBuilder& b, const AccessPattern& y, const AccessPattern& weight,
                             const AccessPattern& bias);
 

@@ -122,6 +122,17 @@ TEST(DeviceErrors, OperandRulesPerEngine) {
   expect_mentions(run_error(one(iota(psum(0, 128, 0, DType::f32, {8}), 0, 0))), {"GpSimd cannot reach PSUM"});
   expect_mentions(run_error(one(tensor_tensor(AluOp::add, s, s, sbuf(0, 64, 0, DType::f32, {8})))),
                   {"must match"});
+  // Moved to GpSimd, an elementwise instruction takes GpSimd's rules: no PSUM, and its own stream.
+  expect_mentions(run_error(one(tensor_tensor(AluOp::add, psum(0, 128, 0, DType::f32, {8}), s, s, Engine::gpsimd))),
+                  {"gpsimd instruction 0", "GpSimd cannot reach PSUM"});
+  Executable gpsimd_in_vector;
+  gpsimd_in_vector.name = "moved";
+  gpsimd_in_vector.stream(Engine::vector).push_back(tensor_scalar(AluOp::add, s, s, 1.0f, false, Engine::gpsimd));
+  expect_mentions(run_error(gpsimd_in_vector), {"runs on the gpsimd engine, not in the vector stream"});
+  Instruction flagged_copy = tensor_copy(s, s);
+  flagged_copy.flags = kFlagGpSimd;
+  expect_mentions(run_error(one(flagged_copy)), {"only tensor_tensor and tensor_scalar can run on GpSimd"});
+  EXPECT_THROW(tensor_tensor(AluOp::add, s, s, s, Engine::scalar), Error);
   Executable wrong_stream;
   wrong_stream.name = "wrong";
   wrong_stream.stream(Engine::scalar).push_back(tensor_copy(s, s));

@@ -80,6 +80,26 @@ TEST(DeviceFunctional, TensorScalarImmediateAndPerPartition) {
   expect_close(got[0], want, 1e-6f);
 }
 
+// The same elementwise instruction on GpSimd computes the same bits as on the Vector engine.
+TEST(DeviceFunctional, ElementwiseOnGpSimdEqualsVector) {
+  const std::vector<float> a = random_values(kP * kN, -2.0f, 2.0f, 5), b = random_values(kP * kN, 0.5f, 2.0f, 6);
+  auto run_on = [&](Engine on, bool two_tensors) {
+    Harness h(Spec::builtin());
+    AccessPattern sa = h.input("a", kP, kN, DType::bf16, a, 0);
+    AccessPattern sb = h.input("b", kP, kN, DType::bf16, b, kRow);
+    AccessPattern out = sbuf(0, kP, 2 * kRow, DType::bf16, {kN});
+    h.output("out", out);
+    return h.run(two_tensors ? tensor_tensor(AluOp::divide, out, sa, sb, on)
+                             : tensor_scalar(AluOp::subtract, out, sa, 0.75f, /*reverse=*/true, on))[0];
+  };
+  for (bool two : {true, false}) {
+    SCOPED_TRACE(two ? "tensor_tensor" : "tensor_scalar");
+    const std::vector<float> vector = run_on(Engine::vector, two), gpsimd = run_on(Engine::gpsimd, two);
+    ASSERT_EQ(vector.size(), gpsimd.size());
+    for (size_t i = 0; i < vector.size(); ++i) ASSERT_EQ(vector[i], gpsimd[i]) << "at " << i;
+  }
+}
+
 TEST(DeviceFunctional, ReductionsAndStatistics) {
   const std::vector<float> a = random_values(kP * kN, -3.0f, 3.0f, 5);
   for (AluOp op : {AluOp::add, AluOp::max, AluOp::min}) {

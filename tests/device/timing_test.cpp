@@ -190,6 +190,37 @@ TEST(DeviceTiming, TwoInputVectorCostsAboutTwiceOneInput) {
   EXPECT_NEAR(one, cycles / spec.vector.clock_ghz, 1e-6);
 }
 
+// tensor_tensor / tensor_scalar with kFlagGpSimd run in the GpSimd stream at GpSimd's rate and clock,
+// beside the Vector engine rather than after it.
+TEST(DeviceTiming, ElementwiseOnGpSimdRunsAtGpSimdRatesBesideVector) {
+  const Spec spec = Spec::builtin("trn2");
+  AccessPattern a = sbuf(0, 128, 0, DType::bf16, {kCols});
+  AccessPattern b = sbuf(0, 128, kCols * 2, DType::bf16, {kCols});
+  AccessPattern out = sbuf(0, 128, 2 * kCols * 2, DType::bf16, {kCols});
+  AccessPattern out2 = sbuf(0, 128, 3 * kCols * 2, DType::bf16, {kCols});
+  const Instruction on_gpsimd = tensor_tensor(AluOp::add, out, a, b, Engine::gpsimd);
+  ASSERT_EQ(on_gpsimd.engine(), Engine::gpsimd);
+  const double cycles = spec.access_overhead_cycles + spec.gpsimd.static_overhead_cycles +
+                        2.0 * kCols / spec.gpsimd.elements_per_cycle_16bit;
+  EXPECT_NEAR(compute_instruction_ns(spec, on_gpsimd), cycles / spec.gpsimd.clock_ghz, 1e-6);
+  const Instruction scalar_on_gpsimd = tensor_scalar(AluOp::multiply, out, a, 2.0f, false, Engine::gpsimd);
+  EXPECT_EQ(scalar_on_gpsimd.engine(), Engine::gpsimd);
+  EXPECT_NE(scalar_on_gpsimd.flags & kFlagGpSimd, 0);
+  // The flag means nothing on other opcodes: their engine stays their opcode's.
+  Instruction copy = tensor_copy(out, a);
+  copy.flags = kFlagGpSimd;
+  EXPECT_EQ(copy.engine(), Engine::vector);
+
+  Executable exe;
+  exe.name = "vector_and_gpsimd";
+  exe.stream(Engine::vector).push_back(tensor_tensor(AluOp::add, out2, a, b));
+  exe.stream(Engine::gpsimd).push_back(on_gpsimd);
+  Core core(Spec::builtin());
+  const RunResult r = core.run(exe, {}, RunOptions{.functional = false, .record = true});
+  ASSERT_EQ(r.records.size(), 2u);
+  for (const auto& rec : r.records) EXPECT_EQ(rec.start_ns, 0) << "both engines start at once";
+}
+
 TEST(DeviceTiming, MatmulInitiationIntervalAndFp32Factor) {
   const Spec spec = Spec::builtin("trn2");
   auto mm = [&](DType t, uint32_t n) {

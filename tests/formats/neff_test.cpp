@@ -57,6 +57,19 @@ TEST(Neff, RoundTripIsEqualAndHashStable) {
   std::filesystem::remove_all(dir);
 }
 
+// An elementwise instruction moved to GpSimd is read back in the GpSimd stream with its flag.
+TEST(Neff, ElementwiseOnGpSimdRoundTrips) {
+  device::Executable exe;
+  exe.name = "gpsimd_add";
+  const device::AccessPattern t = device::sbuf(0, 128, 0, DType::bf16, {64});
+  exe.stream(device::Engine::gpsimd)
+      .push_back(device::tensor_tensor(device::AluOp::add, t, t, t, device::Engine::gpsimd));
+  const device::Executable back = neff_parse(neff_serialize(exe));
+  EXPECT_EQ(back, exe);
+  ASSERT_EQ(back.stream(device::Engine::gpsimd).size(), 1u);
+  EXPECT_EQ(back.stream(device::Engine::gpsimd)[0].engine(), device::Engine::gpsimd);
+}
+
 TEST(Neff, DifferentProgramsHaveDifferentHashes) {
   device::Executable a = sample(), b = sample();
   b.stream(device::Engine::vector).back().imm0 = 3.0f;

@@ -194,6 +194,9 @@ TEST(Ntff, UnrepresentableRecordsAreRefused) {
   r.engine = Engine::scalar;
   refused(r, "runs on vector");
   r = exact_record(Opcode::tensor_copy, 0, 1);
+  r.engine = Engine::gpsimd;  // only tensor_tensor and tensor_scalar may run there
+  refused(r, "runs on vector");
+  r = exact_record(Opcode::tensor_copy, 0, 1);
   r.queue = 1;
   refused(r, "only DMA records have a queue");
   refused(exact_record(Opcode::tensor_copy, 5, 4), "0 <= start <= end");
@@ -201,6 +204,21 @@ TEST(Ntff, UnrepresentableRecordsAreRefused) {
   r = exact_record(Opcode::tensor_copy, 0, 1);
   r.semaphore_wait_ns = std::numeric_limits<float>::quiet_NaN();
   refused(r, "semaphore wait");
+}
+
+// tensor_tensor and tensor_scalar may run on GpSimd (kFlagGpSimd): their records keep that engine.
+TEST(Ntff, ElementwiseRecordsOnGpSimdRoundTrip) {
+  NtffTrace t{.neff_hash = 5, .core = 0, .executions = {}};
+  NtffExecution e{.seq = 1, .correlation = 1, .start_ns = 0, .duration_ns = 10};
+  for (Opcode op : {Opcode::tensor_tensor, Opcode::tensor_scalar}) {
+    InstructionRecord r = exact_record(op, 0, 1);
+    r.engine = Engine::gpsimd;
+    e.records.push_back(r);
+  }
+  t.executions.push_back(e);
+  const NtffTrace back = ntff_parse(ntff_serialize(t));
+  expect_same(back, t);
+  EXPECT_EQ(back.executions[0].records[0].engine, Engine::gpsimd);
 }
 
 TEST(Ntff, FileNamesPairWithTheNeff) {

@@ -130,6 +130,10 @@ inline constexpr int kActFuncCount = 0 SIGHTLINE_ACT_FUNC_TABLE(SIGHTLINE_ISA_CO
 // Instruction flag bits.
 inline constexpr uint8_t kFlagAccumulate = 1;  // matmul: add into PSUM instead of overwriting
 inline constexpr uint8_t kFlagReverse = 2;     // tensor_scalar: scalar is the left operand
+// tensor_tensor / tensor_scalar: run on the GpSimd engine instead of the Vector engine. The NKI ISA
+// documents both as running on either engine (`engine=` of nki.isa.tensor_tensor / tensor_scalar);
+// GpSimd cannot reach PSUM (validate.cpp). Without the flag the instruction runs on its opcode's engine.
+inline constexpr uint8_t kFlagGpSimd = 4;
 
 std::string_view engine_name(Engine e);
 std::string_view memory_name(Memory m);
@@ -138,6 +142,9 @@ std::string_view alu_op_name(AluOp op);
 std::string_view act_func_name(ActFunc f);
 // The engine that executes an opcode.
 Engine opcode_engine(Opcode op);
+// Whether an instruction of `op` may run on `e`: its opcode's engine, or GpSimd for the elementwise
+// opcodes that kFlagGpSimd moves there.
+bool opcode_runs_on(Opcode op, Engine e);
 
 struct FreeDim {
   uint32_t size = 1;
@@ -205,7 +212,9 @@ struct Instruction {
   std::vector<SemaphoreUpdate> updates;
   uint32_t source_op = kNoSourceOp;  // index into Executable::source_ops, for profiling
 
-  Engine engine() const { return opcode_engine(opcode); }
+  Engine engine() const {
+    return (flags & kFlagGpSimd) && opcode_runs_on(opcode, Engine::gpsimd) ? Engine::gpsimd : opcode_engine(opcode);
+  }
   AluOp alu() const { return static_cast<AluOp>(func); }
   ActFunc act() const { return static_cast<ActFunc>(func); }
 
@@ -215,11 +224,14 @@ struct Instruction {
 // Constructors that fill the fields each opcode uses.
 Instruction matmul(const AccessPattern& dst_psum, const AccessPattern& stationary,
                    const AccessPattern& moving, bool accumulate);
-Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b);
+// `on` is Engine::vector (the default) or Engine::gpsimd (kFlagGpSimd).
+Instruction tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b,
+                          Engine on = Engine::vector);
 Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
-                          bool reverse = false);
+                          bool reverse = false, Engine on = Engine::vector);
 Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                          const AccessPattern& per_partition_scalar, bool reverse = false);
+                          const AccessPattern& per_partition_scalar, bool reverse = false,
+                          Engine on = Engine::vector);
 Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
 Instruction bn_stats(const AccessPattern& dst, const AccessPattern& src);
 Instruction tensor_copy(const AccessPattern& dst, const AccessPattern& src);

@@ -46,6 +46,7 @@ namespace sightline::kernels {
 using device::AccessPattern;
 using device::ActFunc;
 using device::AluOp;
+using device::Engine;
 using device::Memory;
 
 // A tile: a block of `partitions` partitions x `free_elements` contiguous elements in SBUF or PSUM.
@@ -146,11 +147,14 @@ class KernelBuilder {
   void store(const AccessPattern& hbm, const AccessPattern& tile) { dma_split(hbm, tile); }
 
   // ---- engines ----
-  void tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b);
+  // Elementwise on the Vector engine, or on GpSimd with `on` = Engine::gpsimd (SBUF operands only): a
+  // kernel whose Vector engine is its busiest can move a pass to the otherwise idle GpSimd.
+  void tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b,
+                     Engine on = Engine::vector);
   void tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a, float scalar,
-                     bool reverse = false);
+                     bool reverse = false, Engine on = Engine::vector);
   void tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
-                     const AccessPattern& per_partition, bool reverse = false);
+                     const AccessPattern& per_partition, bool reverse = false, Engine on = Engine::vector);
   void reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
   void bn_stats(const AccessPattern& dst, const AccessPattern& src);
   void copy(const AccessPattern& dst, const AccessPattern& src);  // VectorE tensor_copy (dtype cast)
