@@ -9,6 +9,11 @@
 // roofline's one definition): max(bytes / HBM bandwidth, FLOPs / Tensor roof of the operands' width)
 // for matmul, bytes / HBM bandwidth for the memory-bound built-ins (their FLOPs are far below what the
 // Vector, Scalar and GpSimd engines reach together). MFU is FLOPs over the Tensor roof for that time.
+// The DMA bound is what the model allows any schedule when the operands start in HBM:
+// max(fixed + HBM floor, 2 fixed + Tensor floor), `fixed` the spec's per-transfer DMA fixed cost. No byte
+// moves before the first transfer's fixed cost has passed, and the Tensor engine's work lies between
+// its first operands' arrival (at least one fixed cost in) and the last result's store, which pays one
+// more fixed cost before its bytes move. Max MFU is the Tensor floor over that bound.
 //
 // Part 2 runs whole functions through the public API under the profiler, as a user does, and divides
 // compile()'s device busy time by the fused built-in's (or, for the decoder block, by the eager
@@ -95,8 +100,9 @@ void print_builtins(const device::Spec& spec) {
 
   const double hbm = spec.hbm.bytes_per_ns;
   fmt::print("== built-in kernels on {} ({}), one execution each, modeled ==\n", spec.name, spec.core_version);
-  fmt::print("  {:<36} {:>12} {:>12} {:>15} {:>11} {:>7}  {}\n", "kernel", "device us", "HBM floor us",
-             "Tensor floor us", "time/floor", "MFU %", "bound");
+  fmt::print("  {:<36} {:>12} {:>12} {:>15} {:>11} {:>7}  {:<6} {:>12} {:>11} {:>9}\n", "kernel", "device us",
+             "HBM floor us", "Tensor floor us", "time/floor", "MFU %", "bound", "DMA bound us", "time/bound",
+             "max MFU %");
   device::Core core(spec);
   for (const Case& c : cases) {
     std::vector<Tensor> metas;
@@ -121,9 +127,16 @@ void print_builtins(const device::Spec& spec) {
     const double tensor_floor = is_matmul ? cost.flops / tensor_peak : 0;
     const double floor = std::max(hbm_floor, tensor_floor);
     const std::string mfu = is_matmul ? fmt::format("{:.1f}", 100.0 * tensor_floor / r.duration_ns) : "";
-    fmt::print("  {:<36} {:>12.2f} {:>12.2f} {:>15} {:>10.2f}x {:>7}  {}\n", c.label, r.duration_ns / 1e3,
-               hbm_floor / 1e3, is_matmul ? fmt::format("{:.2f}", tensor_floor / 1e3) : "-", r.duration_ns / floor,
-               mfu, tensor_floor > hbm_floor ? "Tensor" : "HBM");
+    const double fixed = spec.dma.fixed_cost_ns;
+    const double dma_bound = std::max(fixed + hbm_floor, is_matmul ? 2 * fixed + tensor_floor : 0.0);
+    const std::string max_mfu = is_matmul ? fmt::format("{:.1f}", 100.0 * tensor_floor / dma_bound) : "";
+    std::string line = fmt::format(
+        "  {:<36} {:>12.2f} {:>12.2f} {:>15} {:>10.2f}x {:>7}  {:<6} {:>12.2f} {:>10.2f}x {:>9}", c.label,
+        r.duration_ns / 1e3, hbm_floor / 1e3, is_matmul ? fmt::format("{:.2f}", tensor_floor / 1e3) : "-",
+        r.duration_ns / floor, mfu, tensor_floor > hbm_floor ? "Tensor" : "HBM", dma_bound / 1e3,
+        r.duration_ns / dma_bound, max_mfu);
+    line.erase(line.find_last_not_of(' ') + 1);
+    fmt::print("{}\n", line);
   }
 }
 

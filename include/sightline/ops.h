@@ -163,6 +163,9 @@ struct OpAttrs {
   int64_t start = 0, end = 0, step = 1;  // slice; select's index is `start`
   double eps = 0.0;                       // rms_norm, layer_norm
   DType dtype = DType::f32;               // to_copy
+  // matmul, linear: the result's dtype when it differs from the operands' (bf16 operands, f32 result:
+  // the f32 sum as it accumulates, unrounded, as torch.mm's out_dtype). Unset: the operands' dtype.
+  std::optional<DType> out_dtype;
   Device device;                          // copy: the destination device
   GeluApproximate approximate = GeluApproximate::none;  // gelu
   bool is_causal = false;   // scaled_dot_product_attention (its scale is `scalar`)

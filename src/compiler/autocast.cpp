@@ -14,13 +14,35 @@ Node cast_node(const Graph& graph, int value, DType dtype) {
 
 }  // namespace
 
-// Each f32 matmul / linear becomes
-//   to_copy(matmul(to_copy(a, bf16), to_copy(b, bf16)), f32)        (linear: + bias, in f32)
-// The products accumulate in f32 (PSUM on the device, an f32 sum on the CPU), the sum is rounded to
-// bf16 as the matmul writes its result and widened back, so every value outside a matmul keeps its
-// f32 dtype. A value feeding several matmuls (a weight, the normalized activation read by q, k and v)
-// is cast once; a matmul reading (views of) another autocast matmul's result reads its bf16 result.
+// Each f32 matmul / linear becomes a matmul of bf16 casts of its operands that writes its f32 sum
+// unrounded (OpAttrs::out_dtype = f32: the Tensor engine reads bf16, accumulates in f32 in PSUM and the
+// kernel stores that f32), so no cast back is needed and the epilogues after it fuse with it:
+//   matmul(to_copy(a, bf16), to_copy(b, bf16)) {out_dtype=f32}        (linear: + bias, in f32)
+// A result read only by other matmuls (through views), as q, k and v are by the attention's matmuls,
+// is written in bf16 instead: the consumers read it without a cast (rounding the f32 sum once, as a
+// cast would). A value feeding several matmuls (a weight, the normalized activation read by q, k and
+// v) is cast once.
 Graph autocast_matmuls(const Graph& graph) {
+  const std::vector<std::vector<int>> users = graph.users();
+  std::vector<char> is_output(graph.nodes.size(), 0);
+  for (int v : graph.outputs) is_output[static_cast<size_t>(v)] = 1;
+  auto f32_matmul = [](const Node& n) {
+    return n.kind == NodeKind::op && (n.op == OpId::matmul || n.op == OpId::linear) && n.meta.dtype == DType::f32;
+  };
+  // Whether value v of `graph` is read only as a matmul operand (not a bias), directly or through views.
+  auto only_matmul_operand = [&](auto&& self, int v) -> bool {
+    if (is_output[static_cast<size_t>(v)]) return false;
+    for (int u : users[static_cast<size_t>(v)]) {
+      const Node& n = graph.nodes[static_cast<size_t>(u)];
+      if (n.kind == NodeKind::op && (op_info(n.op).is_view || n.op == OpId::contiguous)) {
+        if (!self(self, u)) return false;
+      } else if (!f32_matmul(n) || (n.inputs[0] != v && n.inputs[1] != v) ||
+                 (n.inputs.size() > 2 && n.inputs[2] == v)) {
+        return false;
+      }
+    }
+    return true;
+  };
   Graph out;
   std::vector<int> remap(graph.nodes.size(), kNoValue);
   std::map<int, int> bf16_of;  // value in `out` -> its bf16 cast
@@ -61,18 +83,26 @@ Graph autocast_matmuls(const Graph& graph) {
       if (v != kNoValue) v = remap[static_cast<size_t>(v)];
     }
     SIGHTLINE_ASSERT_MSG(n.kind != NodeKind::fused, "autocast runs before the fusions, got a fused node");
-    const bool f32_matmul =
-        n.kind == NodeKind::op && (n.op == OpId::matmul || n.op == OpId::linear) && n.meta.dtype == DType::f32;
-    if (!f32_matmul) {
+    if (!f32_matmul(n)) {
       remap[i] = out.add(std::move(n));
       continue;
     }
     std::vector<int> operands = {low(n.inputs[0]), low(n.inputs[1])};
     if (n.op == OpId::linear) operands.push_back(kNoValue);
-    const int product = out.add(make_op_node(out, n.op, std::move(operands), n.attrs));
-    int value = out.add(cast_node(out, product, DType::f32));
-    if (n.op == OpId::linear && n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
-      value = out.add(make_op_node(out, OpId::add, {value, n.inputs[2]}, {}));
+    const bool bias = n.op == OpId::linear && n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+    int value = kNoValue;
+    if (!bias && only_matmul_operand(only_matmul_operand, static_cast<int>(i))) {
+      // bf16 for the matmuls that read it; the f32 widening is what low() recognizes (views included),
+      // and it is dead once they do.
+      OpAttrs attrs = n.attrs;
+      attrs.out_dtype.reset();  // the operands' bf16
+      const int product = out.add(make_op_node(out, n.op, std::move(operands), attrs));
+      value = out.add(cast_node(out, product, DType::f32));
+    } else {
+      OpAttrs attrs = n.attrs;
+      attrs.out_dtype = DType::f32;
+      value = out.add(make_op_node(out, n.op, std::move(operands), attrs));
+      if (bias) value = out.add(make_op_node(out, OpId::add, {value, n.inputs[2]}, {}));
     }
     remap[i] = value;
   }

@@ -261,6 +261,9 @@ std::string format_attrs(OpId op, const OpAttrs& a) {
       return fmt::format(" {{eps={}}}", a.eps);
     case OpId::to_copy:
       return fmt::format(" {{dtype={}}}", dtype_name(a.dtype));
+    case OpId::matmul:
+    case OpId::linear:  // an unset out_dtype (the operands') prints nothing
+      return a.out_dtype ? fmt::format(" {{out_dtype={}}}", dtype_name(*a.out_dtype)) : std::string();
     case OpId::scaled_dot_product_attention:
       return fmt::format(" {{scale={}, is_causal={}, enable_gqa={}}}", a.scalar, a.is_causal, a.enable_gqa);
     case OpId::fill:

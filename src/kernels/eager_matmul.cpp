@@ -13,20 +13,29 @@
 // each panel is reloaded once per a^T block, `m_block` as large as SBUF allows.
 //
 // Feeding the Tensor engine under the DMA cost model (a transfer pays ~1.3 us of fixed cost before
-// its bytes move at ~23 B/ns per queue, docs/hardware-model.md §1.4):
-//   * loads are few and large (kLoadPieceBytes), except a short ramp of smaller pieces at the start
-//     so the first matmuls need not wait for a large transfer;
-//   * while a block's a^T still arrives, the K loop runs outermost over a group of every PSUM bank,
-//     so each K slice that lands feeds as many matmuls as possible; once resident, tile by tile over
-//     half the banks in turn, so results leave steadily while the next tiles compute;
+// its bytes move at ~23 B/ns per queue, and a queue holds two transfers, so the second one's fixed cost
+// hides behind the first one's data: docs/hardware-model.md §1.4):
+//   * loads are few and large (kLoadPieceBytes), except a start-up ramp: the first K slice goes out in
+//     one piece per queue, so the Tensor engine starts as soon as one slice has landed, and the next
+//     slices (kRampSlices) in pieces whose data takes as long as the fixed cost (fixed cost x queue
+//     bandwidth), so each queue's third transfer is ready when its second ends; then pieces double;
+//   * while a block's a^T still arrives, the K loop runs outermost over a group of every PSUM bank, so
+//     each K slice that lands feeds as many matmuls as possible, and the last K tile runs tile by tile,
+//     each tile stored as soon as it is complete; once resident, tile by tile over half the banks in
+//     turn, so results leave steadily while the next tiles compute;
 //   * the next panel of b is fetched before the current panel's results are stored, and while loads
 //     remain, results go to their own DMA queues (as many as the stored share of the traffic), so a
 //     store waiting for its tile never holds back operands queued behind it;
 //   * each transfer goes to the queue estimated to finish it first (the spec's DMA costs, and the
 //     Tensor engine's matmul costs for when a result is ready);
-//   * evacuation from PSUM alternates VectorE and ScalarE so it keeps up with the Tensor engine.
-// With bf16 [1024, 1024] x [1024, 1024] on trn2 this gives 77% MFU at the minimum HBM traffic
-// (bench/kernels: BM_SimulateMatmulBf16; 96% for 2048^3). When even one 128-row a^T block and one
+//   * evacuation from PSUM alternates VectorE and ScalarE so it keeps up with the Tensor engine;
+//   * the last group's results share the queues out, and the kernel's last tile runs its last
+//     accumulation step, evacuation and store in column halves (kTailPieces), so less is left to
+//     store after the last matmul. Column pieces of the same rows interleave in HBM without touching,
+//     and the builder's hazard tracking tells them apart, so they go out on different queues at once.
+// With bf16 on trn2 this gives 86% MFU at 1024^3 and 98% at 2048^3 at the minimum HBM traffic; the DMA
+// latency alone bounds any schedule at 91% and 99% (bench/kernels/kernel_floors, bench/README.md). At
+// 512^3 HBM, not the Tensor engine, bounds it. When even one 128-row a^T block and one
 // panel of b do not fit (K in the tens of thousands), the kernel falls back to streaming one
 // stationary and one moving tile per matmul.
 #include <algorithm>
@@ -62,6 +71,10 @@ constexpr uint64_t kLoadPieceBytes = 128 * 1024;
 constexpr uint64_t kLoadChunkBytes = 256 * 1024;
 // Below a few KiB a transfer is all fixed cost: never split finer than this (as KernelBuilder::dma_split).
 constexpr uint64_t kMinPieceBytes = 4096;
+// The kernel's last result tile is computed, evacuated and stored in this many column pieces.
+constexpr uint32_t kTailPieces = 2;
+// K slices after the first loaded in pieces of fixed cost x queue bandwidth before they grow.
+constexpr int kRampSlices = 8;
 
 int32_t stride32(int64_t stride, const char* what) {
   SIGHTLINE_CHECK(stride >= std::numeric_limits<int32_t>::min() && stride <= std::numeric_limits<int32_t>::max(),
@@ -265,10 +278,11 @@ class GemmEmitter {
     if (k % parts_ != 0) fn(full, int64_t{1});
   }
 
-  // Evacuates one PSUM tile and stores it. Tail tiles (nothing left to overlap with) use every queue,
-  // the `tail_tiles` of them sharing the queues out.
+  // Evacuates one PSUM tile and stores it. A tail tile (the last group's: nothing left to overlap with)
+  // goes out over up to `tail_queues` queues, its share of them, so the last results do not wait
+  // behind each other; each queue has room for only two transfers in flight (docs/hardware-model.md §1.4).
   void finish_tile(const Gemm& g, const AccessPattern& psum, int64_t m0, uint16_t mp, int64_t n0, uint32_t np,
-                   int64_t tail_tiles, bool loads_remain = true) {
+                   uint32_t tail_queues, bool loads_remain = true) {
     const AccessPattern y = result_.next().region(0, mp, 0, np);
     if (evacuations_++ % 2 == 0) {
       b_.copy(y, psum);  // alternate VectorE and ScalarE so evacuation keeps up with TensorE
@@ -280,10 +294,9 @@ class GemmEmitter {
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
     if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
     stored_ = true;
-    if (tail_tiles > 0) {
-      const uint64_t share = std::max<uint64_t>(1, all_.count / static_cast<uint64_t>(tail_tiles));
-      transfer(out, y, static_cast<uint32_t>(std::min(share, std::max<uint64_t>(1, y.bytes() / kMinPieceBytes))),
-               all_, false);
+    if (tail_queues > 0) {
+      const uint64_t pieces = std::clamp<uint64_t>(y.bytes() / kMinPieceBytes, 1, tail_queues);
+      transfer(out, y, static_cast<uint32_t>(pieces), all_, false);
     } else if (loads_remain) {
       transfer(out, y, pieces_for(y.bytes(), kLoadPieceBytes, stores_), stores_, false);
     } else {
@@ -332,13 +345,14 @@ class GemmEmitter {
         auto load_b_slice = [&](int64_t kt0, int64_t count, uint32_t pieces) {
           load_k_slice(b_panel, p.panel, 0, np, g.b, g.b.offset + n0 * g.b.outer_stride, kt0, count, g.k, pieces);
         };
-        std::optional<AccessPattern> bias;
+        std::optional<Tile> bias;
         if (g.bias) {
-          bias = bias_.next().region(0, 1, 0, np);
-          b_.emit(device::dma_copy(*bias, hbm_pattern(g.bias->io, g.bias->dtype,
-                                                      g.bias->offset + n0 * g.bias->inner_stride, 1, 0,
-                                                      {{np, stride32(g.bias->inner_stride, "bias")}})),
-                  pick_queue(stored_ ? loads_ : all_, 0.0, bias->bytes()));
+          bias = bias_.next();
+          const AccessPattern dst = bias->region(0, 1, 0, np);
+          b_.emit(device::dma_copy(dst, hbm_pattern(g.bias->io, g.bias->dtype,
+                                                    g.bias->offset + n0 * g.bias->inner_stride, 1, 0,
+                                                    {{np, stride32(g.bias->inner_stride, "bias")}})),
+                  pick_queue(stored_ ? loads_ : all_, 0.0, dst.bytes()));
         }
         if (!load_a) {
           fetch_b(panel);      // normally fetched already, during the previous panel
@@ -351,60 +365,86 @@ class GemmEmitter {
           const bool k_outer = load_a;
           tiles = std::min<int64_t>(k_outer ? 2 * p.group : p.group, m_tiles - t0);
           const bool last_group = last_panel && t0 + tiles >= m_tiles;
-          std::vector<AccessPattern> psum;
-          for (int64_t t = 0; t < tiles; ++t) {
-            const uint16_t mp = static_cast<uint16_t>(std::min<int64_t>(parts_, mbw - (t0 + t) * parts_));
-            psum.push_back(acc_.next().region(0, mp, 0, np));
-          }
-          auto mm = [&](int64_t t, int64_t kt) {
-            const AccessPattern& acc = psum[static_cast<size_t>(t)];
+          std::vector<Tile> psum;
+          for (int64_t t = 0; t < tiles; ++t) psum.push_back(acc_.next());
+          auto rows = [&](int64_t t) {
+            return static_cast<uint16_t>(std::min<int64_t>(parts_, mbw - (t0 + t) * parts_));
+          };
+          // Columns [c0, c0 + cw) of tile t's matmul with K tile kt.
+          auto mm_columns = [&](int64_t t, int64_t kt, uint32_t c0, uint32_t cw) {
+            const uint16_t mp = rows(t);
             const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts_, g.k - kt * parts_));
             const uint32_t col = static_cast<uint32_t>(kt) * a_row + static_cast<uint32_t>((t0 + t) * parts_);
-            matmul(acc, a_block.region(0, kp, col, acc.partition_count),
-                   b_panel.region(0, kp, static_cast<uint32_t>(kt) * p.panel, np), kt > 0);
+            matmul(psum[static_cast<size_t>(t)].region(0, mp, c0, cw), a_block.region(0, kp, col, mp),
+                   b_panel.region(0, kp, static_cast<uint32_t>(kt) * p.panel + c0, cw), kt > 0);
           };
-          auto finish = [&](int64_t t, int64_t tail_tiles) {
+          auto mm = [&](int64_t t, int64_t kt) { mm_columns(t, kt, 0, np); };
+          // Tile t's last accumulation step (its last K tile's matmul if `k_pending`, then the bias's),
+          // evacuation and store. The kernel's last tile does them in column pieces, so the first columns
+          // leave while the rest compute and the last result to store is small.
+          auto finish = [&](int64_t t, bool k_pending) {
             // Loads still to come in this product: b's or the bias's later panels, or the next a^T block.
             const bool loads_remain = !last_block || b_fetched + 1 < p.panels || (g.bias && panel + 1 < p.panels);
-            const AccessPattern& acc = psum[static_cast<size_t>(t)];
-            if (bias) matmul(acc, ones_->region(0, 1, 0, acc.partition_count), *bias, true);
-            finish_tile(g, acc, mb0 + (t0 + t) * parts_, acc.partition_count, n0, np, tail_tiles, loads_remain);
+            const bool last_tile = last_group && t + 1 == tiles;
+            const uint32_t pieces = last_tile ? kTailPieces : 1;
+            const uint32_t tail_queues =
+                last_group ? std::max<uint32_t>(1, all_.count / static_cast<uint32_t>(last_tile ? pieces : tiles)) : 0;
+            const uint32_t width = std::max<uint32_t>(1, (np + pieces - 1) / pieces);
+            const uint16_t mp = rows(t);
+            for (uint32_t c0 = 0; c0 < np; c0 += width) {
+              const uint32_t cw = std::min(width, np - c0);
+              if (k_pending) mm_columns(t, p.k_tiles - 1, c0, cw);
+              const AccessPattern acc = psum[static_cast<size_t>(t)].region(0, mp, c0, cw);
+              if (bias) matmul(acc, ones_->region(0, 1, 0, mp), bias->region(0, 1, c0, cw), true);
+              finish_tile(g, acc, mb0 + (t0 + t) * parts_, mp, n0 + c0, cw, tail_queues, loads_remain);
+            }
           };
           if (k_outer) {
             const uint32_t width = static_cast<uint32_t>(std::min<int64_t>(tiles * parts_, mbw - t0 * parts_));
             const uint64_t a_column = width * dtype_size(g.a.dtype);
             for_each_k_slice(g.k, a_column + (load_b ? b_column : 0), [&](int64_t kt0, int64_t count) {
-              // The kernel's first slices ramp up: the first two go out at once, each over half the
-              // queues, so the Tensor engine starts early; each later one in pieces larger by half the
-              // first pieces' size, up to kLoadPieceBytes, so later slices come at full bandwidth.
+              // The kernel's first slices ramp up. The first goes out over every queue at once, one piece
+              // per queue, so the Tensor engine starts as soon as it lands. The next ones fill the queues'
+              // second slots in pieces whose data takes as long as the fixed cost, so each queue's third
+              // transfer pays its fixed cost while the second moves (docs/hardware-model.md §1.4); after
+              // kRampSlices of those, pieces double up to kLoadPieceBytes.
               uint32_t a_pieces = 0, b_pieces = 0;
               const uint64_t a_bytes = a_column * parts_ * static_cast<uint64_t>(count);
               const uint64_t b_bytes = load_b ? b_column * parts_ * static_cast<uint64_t>(count) : 0;
-              if (ramp_step_ == 0) {
-                ramp_step_ = std::max<uint64_t>(kMinPieceBytes, (a_bytes + b_bytes) / std::max(1u, all_.count / 2) / 2);
-                ramp_bytes_ = 2 * ramp_step_;
-              } else if (ramp_bytes_ < kLoadPieceBytes && ++ramp_slices_ > 1) {
-                ramp_bytes_ = std::min(kLoadPieceBytes, ramp_bytes_ + ramp_step_);
-              }
-              if (ramp_bytes_ < kLoadPieceBytes) {
+              if (ramp_slices_ == 0) {
+                const double a_share = double(a_bytes) / double(a_bytes + b_bytes);
+                a_pieces = std::clamp<uint32_t>(static_cast<uint32_t>(a_share * all_.count + 0.5), 1,
+                                                std::max(1u, all_.count - (b_bytes > 0 ? 1 : 0)));
+                b_pieces = std::max(1u, all_.count - a_pieces);
+                ramp_bytes_ = std::max<uint64_t>(
+                    kMinPieceBytes, static_cast<uint64_t>(b_.spec().dma.fixed_cost_ns * b_.spec().dma.queue_bytes_per_ns));
+              } else if (ramp_bytes_ < kLoadPieceBytes) {
+                if (ramp_slices_ > kRampSlices) ramp_bytes_ = std::min(kLoadPieceBytes, 2 * ramp_bytes_);
                 a_pieces = static_cast<uint32_t>(std::max<uint64_t>(1, (a_bytes + ramp_bytes_ / 2) / ramp_bytes_));
                 b_pieces = static_cast<uint32_t>(std::max<uint64_t>(1, (b_bytes + ramp_bytes_ / 2) / ramp_bytes_));
               }
+              ++ramp_slices_;
               load_k_slice(a_block, a_row, static_cast<uint32_t>(t0 * parts_), width, g.a,
                            g.a.offset + (mb0 + t0 * parts_) * g.a.outer_stride, kt0, count, g.k, a_pieces);
               if (load_b) load_b_slice(kt0, count, b_pieces);
-              for (int64_t kt = kt0; kt < kt0 + count; ++kt) {
+              const bool final_slice = kt0 + count == p.k_tiles;
+              if (final_slice) {
+                if (load_b) b_fetched = panel;
+                fetch_b(panel + 1);  // ahead of this group's stores
+              }
+              for (int64_t kt = kt0; kt < kt0 + count - (final_slice ? 1 : 0); ++kt) {
                 for (int64_t t = 0; t < tiles; ++t) mm(t, kt);
               }
+              // The last K tile tile by tile, each tile stored as soon as it is complete.
+              if (final_slice) {
+                for (int64_t t = 0; t < tiles; ++t) finish(t, true);
+              }
             });
-            if (load_b) b_fetched = panel;
             load_b = false;
-            fetch_b(panel + 1);  // ahead of this group's stores
-            for (int64_t t = 0; t < tiles; ++t) finish(t, last_group ? tiles : 0);
           } else {
             for (int64_t t = 0; t < tiles; ++t) {
-              for (int64_t kt = 0; kt < p.k_tiles; ++kt) mm(t, kt);
-              finish(t, 0);
+              for (int64_t kt = 0; kt + 1 < p.k_tiles; ++kt) mm(t, kt);
+              finish(t, true);
             }
           }
         }
@@ -467,8 +507,8 @@ class GemmEmitter {
   std::vector<double> queue_free_ns_;  // estimates: when each DMA queue drains
   double tensor_clock_ns_ = 0;          // when the Tensor engine finishes the matmuls emitted so far
   double operands_ready_ns_ = 0;        // when the loads emitted so far have landed
-  uint64_t ramp_bytes_ = 0, ramp_step_ = 0;  // load pieces of the start-up ramp (0: not started)
-  int ramp_slices_ = 0;
+  uint64_t ramp_bytes_ = 0;  // load pieces of the start-up ramp
+  int ramp_slices_ = 0;      // K slices loaded so far by the ramp
   int64_t b_uses_ = 0;  // streamed b panels used so far (they alternate between two buffers)
   bool stored_ = false;  // a result store has been emitted
 };

@@ -29,6 +29,13 @@ HazardTracker::Region HazardTracker::region_of(const AccessPattern& ap) {
     r.partition_end = 1;
     r.byte_begin = static_cast<int64_t>(ap.offset) + e.min;
     r.byte_end = static_cast<int64_t>(ap.offset) + e.max;
+    // Partitions a fixed pitch apart, each spanning less than the pitch: rows with gaps between them.
+    const device::ByteExtent row = device::operand_extent(ap, false);
+    const int64_t pitch = int64_t{ap.partition_stride} * static_cast<int64_t>(dtype_size(ap.dtype));
+    if (ap.partition_count > 1 && row.min == 0 && pitch > row.max) {
+      r.row_stride = pitch;
+      r.row_bytes = row.max;
+    }
     return r;
   }
   const device::ByteExtent e = device::operand_extent(ap, false);

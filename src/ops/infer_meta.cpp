@@ -75,6 +75,17 @@ Dims reduced_shape(const Tensor& x, const Dims& dims, bool keepdim, OpId op) {
   return out;
 }
 
+// matmul / linear with OpAttrs::out_dtype: only a wider float result than 16-bit operands (what the
+// Tensor engine's f32 accumulation gives), or the operands' own dtype.
+DType matmul_out_dtype(std::string_view op, DType operands, const std::optional<DType>& out_dtype) {
+  if (!out_dtype || *out_dtype == operands) return operands;
+  SIGHTLINE_CHECK(*out_dtype == DType::f32 && (operands == DType::bf16 || operands == DType::f16),
+                  "{}: out_dtype {} with {} operands is not supported; out_dtype f32 takes bf16 or f16 operands "
+                  "(their f32 sum, unrounded), otherwise leave out_dtype unset",
+                  op, dtype_name(*out_dtype), dtype_name(operands));
+  return *out_dtype;
+}
+
 TensorMeta matmul_meta(const Tensor& a, const Tensor& b) {
   SIGHTLINE_CHECK(a.dim() >= 1 && b.dim() >= 1, "aten::matmul: both operands need at least 1 dim, got {} and {}",
                   a.shape(), b.shape());
@@ -298,7 +309,11 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
       SIGHTLINE_CHECK(in.size() == 2 && in[1].defined(), "aten::matmul: the second input is undefined");
       SIGHTLINE_CHECK(in[0].device() == in[1].device(), "aten::matmul: inputs are on different devices ({} and {})",
                       in[0].device(), in[1].device());
-      return matmul_meta(in[0], in[1]);
+      {
+        TensorMeta meta = matmul_meta(in[0], in[1]);
+        meta.dtype = matmul_out_dtype("aten::matmul", meta.dtype, call.attrs.out_dtype);
+        return meta;
+      }
     case OpId::linear: {
       SIGHTLINE_CHECK(in.size() >= 2 && in[1].defined() && in[1].dim() == 2,
                       "aten::linear: weight must be a 2-D [out_features, in_features] tensor, got {}",
@@ -319,7 +334,7 @@ TensorMeta infer_meta_unchecked(const OpCall& call) {
       }
       Dims out = in[0].shape();
       out[out.size() - 1] = in[1].shape()[0];
-      return {out, in[0].dtype()};
+      return {out, matmul_out_dtype("aten::linear", in[0].dtype(), call.attrs.out_dtype)};
     }
     case OpId::scaled_dot_product_attention:
       return sdpa_meta(call);

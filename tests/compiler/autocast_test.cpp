@@ -49,7 +49,7 @@ void for_each_node(const Graph& graph, F&& f) {
 
 TEST(Autocast, MatmulsReadBf16AndEverythingElseStaysF32) {
   const Graph g = decoder_graph(Autocast::matmul_bf16);
-  int matmuls = 0, casts_to_bf16 = 0;
+  int matmuls = 0, f32_results = 0, casts_to_bf16 = 0, widenings = 0;
   for_each_node(g, [&](const Node& n, const Graph& owner) {
     if (n.kind != NodeKind::op) return;
     const bool matmul = n.op == OpId::matmul || n.op == OpId::linear;
@@ -63,10 +63,16 @@ TEST(Autocast, MatmulsReadBf16AndEverythingElseStaysF32) {
           EXPECT_EQ(owner.nodes[static_cast<size_t>(v)].meta.dtype, DType::bf16);
         }
       }
-      EXPECT_EQ(n.meta.dtype, DType::bf16);
+      if (n.meta.dtype == DType::f32) {
+        ++f32_results;
+        EXPECT_EQ(n.attrs.out_dtype, DType::f32);
+      } else {
+        EXPECT_EQ(n.meta.dtype, DType::bf16);
+      }
     } else if (narrowing) {
       ++casts_to_bf16;
     } else if (!view_of_bf16) {
+      if (n.op == OpId::to_copy) ++widenings;
       EXPECT_EQ(n.meta.dtype, DType::f32) << op_name(n.op) << " left f32";
     }
   });
@@ -76,6 +82,10 @@ TEST(Autocast, MatmulsReadBf16AndEverythingElseStaysF32) {
   // scores read q and k, attention @ v reads v, and the output projection reads the attention, all as
   // views of bf16 matmul results, without a cast.
   EXPECT_EQ(casts_to_bf16, 4 + 1 + 1 + 3 + 2);
+  // The scores, the output projection, gate, up and down write their f32 sums (out_dtype f32) for the
+  // f32 ops after them; q, k, v and attention @ v, read only by matmuls, write bf16. No cast widens.
+  EXPECT_EQ(f32_results, 5);
+  EXPECT_EQ(widenings, 0);
   for (int v : g.outputs) EXPECT_EQ(g.nodes[static_cast<size_t>(v)].meta.dtype, DType::f32);
 
   for_each_node(decoder_graph(Autocast::none), [](const Node& n, const Graph&) {
@@ -97,8 +107,9 @@ TEST(Autocast, NamesParseAndBadNamesSayWhatIsAccepted) {
 
 // Per element, |y_autocast - y| <= (3u + 4u^2 + 3 K e) (|A| |B|)_ij with u the bf16 and e the f32 unit
 // roundoff: the operands' rounding moves each product by at most (2u + u^2)|a b|, both sums accumulate in
-// f32 (at most K e sum|a b| each, the standard bound), and the result's rounding to bf16 adds u of
-// a value at most (1 + 2u + u^2)(1 + K e) sum|a b|. The 1% on top covers |A| |B| itself being an f32 sum.
+// f32 (at most K e sum|a b| each, the standard bound), and a bf16 result's rounding adds u of a value
+// at most (1 + 2u + u^2)(1 + K e) sum|a b| (an f32 result, OpAttrs::out_dtype, does without it). The 1% on
+// top covers |A| |B| itself being an f32 sum.
 void expect_within_matmul_bound(const Tensor& actual, const Tensor& reference, const Tensor& a, const Tensor& b,
                                 int64_t k) {
   const double u = kBf16Unit, ke = static_cast<double>(k) * kF32Unit;

@@ -25,6 +25,40 @@ TEST(EagerMatmul, TransposedOperandsAndDtypes) {
   check_op(OpId::matmul, {random_ints({20, 30}, 6), random_ints({30, 10}, 6)}, {}, 0);
 }
 
+// bf16 operands and an f32 result (OpAttrs::out_dtype, what autocast uses): the Tensor engine's f32
+// sum leaves PSUM unrounded. Device and CPU add the same products in f32, so they agree far inside
+// bf16's rounding, and the result keeps bits that the bf16 result rounds away.
+TEST(EagerMatmul, Bf16OperandsWithAnF32Result) {
+  OpAttrs f32_result;
+  f32_result.out_dtype = DType::f32;
+  const std::vector<std::vector<Tensor>> cases = {
+      {random({130, 200}, DType::bf16), random({200, 600}, DType::bf16)},    // partial tiles, 2 panels
+      {random({300, 700}, DType::bf16), random({700, 1100}, DType::bf16)},   // resident, 6 K tiles
+      {random({3, 40, 50}, DType::bf16), random({1, 50, 20}, DType::bf16)},  // batched
+      {random({70}, DType::bf16), random({70, 30}, DType::bf16)}};
+  for (const std::vector<Tensor>& operands : cases) {
+    const DeviceResult r = check_op(OpId::matmul, operands, f32_result, 1e-5);
+    ASSERT_EQ(r.out.dtype(), DType::f32);
+    const Tensor rounded = dispatch(OpId::matmul, operands, {}).to(DType::f32);
+    EXPECT_GT(amax(abs(sub(r.out.to(Device::cpu()), rounded))).item(), 0.0)
+        << "the f32 result should keep bits the bf16 one rounds away";
+  }
+  const DeviceResult r = check_op(
+      OpId::linear, {random({2, 70, 150}, DType::bf16), random({40, 150}, DType::bf16), random({40}, DType::bf16)},
+      f32_result, 1e-5);
+  EXPECT_EQ(r.out.dtype(), DType::f32);
+  // Only a wider float result than 16-bit operands: anything else says what is accepted.
+  OpAttrs narrowing;
+  narrowing.out_dtype = DType::bf16;
+  try {
+    const std::vector<Tensor> f32_operands = {random({4, 8}), random({8, 4})};
+    dispatch(OpId::matmul, f32_operands, narrowing);
+    ADD_FAILURE() << "an f32 matmul with out_dtype bf16 should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out_dtype f32 takes bf16 or f16 operands"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EagerLinear, WithAndWithoutBias) {
   check_op(OpId::linear, {random({2, 70, 150}), random({40, 150}), random({40})}, {}, 1e-4);
   check_op(OpId::linear, {random({130, 33}), random({520, 33})}, {}, 1e-4);

@@ -35,14 +35,31 @@ class HazardTracker {
     uint32_t tensor = 0;
     uint32_t partition_begin = 0, partition_end = 0;
     int64_t byte_begin = 0, byte_end = 0;
+    // HBM rows: the range is rows of `row_bytes` (or less) every `row_stride` bytes from byte_begin, as a
+    // pattern's partitions over a tensor's rows. 0: one dense range. Two patterns over the same rows
+    // (a matmul's result stored in column pieces) interleave without touching.
+    int64_t row_stride = 0, row_bytes = 0;
 
     bool overlaps(const Region& o) const {
-      return partition_begin < o.partition_end && o.partition_begin < partition_end &&
-             byte_begin < o.byte_end && o.byte_begin < byte_end;
+      if (!(partition_begin < o.partition_end && o.partition_begin < partition_end && byte_begin < o.byte_end &&
+            o.byte_begin < byte_end)) {
+        return false;
+      }
+      if (row_stride == 0 || row_stride != o.row_stride) return true;
+      // Same row pitch: the rows touch iff one's row start, taken within the other's row, falls inside it.
+      const int64_t shift = ((o.byte_begin - byte_begin) % row_stride + row_stride) % row_stride;
+      return shift < row_bytes || row_stride - shift < o.row_bytes;
     }
     bool contains(const Region& o) const {
-      return partition_begin <= o.partition_begin && o.partition_end <= partition_end &&
-             byte_begin <= o.byte_begin && o.byte_end <= byte_end;
+      if (!(partition_begin <= o.partition_begin && o.partition_end <= partition_end && byte_begin <= o.byte_begin &&
+            o.byte_end <= byte_end)) {
+        return false;
+      }
+      if (row_stride == 0) return true;
+      // Rows with gaps between them contain only rows of the same pitch that sit inside them.
+      if (o.row_stride != row_stride) return false;
+      const int64_t shift = ((o.byte_begin - byte_begin) % row_stride + row_stride) % row_stride;
+      return shift + o.row_bytes <= row_bytes;
     }
     bool operator==(const Region&) const = default;
   };
