@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -22,7 +25,6 @@
 #include <random>
 #include <set>
 #include <string_view>
-#include <thread>
 
 #include "server/profile_store.h"
 #include "sightline/error.h"
@@ -362,6 +364,13 @@ struct ExplorerServer::State {
   DeadlineServer http;
   std::set<std::string> host_names;  // what a Host header may name
   int port = 0;                      // after bind()
+  // httplib's stop() does nothing before its accept loop runs, so a stop that comes first (a SIGTERM
+  // right after the URL is printed) would be lost and serve() would never return. stop() records the
+  // request; serve() does not start once one is recorded, and stop() waits for a started loop to run
+  // before stopping it. Sequentially consistent, so that one of the two always sees the other.
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> serving{false};
+  std::atomic<bool> served{false};
 
   explicit State(ServerOptions server_options)
       : options(std::move(server_options)),
@@ -685,8 +694,17 @@ std::string ExplorerServer::url() const {
                      options.require_token ? fmt::format("?token={}", options.token) : "");
 }
 
-void ExplorerServer::serve() { state_->http.listen_after_bind(); }
+void ExplorerServer::serve() {
+  state_->serving = true;
+  if (!state_->stop_requested) state_->http.listen_after_bind();
+  state_->served = true;
+}
 
-void ExplorerServer::stop() { state_->http.stop(); }
+void ExplorerServer::stop() {
+  state_->stop_requested = true;
+  if (!state_->serving) return;  // serve() has not begun and now will not
+  while (!state_->http.is_running() && !state_->served) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  state_->http.stop();
+}
 
 }  // namespace sightline::server

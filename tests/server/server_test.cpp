@@ -344,6 +344,24 @@ TEST_F(ServerTest, OpeningTheRootRemovesOnlyAbandonedUploadStaging) {
   EXPECT_TRUE(fs::exists(root_ / "good"));
 }
 
+// A stop that comes before the accept loop runs (sightline serve's SIGTERM right after it prints its
+// URL) is not lost: serve() returns. Before the fix this hung with httplib's stop() a no-op.
+TEST_F(ServerTest, StopBeforeOrRightAfterServeIsNotLost) {
+  {
+    ExplorerServer server({.profile_root = root_, .static_dir = {}, .host = "127.0.0.1", .port = 0});
+    server.bind();
+    server.stop();
+    server.serve();  // returns at once
+  }
+  for (int i = 0; i < 20; ++i) {
+    ExplorerServer server({.profile_root = root_, .static_dir = {}, .host = "127.0.0.1", .port = 0});
+    server.bind();
+    std::thread serving([&] { server.serve(); });
+    server.stop();  // races the loop's start; must stop it either way
+    serving.join();
+  }
+}
+
 TEST_F(ServerTest, HttpApiAnswersJsonAndRefusesTraversal) {
   ExplorerServer server({.profile_root = root_, .static_dir = {}, .host = "127.0.0.1", .port = 0});
   const int port = server.bind();
