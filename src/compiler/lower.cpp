@@ -324,6 +324,10 @@ class Lowerer {
     };
     std::vector<ResultTile> tiles;
     uint32_t sbuf_left = 0;
+    // A softmax in the chain needs each tile to hold whole rows (from partition 0, where its
+    // statistics and work rows are).
+    bool row_wide = false;
+    for (size_t k = 1; k < chain.size(); ++k) row_wide |= kernels::tile_op_needs(chain[k]->op).row_wide;
     {
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
       std::vector<uint32_t> io;
@@ -331,6 +335,7 @@ class Lowerer {
         io.push_back(kernels::declare_input(dry, fmt::format("in{}", i), descs[i]));
       const uint32_t out_io = kernels::declare_output(dry, "out", result);
       kernels::EagerHooks plan;
+      plan.whole_rows = row_wide;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
         tiles.push_back({y, d});
@@ -338,10 +343,6 @@ class Lowerer {
       kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &plan);
     }
     const int64_t row_length = meta.shape.back();
-    // A softmax in the chain needs each tile to hold whole rows (from partition 0, where its
-    // statistics and work rows are).
-    bool row_wide = false;
-    for (size_t k = 1; k < chain.size(); ++k) row_wide |= kernels::tile_op_needs(chain[k]->op).row_wide;
     uint32_t widest = 1;
     for (const ResultTile& t : tiles) {
       const device::AccessPattern &y = t.y, &d = t.dst;
@@ -418,6 +419,7 @@ class Lowerer {
       builder_.set_source_op(op_name(mm.op));
     };
     kernels::EagerHooks hooks;
+    hooks.whole_rows = row_wide;
     hooks.allocated = [&] {
       for (size_t k = 1; k < chain.size(); ++k) {
         if (op_is_binary_elementwise(chain[k]->op)) {

@@ -63,6 +63,9 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 struct EagerHooks {
   std::function<void()> allocated;
   std::function<void(const AccessPattern& y, const AccessPattern& dst)> before_store;
+  // before_store needs each result tile's whole rows (a row-wide epilogue such as softmax): the kernel
+  // keeps its tiles whole instead of storing its last one in column pieces.
+  bool whole_rows = false;
 };
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,

@@ -386,7 +386,7 @@ class GemmEmitter {
             // Loads still to come in this product: b's or the bias's later panels, or the next a^T block.
             const bool loads_remain = !last_block || b_fetched + 1 < p.panels || (g.bias && panel + 1 < p.panels);
             const bool last_tile = last_group && t + 1 == tiles;
-            const uint32_t pieces = last_tile ? kTailPieces : 1;
+            const uint32_t pieces = last_tile && !(hooks_ && hooks_->whole_rows) ? kTailPieces : 1;
             const uint32_t tail_queues =
                 last_group ? std::max<uint32_t>(1, all_.count / static_cast<uint32_t>(last_tile ? pieces : tiles)) : 0;
             const uint32_t width = std::max<uint32_t>(1, (np + pieces - 1) / pieces);
