@@ -1,6 +1,7 @@
 #include "analysis/merge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,8 +32,17 @@ struct RankTrace {
   std::string dir;
   formats::Manifest manifest;
   json trace;
-  double base_shift_us = 0;  // onto rank 0's baseTimeNanoseconds
+  int64_t base_shift_ns = 0;  // onto rank 0's baseTimeNanoseconds
 };
+
+// trace.json times are microseconds with three decimals; the shifts are done in integer nanoseconds, so
+// that a merged time is exact (a double sum of host-clock microseconds near 5e12 is off by up to a
+// nanosecond, differently in every run as the clock's origin moves). The parsed double is within half a
+// nanosecond of the written decimal, and long double keeps that while scaling, so rounding recovers it.
+int64_t to_ns(double us) { return static_cast<int64_t>(std::llround(static_cast<long double>(us) * 1000.0L)); }
+// The double nearest ns / 1000, which the JSON writer prints as the shortest decimal that reads back as
+// it: the three-decimal microseconds.
+double to_us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
 
 json read_trace(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -45,10 +55,10 @@ json read_trace(const fs::path& path) {
   }
 }
 
-// End of each collective (by id) and start of the first ProfilerStep, on the rank's own clock (us).
+// End of each collective (by id) and start of the first ProfilerStep, on the rank's own clock (ns).
 struct Marks {
-  std::map<int64_t, double> collective_end;
-  std::optional<std::pair<std::string, double>> first_step;
+  std::map<int64_t, int64_t> collective_end;
+  std::optional<std::pair<std::string, int64_t>> first_step;
 };
 
 Marks marks_of(const json& trace) {
@@ -56,7 +66,7 @@ Marks marks_of(const json& trace) {
   for (const json& e : trace.at("traceEvents")) {
     if (!e.is_object() || e.value("ph", "") != "X") continue;
     const std::string name = e.value("name", "");
-    const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
+    const int64_t ts = to_ns(e.value("ts", 0.0)), dur = to_ns(e.value("dur", 0.0));
     if (name == "cc_running" && e.contains("args") && e["args"].contains("collective id")) {
       const int64_t id = e["args"]["collective id"].get<int64_t>();
       auto [it, fresh] = m.collective_end.try_emplace(id, ts + dur);
@@ -70,8 +80,8 @@ Marks marks_of(const json& trace) {
 
 uint64_t rank_id(uint64_t id, int rank) { return id ^ (static_cast<uint64_t>(rank) << kRankIdShift); }
 
-void shift_event(json& e, const RankTrace& r, double shift_us) {
-  if (e.contains("ts") && e["ts"].is_number()) e["ts"] = e["ts"].get<double>() + shift_us;
+void shift_event(json& e, const RankTrace& r, int64_t shift_ns) {
+  if (e.contains("ts") && e["ts"].is_number()) e["ts"] = to_us(to_ns(e["ts"].get<double>()) + shift_ns);
   if (e.contains("pid") && e["pid"].is_number_integer()) e["pid"] = r.rank * kMergedRankPidStride + e["pid"].get<int64_t>();
   if (r.rank == 0) {
     // rank 0 keeps its ids; only its lane names get the prefix
@@ -133,7 +143,7 @@ MergeResult merge_profiles(const std::vector<std::string>& dirs, const std::stri
   const int64_t base0 = ranks.front().trace.value("baseTimeNanoseconds", int64_t{0});
   std::vector<Marks> marks;
   for (RankTrace& r : ranks) {
-    r.base_shift_us = static_cast<double>(r.trace.value("baseTimeNanoseconds", int64_t{0}) - base0) / 1e3;
+    r.base_shift_ns = r.trace.value("baseTimeNanoseconds", int64_t{0}) - base0;
     marks.push_back(marks_of(r.trace));
   }
   std::optional<int64_t> common;
@@ -155,19 +165,18 @@ MergeResult merge_profiles(const std::vector<std::string>& dirs, const std::stri
     MergedRank m;
     m.rank = r.rank;
     m.dir = r.dir;
-    m.shift_us = r.base_shift_us;
+    int64_t shift_ns = r.base_shift_ns;
     m.aligned_on = "trace start";
     if (common) {
-      m.shift_us = marks.front().collective_end.at(*common) - marks[i].collective_end.at(*common);
+      shift_ns = marks.front().collective_end.at(*common) - marks[i].collective_end.at(*common);
       m.aligned_on = fmt::format("collective {}", *common);
     } else if (marks.front().first_step && marks[i].first_step) {
-      m.shift_us = marks.front().first_step->second - marks[i].first_step->second;
+      shift_ns = marks.front().first_step->second - marks[i].first_step->second;
       m.aligned_on = marks[i].first_step->first;
-    } else {
-      m.shift_us = r.base_shift_us;
     }
+    m.shift_us = to_us(shift_ns);
     for (json& e : r.trace.at("traceEvents")) {
-      shift_event(e, r, m.shift_us);
+      shift_event(e, r, shift_ns);
       events.push_back(std::move(e));
     }
     sources.push_back(json{{"rank", m.rank}, {"profile", fs::path(r.dir).lexically_normal().string()},
