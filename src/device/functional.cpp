@@ -344,7 +344,7 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
         std::memcpy(&b1, moving[p] + j + Lanes, sizeof(Vec));
         const float* s = stationary[p] + i;
         for (int r = 0; r < 4; ++r) {
-          Vec w;
+          Vec w{};  // every lane is set below; initialized for -Wmaybe-uninitialized at -O1
           for (int l = 0; l < Lanes; ++l) w[l] = s[r];
           c[r][0] = c[r][0] + w * b0;
           c[r][1] = c[r][1] + w * b1;
