@@ -28,13 +28,18 @@ step "the decoder block (docs/tutorial.md §7)"
 "$bin/decoder_block/decoder_block" --out "$out/decoder" >"$out/decoder_block.txt"
 
 step "the CI gate's reports (docs/ci-gate.md, docs/formats.md)"
-"$bin/rmsnorm/rmsnorm" --rows 128 --cols 256 --spec trn2 --timing-only --out "$out/gate" >/dev/null
-"$bin/rmsnorm/rmsnorm" --rows 256 --cols 256 --spec trn2 --timing-only --out "$out/bigger" >/dev/null
-"$sightline" check "$out/gate/naive" --baseline tests/baselines/rmsnorm_naive.json >"$out/check_pass.txt"
-"$sightline" check "$out/bigger/naive" --baseline tests/baselines/rmsnorm_naive.json \
-  --max-regress 'span=5%' >"$out/check_fail.txt" || true
-"$sightline" query "$out/gate/naive" "select o.name as op, d.name as device, count(*) as n, sum(d.dur_ns) as dur_ns from flows f join runtime_calls r on r.id = f.to_id join flows g on g.kind = 'ac2g' and g.from_id = r.id join device_events d on d.id = g.to_id join ops o on o.id = f.from_id where f.kind = 'fwd' group by o.name, d.name order by dur_ns desc" >"$out/query_flows.txt"
-"$sightline" query "$out/gate/naive" "select engine, count(*) as instructions, sum(hbm_read_bytes + hbm_write_bytes) as hbm_bytes from instructions group by engine order by engine" >"$out/query_engines.txt"
+# Run where the docs' relative paths (profiles/naive, tests/baselines/...) hold, so that the reports
+# print them as the docs show.
+gate="$out/gate"
+mkdir -p "$gate/tests"
+ln -s "$root/tests/baselines" "$gate/tests/baselines"
+"$bin/rmsnorm/rmsnorm" --rows 128 --cols 256 --spec trn2 --timing-only --out "$gate/profiles" >/dev/null
+"$bin/rmsnorm/rmsnorm" --rows 256 --cols 256 --spec trn2 --timing-only --out "$gate/bigger" >/dev/null
+(cd "$gate" && "$sightline" check profiles/naive --baseline tests/baselines/rmsnorm_naive.json) >"$out/check_pass.txt"
+(cd "$gate" && "$sightline" check bigger/naive --baseline tests/baselines/rmsnorm_naive.json \
+  --max-regress 'span=5%') >"$out/check_fail.txt" || true
+"$sightline" query "$gate/profiles/naive" "select o.name as op, d.name as device, count(*) as n, sum(d.dur_ns) as dur_ns from flows f join runtime_calls r on r.id = f.to_id join flows g on g.kind = 'ac2g' and g.from_id = r.id join device_events d on d.id = g.to_id join ops o on o.id = f.from_id where f.kind = 'fwd' group by o.name, d.name order by dur_ns desc" >"$out/query_flows.txt"
+"$sightline" query "$gate/profiles/naive" "select engine, count(*) as instructions, sum(hbm_read_bytes + hbm_write_bytes) as hbm_bytes from instructions group by engine order by engine" >"$out/query_engines.txt"
 
 step "Python (docs/python.md)"
 if [ -d "$build/python" ]; then

@@ -17,6 +17,9 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 step "performance gate: the RMSNorm study against tests/baselines (modeled, exact; docs/ci-gate.md)"
 scripts/gate.sh build
 
+step "the docs' printed outputs: every quoted block equals what its command prints (docs/testing.md)"
+scripts/docs_outputs.sh build build/docs_outputs
+/usr/bin/python3 scripts/docs_check.py build/docs_outputs
 step "the installed SDK: find_package(sightline) consumer project, installed sightline serve"
 scripts/sdk_check.sh build
 
