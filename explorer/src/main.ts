@@ -357,8 +357,12 @@ function watchIndexing(current: Session, opened: LanesAnswer, generation: number
       return;
     }
   };
-  // Not tracked (hook.idle): it runs as long as the indexing does.
-  poll().catch((error: unknown) => showError(error));
+  // Not tracked (hook.idle): it runs as long as the indexing does. A failed index (a trace damaged past
+  // its first part) is the server's error, shown as it is, and the indicator goes.
+  poll().catch((error: unknown) => {
+    indicator.remove();
+    showError(error);
+  });
 }
 
 // The view a profile opens on (see activityView): its device executions, from the op that launched the

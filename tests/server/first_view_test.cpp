@@ -165,12 +165,11 @@ TEST_F(FirstViewTest, AnswersDuringTheSwapAreEachOneIndexs) {
   const WindowQuery all{.start_us = 0, .end_us = 50000, .lanes = {}, .width_px = 1000};
   const json complete_window = whole->window(all);
   const json complete_search = whole->search("aten", 20);
-  std::atomic<bool> stop{false};
   std::atomic<int> partial{0}, complete{0}, wrong{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < 3; ++t) {
     readers.emplace_back([&] {
-      while (!stop) {
+      for (;;) {
         const json window = index->window(all);
         const json search = index->search("aten", 20);
         for (const json* answer : {&window, &search}) {
@@ -189,7 +188,6 @@ TEST_F(FirstViewTest, AnswersDuringTheSwapAreEachOneIndexs) {
   open_gate();
   index->wait_complete();
   for (std::thread& reader : readers) reader.join();
-  stop = true;
   EXPECT_EQ(wrong, 0);
   EXPECT_GT(complete, 0);
 }

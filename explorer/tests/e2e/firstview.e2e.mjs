@@ -85,4 +85,5 @@ try {
 } finally {
   await close();
 }
+console.log(failed ? 'firstview e2e FAILED' : 'firstview e2e passed');
 process.exit(failed ? 1 : 0);
