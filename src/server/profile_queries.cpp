@@ -232,11 +232,17 @@ nlohmann::json ProfileIndex::search_of(std::string_view text, size_t limit, size
   for (uint32_t id = 0; id < events_.size(); ++id) {
     if (name_matches[events_[id].name]) hits.push_back(id);
   }
-  std::sort(hits.begin(), hits.end(), [&](uint32_t a, uint32_t b) {
+  // Only the page asked for is put in order: the matches before it are found (nth_element), not
+  // sorted, so a first page of 200 among a 10M-event profile's 130,000 executions costs one pass.
+  auto before = [&](uint32_t a, uint32_t b) {
     return events_[a].ts_us != events_[b].ts_us ? events_[a].ts_us < events_[b].ts_us : a < b;
-  });
+  };
+  const size_t first = std::min(offset, hits.size());
+  const size_t last = first + std::min(limit, hits.size() - first);
+  if (first > 0 && first < hits.size()) std::nth_element(hits.begin(), hits.begin() + first, hits.end(), before);
+  std::partial_sort(hits.begin() + first, hits.begin() + last, hits.end(), before);
   json matches = json::array();
-  for (size_t i = offset; i < hits.size() && i - offset < limit; ++i) matches.push_back(event_summary(hits[i]));
+  for (size_t i = first; i < last; ++i) matches.push_back(event_summary(hits[i]));
   return {{"query", std::string(text)}, {"total", hits.size()}, {"offset", offset}, {"matches", matches}};
 }
 
