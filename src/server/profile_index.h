@@ -162,8 +162,8 @@ class ProfileIndex {
   struct Completion;  // the background indexing of a partial index (profile_index.cpp)
   // The complete index once built, else this one (which is the complete one unless partial).
   const ProfileIndex& current() const;
-  // Of a partial index: the complete index once built and published, else null (throws the
-  // background indexing's error once it has failed).
+  // This index when it is not partial; of a partial index, the complete index once built and
+  // published, else null (and the background indexing's error once it has failed).
   const ProfileIndex* completed() const;
   nlohmann::json lanes_json_of() const;
   nlohmann::json window_of(const WindowQuery& query) const;
