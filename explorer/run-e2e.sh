@@ -53,6 +53,14 @@ node tests/e2e/navigation.e2e.mjs "$url" "$work/profiles"
 # The numbers: the operator table against `sightline table` and the live table; one population.
 node tests/e2e/numbers.e2e.mjs "$url" "$work/profiles" "$serve" "$work/rmsnorm.log"
 explorer_stop
+# The first view of a large profile: the same 100,000-event profile (hard links), served with a first view
+# of 1 MiB and the test's gate, which holds the complete index back until the test opens it.
+mkdir -p "$work/firstview"
+cp -al "$work/profiles/large" "$work/firstview/large"
+SIGHTLINE_FIRST_VIEW_BYTES=1048576 SIGHTLINE_FIRST_VIEW_GATE="$work/firstview-gate" \
+  explorer_serve "$serve" "$work/firstview" "$explorer_dir/dist" "$work/firstview-server.log"
+node tests/e2e/firstview.e2e.mjs "$url" large "$work/firstview-gate" 100000
+explorer_stop
 # Ranks: the merged profile's lanes of both ranks, each core's collectives, search and the summary (its
 # metrics against `sightline view`'s).
 explorer_serve "$serve" "$work/ranks" "$explorer_dir/dist" "$work/ranks-server.log"

@@ -25,7 +25,8 @@ done
 
 # shellcheck source=../../explorer/serve.sh
 source "$explorer_dir/serve.sh"
-work=$(mktemp -d)
+# Under BUILD_DIR: the 10M-event profile is 3.8 GB, more than a small /tmp may hold.
+work=$(mktemp -d "$build_dir/explorer-bench.XXXXXX")
 cleanup() {
   explorer_stop
   rm -rf "$work"

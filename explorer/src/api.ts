@@ -22,9 +22,25 @@ export interface ProfileEntry {
   };
 }
 
-export interface LanesAnswer {
+// While the server has indexed only the first part of a large trace (src/server/profile_index.h, the
+// first view), its answers of lanes, events, search and event details carry "complete": false and how
+// far the indexing of the whole file is; a complete answer has neither.
+export interface IndexProgress {
+  first_view_bytes: number; // the part of trace.json the partial answers cover
+  indexed_bytes: number; // read so far by the indexing of the whole file
+  trace_bytes: number;
+  fraction: number; // indexed_bytes / trace_bytes
+}
+
+export interface PartialStatus {
+  complete?: false;
+  progress?: IndexProgress;
+}
+
+export interface LanesAnswer extends PartialStatus {
   start: number;
   end: number;
+  origin_us?: number;
   lanes: LaneInfo[];
   flows: number;
 }
@@ -45,7 +61,7 @@ export interface MergedEvents {
   name: string;
 }
 
-export interface WindowAnswer {
+export interface WindowAnswer extends PartialStatus {
   start: number;
   end: number;
   pixel_us: number;
@@ -71,14 +87,14 @@ export interface FlowLink {
   event: EventSummary;
 }
 
-export interface EventDetails extends EventSummary {
+export interface EventDetails extends EventSummary, PartialStatus {
   args: Record<string, unknown>; // integers beyond 2^53 (correlation ids) are BigInt
   flows_in: FlowLink[];
   flows_out: FlowLink[];
   same_launch: EventSummary[];
 }
 
-export interface SearchAnswer {
+export interface SearchAnswer extends PartialStatus {
   query: string;
   total: number;
   offset?: number; // the index of matches[0] among all; absent from servers that cannot page

@@ -11,6 +11,7 @@ import { CompareView } from './compare_view';
 import { DeviceView } from './device_view';
 import { formatBytes } from './device_summary';
 import { frameLog } from './frames';
+import { INDEX_COMPLETE_MARK, indexingText, shiftView } from './indexing';
 import { layerOf, type GroupingMode } from './lanes';
 import { argsHtml } from './event_args';
 import { renderRoofline } from './roofline_view';
@@ -38,7 +39,10 @@ interface Session {
   details?: EventDetails;
   chain?: Chain;
   // Matches are fetched a page at a time: `pages` maps a page's first index to its matches.
-  search?: { query: string; pages: Map<number, EventSummary[]>; index: number; total: number };
+  search?: { query: string; pages: Map<number, EventSummary[]>; index: number; total: number; partial: boolean };
+  // While the server has indexed only the first part of the trace: the indicator and the lanes answer
+  // the view was opened on (its origin).
+  indexing?: { indicator: HTMLElement; lanes: LanesAnswer };
   keyAverages?: KeyAveragesAnswer;
   operatorRows?: VirtualRows<KeyAverageRow>;
   operatorNumeric?: boolean[];  // per column: every cell a number (right-aligned)
@@ -85,6 +89,9 @@ const hook = {
   // system timeline by a fraction of the visible span.
   frames: () => frameLog.frames(),
   firstCompleteFrame: () => frameLog.firstComplete,
+  // The open profile is shown from the server's partial index (the first view of a large trace).
+  get partial() { return session?.indexing !== undefined; },
+  indexComplete: () => performance.getEntriesByName(INDEX_COMPLETE_MARK).at(-1)?.startTime,
   panBy: (fraction: number) => {
     if (session) session.timeline.setView(pan(session.timeline.view, fraction, session.timeline.bounds));
   },
@@ -307,6 +314,7 @@ async function openProfile(route: Route): Promise<void> {
   };
   (document.getElementById('grouping') as HTMLSelectElement).value = 'default';
   switchTab(route.tab ?? 'timeline', false);
+  if (lanes.complete === false) watchIndexing(session, lanes, generation);
   if (route.selected !== undefined) await selectEvent(route.selected, route.start === undefined);
   else if (activity.executions.length === 1 && lanes.lanes.every((l) => layerOf(l) === 'hardware')) {
     // An uploaded executable + trace pair: one execution and nothing around it; what there is to see
@@ -315,6 +323,46 @@ async function openProfile(route: Route): Promise<void> {
     const current = session as Session | undefined;
     if (current?.details?.id === activity.executions[0].id) await openDevice(current, current.details);
   }
+}
+
+// A profile opened on the server's partial index: a progress indicator above the pages, the lanes asked
+// again every half second, and once the answer is complete the profile opened again on the same view,
+// selection and tab, now from the complete index.
+function watchIndexing(current: Session, opened: LanesAnswer, generation: number): void {
+  const indicator = document.createElement('div');
+  indicator.className = 'indexing';
+  indicator.dataset.testid = 'indexing';
+  indicator.innerHTML = '<progress max="1"></progress> <span class="muted"></span>';
+  const show = (lanes: LanesAnswer) => {
+    (indicator.querySelector('progress') as HTMLProgressElement).value = lanes.progress?.fraction ?? 0;
+    (indicator.querySelector('span') as HTMLElement).textContent = indexingText(lanes.progress);
+  };
+  show(opened);
+  app.prepend(indicator);
+  current.indexing = { indicator, lanes: opened };
+  const poll = async (): Promise<void> => {
+    for (;;) {
+      await new Promise((resolve) => window.setTimeout(resolve, 500));
+      if (generation !== openings || session !== current) return;
+      const lanes = await api.lanes(current.profile);
+      if (generation !== openings || session !== current) return;
+      if (lanes.complete === false) {
+        show(lanes);
+        continue;
+      }
+      const view = shiftView(current.timeline.view, opened.origin_us, lanes.origin_us);
+      await openProfile({ profile: current.profile, start: view.start, end: view.end, selected: current.details?.id,
+        tab: current.tab });
+      performance.mark(INDEX_COMPLETE_MARK);
+      return;
+    }
+  };
+  // Not tracked (hook.idle): it runs as long as the indexing does. A failed index (a trace damaged past
+  // its first part) is the server's error, shown as it is, and the indicator goes.
+  poll().catch((error: unknown) => {
+    indicator.remove();
+    showError(error);
+  });
 }
 
 // The view a profile opens on (see activityView): its device executions, from the op that launched the
@@ -636,7 +684,8 @@ async function searchStep(direction: 1 | -1): Promise<void> {
   const pageSize = Math.max(1, Math.floor(hook.searchPage));
   if (!current.search || current.search.query !== query) {
     const answer = await api.search(current.profile, query, pageSize, 0);
-    current.search = { query, pages: new Map([[0, answer.matches]]), total: answer.total, index: -1 };
+    current.search = { query, pages: new Map([[0, answer.matches]]), total: answer.total, index: -1,
+      partial: answer.complete === false };
   }
   const search = current.search;
   if (search.total === 0) {
@@ -667,7 +716,8 @@ async function searchStep(direction: 1 | -1): Promise<void> {
   const match = page[index - pageStart];
   if (!match || session !== current || current.search !== search) return;
   search.index = index;
-  searchStatus.textContent = `${index + 1} / ${search.total}`;
+  // Matches of the part indexed so far: more may come once the whole trace is indexed.
+  searchStatus.textContent = `${index + 1} / ${search.total}${search.partial ? ' so far (indexing)' : ''}`;
   await selectEvent(match.id);
 }
 

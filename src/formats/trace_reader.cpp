@@ -903,30 +903,45 @@ class StreamingTraceValidator {
 // Large traces: runs of events parsed on several threads, each thread taking the next run. Empty when
 // the file is small or anything is unexpected (another layout, a parse error): the caller then parses
 // the whole file at once, which also gives the exact error.
-std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOptions& options) {
-  const unsigned available = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
-  const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
-  const size_t threads = std::min<size_t>(std::max(1u, available), std::max<size_t>(1, by_size));
-  if (file.size() < options.parallel_parse_bytes || threads <= 1) return {};
-  size_t open_bracket = 0;
-  const size_t runs = std::max(threads, file.size() / std::max<size_t>(1, options.bytes_per_run));
-  const auto ranges = split_events(std::string_view(file.begin(), file.size()), runs, open_bracket);
-  std::vector<ChunkIndex> chunks(ranges.size());
+// Parses each range of the file into its chunk, each thread taking the next range not yet taken; the
+// last range is the open one (to the end of the file) when `last_open`. False when a run did not
+// parse (the rest are then left) or the read was cancelled.
+bool parse_ranges(const MappedTrace& file, const std::vector<std::pair<size_t, size_t>>& ranges, bool last_open,
+                  size_t threads, const TraceReadOptions& options, std::vector<ChunkIndex>& chunks) {
+  chunks.resize(ranges.size());
   std::atomic<size_t> next_run{0};
   std::atomic<bool> failed{false};
+  auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed); };
   auto work = [&] {
     PaddedParser parser;
-    for (size_t i = next_run++; i < ranges.size() && !failed; i = next_run++) {
-      const bool last = i + 1 == ranges.size();
-      parse_chunk(file.begin() + ranges[i].first, ranges[i].second - ranges[i].first, true, !last, chunks[i],
+    for (size_t i = next_run++; i < ranges.size() && !failed && !cancelled(); i = next_run++) {
+      const bool open = last_open && i + 1 == ranges.size();
+      parse_chunk(file.begin() + ranges[i].first, ranges[i].second - ranges[i].first, true, !open, chunks[i],
                   parser, file.begin());
       if (!chunks[i].parsed) failed = true;
+      if (options.parsed_bytes != nullptr) *options.parsed_bytes += ranges[i].second - ranges[i].first;
     }
   };
   std::vector<std::thread> workers;
   for (size_t t = 1; t < std::min(threads, ranges.size()); ++t) workers.emplace_back(work);
   if (!ranges.empty()) work();
   for (std::thread& worker : workers) worker.join();
+  return !failed && !cancelled();
+}
+
+size_t reader_threads(const TraceReadOptions& options) {
+  return std::max(1u, options.threads != 0 ? options.threads : std::thread::hardware_concurrency());
+}
+
+std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOptions& options) {
+  const size_t by_size = file.size() / std::max<size_t>(1, options.bytes_per_thread);
+  const size_t threads = std::min<size_t>(reader_threads(options), std::max<size_t>(1, by_size));
+  if (file.size() < options.parallel_parse_bytes || threads <= 1) return {};
+  size_t open_bracket = 0;
+  const size_t runs = std::max(threads, file.size() / std::max<size_t>(1, options.bytes_per_run));
+  const auto ranges = split_events(std::string_view(file.begin(), file.size()), runs, open_bracket);
+  std::vector<ChunkIndex> chunks;
+  if (!parse_ranges(file, ranges, true, threads, options, chunks)) return {};
   // Every run parsed, the last one reached the end of the events array, and what surrounds the array
   // is valid JSON on its own: then the file as a whole is, and the runs hold all of its events.
   const bool all_parsed = std::all_of(chunks.begin(), chunks.end(), [](const ChunkIndex& c) { return c.parsed; });
@@ -990,7 +1005,13 @@ std::string_view MappedTrace::text(uint64_t offset, uint64_t bytes) const {
 
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
-  if (chunks.empty()) parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.emplace_back());
+  if (options.cancel != nullptr && options.cancel->load()) {
+    throw TraceReadError(fmt::format("reading profile file '{}' was cancelled", origin));
+  }
+  if (chunks.empty()) {
+    parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.emplace_back());
+    if (options.parsed_bytes != nullptr) *options.parsed_bytes = file.size();
+  }
   std::vector<TraceRun> runs;
   runs.reserve(chunks.size());
   for (ChunkIndex& chunk : chunks) {
@@ -999,6 +1020,30 @@ std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& ori
     }
     runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
   }
+  return runs;
+}
+
+std::vector<TraceRun> read_trace_prefix(const MappedTrace& file, const TraceReadOptions& options, size_t prefix_bytes,
+                                        size_t& covered) {
+  covered = 0;
+  const std::string_view whole(file.begin(), file.size());
+  const size_t run_bytes = std::max<size_t>(1, std::min(options.bytes_per_run, prefix_bytes));
+  // Split the head of the file (the prefix and a run beyond it, where the cut after the prefix is
+  // found); the range that runs to the end of that head may end inside an event and is dropped.
+  const std::string_view head = whole.substr(0, std::min(whole.size(), prefix_bytes + run_bytes));
+  size_t open_bracket = 0;
+  auto ranges = split_events(head, std::max<size_t>(2, head.size() / run_bytes), open_bracket);
+  if (ranges.size() < 2 || head.size() == whole.size()) return {};
+  ranges.pop_back();
+  std::vector<ChunkIndex> chunks;
+  if (!parse_ranges(file, ranges, false, reader_threads(options), options, chunks)) return {};
+  std::vector<TraceRun> runs;
+  runs.reserve(chunks.size());
+  for (ChunkIndex& chunk : chunks) {
+    if (chunk.bad_complete_event) return {};
+    runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
+  }
+  covered = ranges.back().second;
   return runs;
 }
 

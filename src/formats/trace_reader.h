@@ -15,6 +15,7 @@
 // validate_trace_file makes the same checks with bounded memory, for uploads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -56,6 +57,11 @@ struct TraceReadOptions {
   size_t bytes_per_thread = size_t{8} << 20;       // at most one thread per this many bytes
   unsigned threads = 0;                            // 0: std::thread::hardware_concurrency()
   size_t bytes_per_run = size_t{2} << 20;          // the events are parsed in runs of about this size
+  // While read_trace runs (both optional, owned by the caller): bytes of the file parsed so far, added
+  // to as each run is done (a progress report for a reader on another thread), and a flag that, once
+  // set, ends the read early with TraceReadError (its result is no longer wanted).
+  std::atomic<uint64_t>* parsed_bytes = nullptr;
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // A lane as trace.json writes it: (pid, tid).
@@ -124,6 +130,16 @@ class MappedTrace {
 // cannot be read, is not valid JSON, has no traceEvents array or holds a complete event without a
 // valid ts/dur.
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options);
+
+// The first runs of a large trace written one event per line (the layout read_trace reads on several
+// threads): whole events from the start of the events array up to about `prefix_bytes` of the file
+// (at least one run of options.bytes_per_run or less), parsed as read_trace parses its runs, on
+// options.threads. `covered` is set to the file offset where the last of them ends. Empty when the
+// layout is not found or a run does not parse or holds a complete event without a valid ts/dur (then
+// read_trace gives the exact error). Nothing past the runs is read, so whether the file as a whole is
+// valid is not known: the runs are a first view of it, never a substitute for read_trace.
+std::vector<TraceRun> read_trace_prefix(const MappedTrace& file, const TraceReadOptions& options, size_t prefix_bytes,
+                                        size_t& covered);
 
 // The elements of traceEvents as small documents, one at a time in file order, for a reader that
 // checks every field and names it in its errors (analysis/trace_json rebuilds the profiler's trace

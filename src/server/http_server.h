@@ -47,6 +47,9 @@
 //          (ranked executable, op and engine deltas, "total_time_a_ns"/"total_time_b_ns") with "a"
 //          and "b" set to the names, plus "total_a_us" and "total_b_us"
 //   DELETE /api/profiles/{name}
+// While a large profile is indexed past its first view (ProfileIndex, FirstViewOptions), lanes, events,
+// an event and search answer from the part indexed so far and add "complete": false and "progress":
+// {"first_view_bytes", "indexed_bytes", "trace_bytes", "fraction"}; complete answers have neither.
 //
 // Upload: one multipart part per file, form field "file", the part's filename being the file's
 // name in the profile directory (a leading folder, as a browser's directory upload sends it, is

@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -54,7 +59,43 @@ struct ProfileIndex::MergedTrace {
   std::map<LaneKey, uint32_t> lane_of;  // filled by build_lanes
 };
 
-std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, const IndexOptions& options) {
+// The background indexing of a partial index: the complete index it builds, or the error that ended it.
+struct ProfileIndex::Completion {
+  std::mutex mutex;
+  std::condition_variable finished_changed;
+  bool finished = false;                         // under mutex, as are the two below
+  std::shared_ptr<const ProfileIndex> complete;  // set once, when finished without error
+  std::optional<RequestError> error;
+  uint64_t trace_bytes = 0;
+  std::atomic<uint64_t> parsed_bytes{0};  // the reader's progress (formats::TraceReadOptions)
+  std::atomic<bool> cancel{false};        // the partial index is being destroyed
+  std::thread worker;
+};
+
+ProfileIndex::ProfileIndex() = default;
+
+ProfileIndex::~ProfileIndex() {
+  if (completion_ == nullptr) return;
+  completion_->cancel = true;
+  if (completion_->worker.joinable()) completion_->worker.join();
+}
+
+FirstViewOptions FirstViewOptions::from_environment() {
+  FirstViewOptions options;
+  if (const char* bytes = std::getenv("SIGHTLINE_FIRST_VIEW_BYTES"); bytes != nullptr && *bytes != '\0') {
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(bytes, &end, 10);
+    if (end != nullptr && *end == '\0') {
+      options.first_view_bytes = static_cast<size_t>(value);
+      options.min_trace_bytes = static_cast<size_t>(value) * 4;
+    }
+  }
+  if (const char* gate = std::getenv("SIGHTLINE_FIRST_VIEW_GATE"); gate != nullptr) options.gate = gate;
+  return options;
+}
+
+std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, const IndexOptions& options,
+                                                       const FirstViewOptions& first_view) {
   auto index = std::make_shared<ProfileIndex>();
   index->dir_ = dir;
   if (!fs::is_directory(dir)) {
@@ -70,7 +111,7 @@ std::shared_ptr<const ProfileIndex> ProfileIndex::load(const fs::path& dir, cons
   for (const formats::ManifestFile& file : index->manifest_.files) {
     if (file.kind == formats::ManifestFileKind::trace) trace_file = file.path;
   }
-  index->parse_trace(dir / trace_file, options);
+  if (!index->parse_first_view(dir / trace_file, options, first_view)) index->parse_trace(dir / trace_file, options);
   return index;
 }
 
@@ -86,15 +127,108 @@ void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& o
   const std::string origin = (dir_.filename() / trace_path.filename()).string();
   std::vector<formats::TraceRun> runs;
   try {
-    trace_file_ = std::make_shared<const formats::MappedTrace>(trace_path);
+    if (trace_file_ == nullptr) trace_file_ = std::make_shared<const formats::MappedTrace>(trace_path);
     runs = formats::read_trace(*trace_file_, origin, options);
   } catch (const formats::TraceReadError& error) {
     throw RequestError(422, error.what());
   }
+  index_runs(runs);
+}
+
+void ProfileIndex::index_runs(std::vector<formats::TraceRun>& runs) {
   MergedTrace merged;
   merge_runs(runs, merged);
   build_lanes(merged);
   bind_flows(merged);
+}
+
+// A large trace: its first runs indexed now (this index, partial), the whole file on a thread of its
+// own that runs the reader's threads, published when done (after the test gate, when one is set).
+// False when the file is small or its first runs cannot be read on their own: the caller then indexes
+// the whole file, which also gives the exact error of a damaged one.
+bool ProfileIndex::parse_first_view(const fs::path& trace_path, const IndexOptions& options,
+                                    const FirstViewOptions& first_view) {
+  std::error_code size_error;
+  const uintmax_t size = fs::file_size(trace_path, size_error);
+  if (first_view.first_view_bytes == 0 || size_error ||
+      size < std::max<uintmax_t>(first_view.min_trace_bytes, uintmax_t{2} * first_view.first_view_bytes)) {
+    return false;
+  }
+  try {
+    trace_file_ = std::make_shared<const formats::MappedTrace>(trace_path);
+  } catch (const formats::TraceReadError&) {
+    return false;
+  }
+  size_t covered = 0;
+  std::vector<formats::TraceRun> runs = formats::read_trace_prefix(*trace_file_, options, first_view.first_view_bytes, covered);
+  if (runs.empty()) return false;
+  index_runs(runs);
+  indexed_bytes_ = covered;
+  completion_ = std::make_unique<Completion>();
+  completion_->trace_bytes = trace_file_->size();
+  Completion* completion = completion_.get();
+  auto full = std::make_shared<ProfileIndex>();
+  full->dir_ = dir_;
+  full->manifest_ = manifest_;
+  full->trace_file_ = trace_file_;  // the same mapping: read-only, shared
+  completion->worker = std::thread([completion, full = std::move(full), trace_path, options, gate = first_view.gate]() mutable {
+    IndexOptions read = options;
+    read.parsed_bytes = &completion->parsed_bytes;
+    read.cancel = &completion->cancel;
+    std::optional<RequestError> failure;
+    try {
+      full->parse_trace(trace_path, read);
+    } catch (const RequestError& error) {
+      failure = error;
+    } catch (const std::exception& error) {
+      failure = RequestError(500, fmt::format("indexing '{}' failed: {}", trace_path.filename().string(), error.what()));
+    }
+    if (!gate.empty()) {
+      std::error_code missing;
+      while (!completion->cancel && !fs::exists(gate, missing)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard lock(completion->mutex);
+    if (failure) {
+      completion->error = std::move(failure);
+    } else {
+      completion->complete = std::move(full);
+    }
+    completion->finished = true;
+    completion->finished_changed.notify_all();
+  });
+  return true;
+}
+
+const ProfileIndex* ProfileIndex::completed() const {
+  if (completion_ == nullptr) return this;
+  std::lock_guard lock(completion_->mutex);
+  if (completion_->error) throw *completion_->error;
+  return completion_->complete.get();
+}
+
+const ProfileIndex& ProfileIndex::current() const {
+  const ProfileIndex* complete = completed();
+  return complete != nullptr ? *complete : *this;
+}
+
+bool ProfileIndex::complete() const { return completed() != nullptr; }
+
+void ProfileIndex::wait_complete() const {
+  if (completion_ == nullptr) return;
+  std::unique_lock lock(completion_->mutex);
+  completion_->finished_changed.wait(lock, [&] { return completion_->finished; });
+  if (completion_->error) throw *completion_->error;
+}
+
+nlohmann::json ProfileIndex::status_json() const {
+  const uint64_t total = completion_->trace_bytes;
+  const uint64_t parsed = std::min(total, completion_->parsed_bytes.load());
+  return {{"complete", false},
+          {"progress",
+           {{"first_view_bytes", indexed_bytes_},
+            {"indexed_bytes", parsed},
+            {"trace_bytes", total},
+            {"fraction", total == 0 ? 0.0 : static_cast<double>(parsed) / static_cast<double>(total)}}}};
 }
 
 // Names get their ids in order of first appearance; each run is freed as soon as it is merged. Times

@@ -11,6 +11,14 @@
 //
 // Windowed queries return only the events overlapping the range; events shorter than one pixel are
 // merged per lane and nesting depth into aggregate boxes that carry how many events they stand for.
+//
+// The first view (FirstViewOptions): a large trace.json is first indexed only as far as its first
+// runs of events, and load() returns that partial index at once while the reader's threads index the
+// whole file in the background; every answer then comes from the complete index as soon as it is
+// built. While partial, the answers of lanes, window, search and event details say so
+// ("complete": false, "progress": {"indexed_bytes", "trace_bytes", "fraction"}); the operator table
+// waits for the complete index. Event ids are the events' order in the file, so the partial index's
+// ids are the complete index's.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +97,22 @@ struct WindowQuery {
 // How trace.json is read (formats::TraceReadOptions: runs of whole events on several threads).
 using IndexOptions = formats::TraceReadOptions;
 
+// When load() answers before the whole trace is indexed. A trace.json of at least min_trace_bytes is
+// first indexed as far as its first runs of about first_view_bytes (formats::read_trace_prefix),
+// which hold the earliest executions the Explorer's first view shows and, as the exporter writes
+// them, every lane's metadata; the rest is indexed in the background.
+struct FirstViewOptions {
+  size_t first_view_bytes = size_t{16} << 20;  // 0: index the whole file before answering
+  size_t min_trace_bytes = size_t{64} << 20;   // smaller files are indexed whole before answering
+  // A test hook: the complete index is published only once this file exists (checked every 10 ms),
+  // so a test sees the partial index for as long as it needs, whatever the machine's speed.
+  std::filesystem::path gate{};
+
+  // The defaults, or the environment's: SIGHTLINE_FIRST_VIEW_BYTES (first_view_bytes, with
+  // min_trace_bytes four times it; 0 turns the first view off) and SIGHTLINE_FIRST_VIEW_GATE (gate).
+  static FirstViewOptions from_environment();
+};
+
 // formats::validate_trace_file (every check ProfileIndex::load makes, with bounded memory: uploads
 // are validated with it), its TraceReadError as RequestError(422).
 void validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,
@@ -100,14 +124,24 @@ void validate_trace_file(const std::filesystem::path& trace_path, const std::str
 class ProfileIndex {
  public:
   // Throws RequestError(422) naming the file and what is wrong when the directory is not a profile.
+  // A large trace may come back partial (FirstViewOptions); an error in the part indexed later is
+  // then what every answer throws (RequestError 422) once the background index has failed.
   static std::shared_ptr<const ProfileIndex> load(const std::filesystem::path& dir,
-                                                  const IndexOptions& options = {});
+                                                  const IndexOptions& options = {},
+                                                  const FirstViewOptions& first_view = FirstViewOptions::from_environment());
+  ProfileIndex();
+  ~ProfileIndex();  // a partial index stops its background indexing and waits for its threads
+
+  // false while the background indexing has not finished; wait_complete() waits for it (and throws
+  // its RequestError when it failed). The accessors below are the complete index's once it is built.
+  bool complete() const;
+  void wait_complete() const;
 
   const formats::Manifest& manifest() const { return manifest_; }
-  const std::vector<TraceEvent>& events() const { return events_; }
-  const std::vector<Lane>& lanes() const { return lanes_; }
-  const std::vector<Flow>& flows() const { return flows_; }
-  const std::string& name_of(uint32_t index) const { return names_[index]; }
+  const std::vector<TraceEvent>& events() const { return current().events_; }
+  const std::vector<Lane>& lanes() const { return current().lanes_; }
+  const std::vector<Flow>& flows() const { return current().flows_; }
+  const std::string& name_of(uint32_t index) const { return current().names_[index]; }
   // The "args" object of an event as trace.json holds it ("" when it has none), read from the file
   // the index keeps mapped rather than from a copy per event.
   std::string_view args_json(const TraceEvent& event) const;
@@ -125,7 +159,21 @@ class ProfileIndex {
 
  private:
   struct MergedTrace;
+  struct Completion;  // the background indexing of a partial index (profile_index.cpp)
+  // The complete index once built, else this one (which is the complete one unless partial).
+  const ProfileIndex& current() const;
+  // This index when it is not partial; of a partial index, the complete index once built and
+  // published, else null (and the background indexing's error once it has failed).
+  const ProfileIndex* completed() const;
+  nlohmann::json lanes_json_of() const;
+  nlohmann::json window_of(const WindowQuery& query) const;
+  nlohmann::json event_details_of(uint32_t id) const;
+  nlohmann::json search_of(std::string_view text, size_t limit, size_t offset) const;
+  nlohmann::json status_json() const;  // of a partial index: "complete": false and the progress
   void parse_trace(const std::filesystem::path& trace_path, const IndexOptions& options);
+  bool parse_first_view(const std::filesystem::path& trace_path, const IndexOptions& options,
+                        const FirstViewOptions& first_view);
+  void index_runs(std::vector<formats::TraceRun>& runs);
   void merge_runs(std::vector<formats::TraceRun>& runs, MergedTrace& merged);
   void build_lanes(MergedTrace& merged);
   void bind_flows(MergedTrace& merged);
@@ -144,6 +192,8 @@ class ProfileIndex {
   std::shared_ptr<const DeviceTrace> device_trace(uint64_t neff_hash, uint32_t core) const;
 
   std::filesystem::path dir_;
+  std::unique_ptr<Completion> completion_;  // set on a partial index only
+  uint64_t indexed_bytes_ = 0;              // of a partial index: the bytes of trace.json it covers
   std::shared_ptr<const formats::MappedTrace> trace_file_;
   formats::Manifest manifest_;
   std::vector<std::string> names_;

@@ -45,7 +45,37 @@ struct Aggregate {
 
 }  // namespace
 
+// Each answer from the complete index when it is built; from a partial one with its status added (the
+// complete index is looked up once per answer, so an answer is all one index's).
 nlohmann::json ProfileIndex::lanes_json() const {
+  if (const ProfileIndex* complete = completed()) return complete->lanes_json_of();
+  json answer = lanes_json_of();
+  answer.update(status_json());
+  return answer;
+}
+
+nlohmann::json ProfileIndex::window(const WindowQuery& query) const {
+  if (const ProfileIndex* complete = completed()) return complete->window_of(query);
+  json answer = window_of(query);
+  answer.update(status_json());
+  return answer;
+}
+
+nlohmann::json ProfileIndex::event_details(uint32_t id) const {
+  if (const ProfileIndex* complete = completed()) return complete->event_details_of(id);
+  json answer = event_details_of(id);
+  answer.update(status_json());
+  return answer;
+}
+
+nlohmann::json ProfileIndex::search(std::string_view text, size_t limit, size_t offset) const {
+  if (const ProfileIndex* complete = completed()) return complete->search_of(text, limit, offset);
+  json answer = search_of(text, limit, offset);
+  answer.update(status_json());
+  return answer;
+}
+
+nlohmann::json ProfileIndex::lanes_json_of() const {
   json lanes = json::array();
   for (size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = lanes_[i];
@@ -65,7 +95,7 @@ nlohmann::json ProfileIndex::lanes_json() const {
           {"flows", flows_.size()}};
 }
 
-nlohmann::json ProfileIndex::window(const WindowQuery& query) const {
+nlohmann::json ProfileIndex::window_of(const WindowQuery& query) const {
   if (!(query.end_us > query.start_us)) throw RequestError(400, "window end must be greater than its start");
   if (query.width_px == 0 || query.width_px > 100000) {
     throw RequestError(400, "window width must be between 1 and 100000 pixels");
@@ -166,7 +196,7 @@ std::string_view ProfileIndex::args_json(const TraceEvent& event) const {
   return trace_file_->text(event.args_offset, event.args_bytes);
 }
 
-nlohmann::json ProfileIndex::event_details(uint32_t id) const {
+nlohmann::json ProfileIndex::event_details_of(uint32_t id) const {
   if (id >= events_.size()) throw RequestError(404, fmt::format("event {} does not exist", id));
   json details = event_summary(id);
   const std::string_view args = args_json(events_[id]);
@@ -192,7 +222,7 @@ nlohmann::json ProfileIndex::event_details(uint32_t id) const {
   return details;
 }
 
-nlohmann::json ProfileIndex::search(std::string_view text, size_t limit, size_t offset) const {
+nlohmann::json ProfileIndex::search_of(std::string_view text, size_t limit, size_t offset) const {
   if (text.empty()) throw RequestError(400, "search needs a non-empty q parameter");
   const std::string needle = lower(text);
   std::vector<bool> name_matches(names_.size());
@@ -202,11 +232,17 @@ nlohmann::json ProfileIndex::search(std::string_view text, size_t limit, size_t 
   for (uint32_t id = 0; id < events_.size(); ++id) {
     if (name_matches[events_[id].name]) hits.push_back(id);
   }
-  std::sort(hits.begin(), hits.end(), [&](uint32_t a, uint32_t b) {
+  // Only the page asked for is put in order: the matches before it are found (nth_element), not
+  // sorted, so a first page of 200 among a 10M-event profile's 130,000 executions costs one pass.
+  auto before = [&](uint32_t a, uint32_t b) {
     return events_[a].ts_us != events_[b].ts_us ? events_[a].ts_us < events_[b].ts_us : a < b;
-  });
+  };
+  const size_t first = std::min(offset, hits.size());
+  const size_t last = first + std::min(limit, hits.size() - first);
+  if (first > 0 && first < hits.size()) std::nth_element(hits.begin(), hits.begin() + first, hits.end(), before);
+  std::partial_sort(hits.begin() + first, hits.begin() + last, hits.end(), before);
   json matches = json::array();
-  for (size_t i = offset; i < hits.size() && i - offset < limit; ++i) matches.push_back(event_summary(hits[i]));
+  for (size_t i = first; i < last; ++i) matches.push_back(event_summary(hits[i]));
   return {{"query", std::string(text)}, {"total", hits.size()}, {"offset", offset}, {"matches", matches}};
 }
 

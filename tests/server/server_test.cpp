@@ -201,6 +201,22 @@ TEST_F(ServerTest, EventDetailsSearchAndKeyAverages) {
   ASSERT_EQ(last_page["matches"].size(), 5u);
   EXPECT_GE(last_page["matches"][0]["ts"].get<double>(), first_page["matches"][9]["ts"].get<double>());
   EXPECT_TRUE(profile->search("nc_tiny", 10, 5000)["matches"].empty());
+  // Pages of a search whose matches are written out of time order (and with equal starts, which go by
+  // id): together, every match once, in start order.
+  json shuffled = json::array();
+  shuffled.push_back(metadata("thread_name", kHostPid, 7, "name", "host/100/framework/TID:0"));
+  for (int i = 0; i < 60; ++i) shuffled.push_back(complete("step", kHostPid, 7, (i * 37) % 50, 0.5));
+  write_profile("shuffled", json{{"traceEvents", shuffled}}.dump());
+  const auto out_of_order = ProfileIndex::load(root_ / "shuffled");
+  std::vector<std::pair<double, uint32_t>> expected;
+  for (uint32_t id = 0; id < out_of_order->events().size(); ++id) expected.emplace_back(out_of_order->events()[id].ts_us, id);
+  std::sort(expected.begin(), expected.end());
+  std::vector<std::pair<double, uint32_t>> paged;
+  for (size_t offset = 0; offset < 70; offset += 7) {
+    const json page = out_of_order->search("step", 7, offset);
+    for (const json& match : page["matches"]) paged.emplace_back(match["ts"], match["id"]);
+  }
+  EXPECT_EQ(paged, expected);
 
   const json table = profile->key_averages();
   bool saw_mul = false, saw_step = false;
