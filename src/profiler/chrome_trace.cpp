@@ -1,5 +1,6 @@
 #include "profiler/chrome_trace.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -485,13 +485,20 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
 
 namespace {
 
-// Writes pieces to a file on a thread of its own, so that formatting the next megabyte overlaps
-// the kernel's copy of the last one into the page cache (which on its own is about as slow as the
-// formatting: ~1.3 GB/s on the project's machine). At most kInFlight pieces wait; their buffers are
-// reused. The thread starts with the first piece, so a small trace costs no thread.
+// Writes pieces to a file on a thread of its own, so that formatting the next megabyte overlaps the
+// kernel's copy of the last one into the page cache. The JsonWriter alternates two buffers
+// (Pieces::until_next_return), so a piece is written from where it was formatted, never copied: a
+// call waits until the piece before it is written, then hands this one over. The thread starts with
+// the first piece, so a small trace costs no thread until its one piece.
+//
+// The file's blocks are allocated ahead of the writes (fallocate, the size kept): on ext4 a file
+// whose blocks are still delayed-allocated when it is renamed over an existing file has them
+// allocated and its writeback started inside rename(2) (auto_da_alloc), which cost more than the
+// writes themselves when a trace replaces the previous one (bench/README.md). What is allocated
+// past the end is released at the end (ftruncate). Filesystems without fallocate just skip it.
 class FileWriter {
  public:
-  explicit FileWriter(std::FILE* file) : file_(file) {}
+  explicit FileWriter(int fd) : fd_(fd) {}
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
   ~FileWriter() { finish(); }
@@ -499,58 +506,78 @@ class FileWriter {
   void write(std::string_view piece) {
     std::unique_lock lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    space_.wait(lock, [this] { return queue_.size() < kInFlight; });
-    std::string buffer;
-    if (!free_.empty()) {
-      buffer = std::move(free_.back());
-      free_.pop_back();
-    }
-    lock.unlock();
-    buffer.assign(piece);
-    lock.lock();
-    queue_.push_back(std::move(buffer));
+    written_.wait(lock, [this] { return !pending_; });  // the piece before it: its buffer comes next
+    piece_ = piece;
+    pending_ = true;
     ready_.notify_one();
   }
 
-  // Waits until every piece is written; returns 0, or the errno of the first failed write.
+  // Waits until every piece is written and releases blocks allocated past the end; returns 0, or the
+  // errno of the first failure.
   int finish() {
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
+      written_.wait(lock, [this] { return !pending_; });
       closed_ = true;
       ready_.notify_one();
     }
     if (thread_.joinable()) thread_.join();
+    if (allocated_ > offset_ && error_ == 0 && ::ftruncate(fd_, offset_) != 0) error_ = errno;
+    allocated_ = 0;
     return error_;
   }
 
  private:
-  static constexpr std::size_t kInFlight = 4;
+  static constexpr off_t kMaxAllocateAhead = off_t{64} << 20;
 
   void run() {
     std::unique_lock lock(mutex_);
     for (;;) {
-      ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
-      if (queue_.empty()) return;
-      std::string buffer = std::move(queue_.front());
-      queue_.pop_front();
+      ready_.wait(lock, [this] { return pending_ || closed_; });
+      if (!pending_) return;
+      const std::string_view piece = piece_;
       lock.unlock();
-      int error = 0;
-      if (std::fwrite(buffer.data(), 1, buffer.size(), file_) != buffer.size()) error = errno != 0 ? errno : EIO;
+      const int error = error_ == 0 ? write_piece(piece) : 0;
       lock.lock();
       if (error != 0 && error_ == 0) error_ = error;
-      free_.push_back(std::move(buffer));
-      space_.notify_one();
+      pending_ = false;
+      written_.notify_one();
     }
   }
 
-  std::FILE* file_;
+  // Only the writer thread runs this (and reads or writes offset_ and allocated_ until finish()).
+  int write_piece(std::string_view piece) {
+    const off_t end = offset_ + static_cast<off_t>(piece.size());
+    if (end > allocated_ && allocate_) {
+      // As much again as is written, at most kMaxAllocateAhead: a small trace allocates little.
+      const off_t target = end + std::min(end, kMaxAllocateAhead);
+      if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, target) == 0) {
+        allocated_ = target;
+      } else {
+        allocate_ = false;  // not supported here (or no space: the write will say so)
+      }
+    }
+    while (!piece.empty()) {
+      const ssize_t n = ::write(fd_, piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n == 0 ? ENOSPC : errno;
+      piece.remove_prefix(static_cast<std::size_t>(n));
+      offset_ += n;
+    }
+    return 0;
+  }
+
+  const int fd_;
   std::mutex mutex_;
-  std::condition_variable ready_;  // a piece is queued, or the writer is closed
-  std::condition_variable space_;  // a piece was written
-  std::deque<std::string> queue_;
-  std::vector<std::string> free_;
+  std::condition_variable ready_;    // a piece is handed over, or the writer is closed
+  std::condition_variable written_;  // the piece handed over is written
+  std::string_view piece_;
+  bool pending_ = false;
   bool closed_ = false;
   int error_ = 0;  // guarded by mutex_
+  bool allocate_ = true;
+  off_t offset_ = 0;
+  off_t allocated_ = 0;
   std::thread thread_;
 };
 
@@ -559,23 +586,29 @@ class FileWriter {
 void export_chrome_trace(const CollectedTrace& trace, const std::string& path, ChromeTraceOptions options) {
   if (options.trace_name.empty()) options.trace_name = path;
   const std::string temporary = path + ".tmp";
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  SIGHTLINE_CHECK(file != nullptr,
-                  "cannot write chrome trace '{}': {}; check that the directory exists and is writable",
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SIGHTLINE_CHECK(fd >= 0, "cannot write chrome trace '{}': {}; check that the directory exists and is writable",
                   temporary, std::strerror(errno));
   int error = 0;
   try {
-    FileWriter writer(file);
-    JsonWriter json([&writer](std::string_view piece) { writer.write(piece); }, 1 << 20);
-    write_chrome_trace(trace, json, options);
+    FileWriter writer(fd);
+    {
+      JsonWriter json([&writer](std::string_view piece) { writer.write(piece); }, 1 << 20,
+                      JsonWriter::Pieces::until_next_return);
+      // Destroyed before `json`: the thread is done with its buffers before they go, even on a throw.
+      struct FinishFirst {
+        FileWriter& writer;
+        ~FinishFirst() { writer.finish(); }
+      } finish_first{writer};
+      write_chrome_trace(trace, json, options);
+    }
     error = writer.finish();
   } catch (...) {
-    std::fclose(file);
+    ::close(fd);
     std::remove(temporary.c_str());
     throw;
   }
-  if (std::fflush(file) != 0 && error == 0) error = errno;
-  if (std::fclose(file) != 0 && error == 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
   if (error != 0) {
     std::remove(temporary.c_str());
     fail("cannot write chrome trace '{}': {}", path, std::strerror(error));
