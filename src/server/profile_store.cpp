@@ -234,6 +234,12 @@ fs::path ProfileStore::profile_path(std::string_view name) const {
                                    "with a dot",
                                    name));
   }
+  // A staging or set-aside sibling of the one writer (an upload or export in progress) is no profile.
+  if (formats::output_dir_is_sibling_name(name)) {
+    throw RequestError(400, fmt::format("'{}' is not a profile name: a name ending in .tmp-, .old- or .kept- and "
+                                        "<number>-<number> is what an export leaves while it works",
+                                        name));
+  }
   const fs::path path = root_ / std::string(name);
   std::error_code error;
   const fs::path resolved = fs::weakly_canonical(path, error);
@@ -458,11 +464,6 @@ std::unique_ptr<UploadStaging> ProfileStore::begin_upload(std::string_view name)
   if (fs::exists(fs::symlink_status(target, error))) {
     throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose "
                                         "another name",
-                                        name));
-  }
-  if (formats::output_dir_is_sibling_name(name)) {
-    throw RequestError(400, fmt::format("'{}' is not a profile name: a name ending in .tmp-, .old- or .kept- and "
-                                        "<number>-<number> is what an export leaves while it works",
                                         name));
   }
   try {

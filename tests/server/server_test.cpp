@@ -344,6 +344,7 @@ TEST_F(ServerTest, OpeningTheRootRemovesOnlyAbandonedUploadStaging) {
   EXPECT_TRUE(fs::exists(root_ / "good"));
   ASSERT_EQ(store.list()["profiles"].size(), 1u);     // staging is never listed
   EXPECT_EQ(store.list()["profiles"][0]["name"], "good");
+  EXPECT_EQ(status_of([&] { store.open("theirs.tmp-1-0"); }), 400);  // nor served by its name
 }
 
 // A stop that comes before the accept loop runs (sightline serve's SIGTERM right after it prints its
