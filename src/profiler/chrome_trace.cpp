@@ -232,6 +232,16 @@ void write_memory_events(const CollectedTrace& trace, JsonWriter& json, std::int
   for (const MemoryEvent& memory : trace.memory) write_memory_event(json, memory, pid, relative_ns(memory.ts_ns));
 }
 
+// The lanes of the system layout beyond the host threads: the cores with runtime calls, the cores with
+// device activity, and device lanes other than a core's executions (resource != 0, such as its
+// collectives), which get rows of their own, named by the source's ResourceLane, after every core's
+// execution lane.
+struct SystemCores {
+  std::set<int> runtime;
+  std::set<int> hardware;
+  std::set<std::pair<int, std::int64_t>> other_lanes;
+};
+
 // The thread id of a device lane other than a core's executions in the system layout: after every
 // core's lane (tid = core), grouped by resource.
 std::int64_t resource_lane_tid(int core, std::int64_t resource) { return resource * 1'000'000 + core; }
@@ -239,30 +249,18 @@ std::int64_t resource_lane_tid(int core, std::int64_t resource) { return resourc
 template <typename RelativeNs>
 void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options,
                         std::int64_t pid, std::int64_t window_ts,
-                        const std::map<std::int64_t, std::string>& host_threads, const std::vector<bool>& flow_start,
-                        const std::vector<bool>& flow_end, RelativeNs relative_ns) {
+                        const std::map<std::int64_t, std::string>& host_threads, const SystemCores& system,
+                        const std::vector<bool>& flow_start, const std::vector<bool>& flow_end,
+                        RelativeNs relative_ns) {
   const std::string instance = options.instance.empty() ? host_name() : options.instance;
   const std::string prefix = fmt::format("{}/{}", instance, pid);
   const std::string& device = options.device_name;
   // Host threads become framework/TID:k in order of their OS ids (the main thread first).
   std::map<std::int64_t, int> thread_index;
   for (const auto& [tid, name] : host_threads) thread_index.emplace(tid, static_cast<int>(thread_index.size()));
-  std::set<int> runtime_cores, hardware_cores;
-  // Device lanes other than a core's executions (resource != 0, such as its collectives): their own
-  // rows, named by the source's ResourceLane, after every core's execution lane.
-  std::set<std::pair<int, std::int64_t>> other_lanes;
-  int last_runtime_core = -1, last_hardware_core = -1;  // a set insert only when the core changes
-  for (const FunctionEvent& event : trace.events) {
-    if (is_core_runtime_call(event) && (runtime_cores.empty() || event.device_index != last_runtime_core)) {
-      runtime_cores.insert(event.device_index);
-      last_runtime_core = event.device_index;
-    }
-    if (!is_host(event) && (hardware_cores.empty() || event.device_index != last_hardware_core)) {
-      hardware_cores.insert(event.device_index);
-      last_hardware_core = event.device_index;
-    }
-    if (!is_host(event) && event.resource != 0) other_lanes.insert({event.device_index, event.resource});
-  }
+  const std::set<int>& runtime_cores = system.runtime;
+  const std::set<int>& hardware_cores = system.hardware;
+  const std::set<std::pair<int, std::int64_t>>& other_lanes = system.other_lanes;
   write_metadata(json, "process_name", window_ts, pid, 0, "name", fmt::format("{}/{}", prefix, kFrameworkSubsystem));
   write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", 0);
   for (const auto& [tid, k] : thread_index) {
@@ -337,50 +335,35 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     return ns < 0 ? std::int64_t{0} : ns;
   };
 
-  // Flows: the host event whose id is a device event's correlation id launched it. One pair per
-  // launch: the "f" end binds to the first device event of that launch.
-  // Host events by id as a sorted array, the first event of each id first (what a map's emplace
-  // keeps); ids are handed out as scopes open, so it is usually sorted already.
   struct HostId {
     std::uint64_t id;
     std::size_t index;
     bool operator<(const HostId& other) const { return id != other.id ? id < other.id : index < other.index; }
   };
+  // One walk over the events collects what the document needs before them (each walk reads the first
+  // cache lines of every event from memory: 1M events are ~300 MB): the host events by id, the device
+  // events that may end a flow, the lanes, and the system layout's cores.
   std::vector<HostId> host_by_id;
-  bool any_device_event = false;
-  for (std::size_t i = 0; i < trace.events.size(); ++i) {
-    if (!is_host(trace.events[i])) {
-      any_device_event = any_device_event || trace.events[i].id != 0;
-    } else if (trace.events[i].id != 0) {
-      host_by_id.push_back({trace.events[i].id, i});
-    }
-  }
-  std::vector<bool> flow_start(trace.events.size(), false);
-  std::vector<bool> flow_end(trace.events.size(), false);
-  if (any_device_event) {
-    if (!std::is_sorted(host_by_id.begin(), host_by_id.end())) std::sort(host_by_id.begin(), host_by_id.end());
-    for (std::size_t i = 0; i < trace.events.size(); ++i) {
-      const FunctionEvent& event = trace.events[i];
-      if (is_host(event) || event.id == 0) continue;
-      auto source = std::lower_bound(host_by_id.begin(), host_by_id.end(), HostId{event.id, 0});
-      if (source == host_by_id.end() || source->id != event.id || flow_start[source->index]) continue;
-      flow_start[source->index] = true;
-      flow_end[i] = true;
-    }
-  }
-
+  std::vector<std::size_t> device_with_id;
   std::map<std::int64_t, std::string> host_threads;
   std::set<int> devices;
   std::set<std::pair<int, std::int64_t>> resources;
+  SystemCores cores;
   std::map<std::int64_t, std::string> thread_names;
   for (const HostThread& thread : trace.threads) thread_names[thread.os_thread_id] = thread.name;
   for (const MemoryEvent& memory : trace.memory) host_threads.emplace(memory.thread, thread_names[memory.thread]);
   // Events come in runs on one lane: look a lane up only when it changes.
   std::int64_t last_thread = 0, last_resource = 0;
-  int last_device = 0;
+  int last_device = 0, last_runtime_core = -1, last_hardware_core = -1;
   bool any_host = false, any_device = false;
-  for (const FunctionEvent& event : trace.events) {
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& event = trace.events[i];
     if (is_host(event)) {
+      if (event.id != 0) host_by_id.push_back({event.id, i});
+      if (is_core_runtime_call(event) && (cores.runtime.empty() || event.device_index != last_runtime_core)) {
+        cores.runtime.insert(event.device_index);
+        last_runtime_core = event.device_index;
+      }
       if (any_host && event.thread == last_thread) continue;
       any_host = true;
       last_thread = event.thread;
@@ -388,6 +371,12 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
         host_threads.emplace(event.thread, thread_names[event.thread]);
       }
     } else {
+      if (event.id != 0) device_with_id.push_back(i);
+      if (cores.hardware.empty() || event.device_index != last_hardware_core) {
+        cores.hardware.insert(event.device_index);
+        last_hardware_core = event.device_index;
+      }
+      if (event.resource != 0) cores.other_lanes.insert({event.device_index, event.resource});
       if (any_device && event.device_index == last_device && event.resource == last_resource) continue;
       any_device = true;
       last_device = event.device_index;
@@ -396,6 +385,23 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
       resources.insert({event.device_index, event.resource});
     }
   }
+  // Flows: the host event whose id is a device event's correlation id launched it. One pair per
+  // launch: the "f" end binds to the first device event of that launch. Host events by id as a sorted
+  // array, the first event of each id first (what a map's emplace keeps); ids are handed out as scopes
+  // open, so it is usually sorted already.
+  std::vector<bool> flow_start(trace.events.size(), false);
+  std::vector<bool> flow_end(trace.events.size(), false);
+  if (!device_with_id.empty()) {
+    if (!std::is_sorted(host_by_id.begin(), host_by_id.end())) std::sort(host_by_id.begin(), host_by_id.end());
+    for (const std::size_t i : device_with_id) {
+      const std::uint64_t id = trace.events[i].id;
+      auto source = std::lower_bound(host_by_id.begin(), host_by_id.end(), HostId{id, 0});
+      if (source == host_by_id.end() || source->id != id || flow_start[source->index]) continue;
+      flow_start[source->index] = true;
+      flow_end[i] = true;
+    }
+  }
+
   std::map<int, const DeviceLane*> device_lanes;
   for (const DeviceLane& lane : trace.devices) {
     device_lanes[lane.device_index] = &lane;
@@ -432,7 +438,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
 
   const std::int64_t window_ts = relative_ns(trace.window_start_ns);
   if (options.system_lanes) {
-    write_system_lanes(trace, json, options, pid, window_ts, host_threads, flow_start, flow_end, relative_ns);
+    write_system_lanes(trace, json, options, pid, window_ts, host_threads, cores, flow_start, flow_end, relative_ns);
     return;
   }
   write_metadata(json, "process_name", window_ts, pid, 0, "name", process_name());
