@@ -1,10 +1,5 @@
 #include "analysis/trace_json.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -328,18 +323,62 @@ profiler::CollectedTrace read_trace(std::string_view text, const std::string& or
 
 }  // namespace
 
+namespace {
+
+// The backend of a hardware lane's name ("neuron" of ".../neuron_hw/NC:0" or "neuron_hw/NC:0"); empty
+// for any other name.
+std::string hardware_lane_device(const json& name) {
+  if (!name.is_string()) return {};
+  const profiler::LaneName lane = profiler::parse_lane_name(name.get_ref<const std::string&>());
+  return lane.layer == profiler::LaneLayer::hardware ? std::string(lane.device) : std::string();
+}
+
+// Reads the lanes' names off the metadata events (ph "M": process_name, thread_name) and stops the read
+// at the first hardware lane's (the exporters write the lanes before the events, so that is early).
+class DeviceNameReader final : public formats::TraceDocumentHandler {
+ public:
+  struct Found {};  // thrown to end the read; never leaves device_name_of
+  void element(const json& element, std::size_t) override {
+    if (!element.is_object()) return;
+    const auto ph = element.find("ph");
+    const auto args = element.find("args");
+    if (ph == element.end() || *ph != "M" || args == element.end() || !args->is_object()) return;
+    const auto name = args->find("name");
+    if (name == args->end()) return;
+    device = hardware_lane_device(*name);
+    if (!device.empty()) throw Found{};
+  }
+  std::string device;
+};
+
+// `read` runs the reader over the trace with the handler and returns the top level less traceEvents.
+template <class Read>
+std::string device_name_of(Read&& read) {
+  DeviceNameReader reader;
+  json root;
+  try {
+    root = read(reader);
+  } catch (const DeviceNameReader::Found&) {
+    return reader.device;
+  }
+  // No lane event names one: the device lanes listed in deviceProperties, as the exporters name them.
+  if (root.is_object()) {
+    const auto properties = root.find("deviceProperties");
+    if (properties != root.end() && properties->is_array()) {
+      for (const json& device : *properties) {
+        if (!device.is_object() || !device.contains("name")) continue;
+        if (std::string name = hardware_lane_device(device["name"]); !name.empty()) return name;
+      }
+    }
+  }
+  return "privateuseone";
+}
+
+}  // namespace
+
 std::string trace_json_device_name(std::string_view text) {
-  // Lane names are short; a cheap scan for the first hardware lane's name (".../neuron_hw/NC:0" or,
-  // in deviceProperties, "neuron_hw/NC:0") avoids parsing twice.
-  const std::size_t at = text.find(profiler::kHardwareLaneMark);
-  if (at == std::string_view::npos) return "privateuseone";
-  // "<device>_hw/NC:<core>": from after the '/' or '"' before the subsystem to the closing quote.
-  const std::size_t start = text.find_last_of("/\"", at);
-  if (start == std::string_view::npos) return "privateuseone";
-  const std::size_t end = std::min(text.find('"', at), text.size());
-  const profiler::LaneName lane = profiler::parse_lane_name(text.substr(start + 1, end - start - 1));
-  if (lane.layer != profiler::LaneLayer::hardware || lane.device.empty()) return "privateuseone";
-  return std::string(lane.device);
+  return device_name_of(
+      [&](DeviceNameReader& reader) { return formats::read_trace_documents(text, "trace.json", reader); });
 }
 
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
@@ -365,28 +404,9 @@ void trace_json_validate_file(const std::string& path, const std::string& origin
 void trace_json_validate(std::string_view text, const std::string& origin) { (void)read_trace(text, origin, false); }
 
 std::string trace_json_file_device_name(const std::string& path) {
-  // The lane name ".../neuron_hw/NC:0" is short: the file is scanned a buffer at a time, each buffer
-  // with the end of the one before, so that a name across two buffers is still found.
-  constexpr std::size_t kBuffer = std::size_t{1} << 20, kOverlap = 4096;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SIGHTLINE_CHECK(fd >= 0, "cannot read trace '{}' ({}); check that it exists and is readable", path,
-                  std::strerror(errno));
-  std::string window;
-  std::vector<char> buffer(kBuffer);
-  std::string name = "privateuseone";
-  while (true) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    window.append(buffer.data(), static_cast<std::size_t>(got));
-    if (window.find(profiler::kHardwareLaneMark) != std::string::npos) {
-      name = trace_json_device_name(window);
-      break;
-    }
-    if (window.size() > kOverlap) window.erase(0, window.size() - kOverlap);
-  }
-  ::close(fd);
-  return name;
+  // With bounded memory (a MiB of the file at a time), and only as far as the first hardware lane.
+  return device_name_of(
+      [&](DeviceNameReader& reader) { return formats::validate_trace_file(path, path, std::size_t{1} << 20, &reader); });
 }
 
 }  // namespace sightline::analysis

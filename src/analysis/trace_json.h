@@ -36,9 +36,12 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
 void trace_json_validate_file(const std::string& path, const std::string& origin);
 void trace_json_validate(std::string_view text, const std::string& origin);
 
-// The backend name the trace's device lanes use ("neuron" for ".../neuron_hw/NC:0"), or "privateuseone".
+// The backend name the trace's device lanes use ("neuron" for ".../neuron_hw/NC:0"), or "privateuseone":
+// from the first hardware lane that a metadata event (process_name, thread_name) names, else from
+// deviceProperties. Read through formats/trace_reader, so an event's own name or args never count;
+// throws as that reader does for text that is not a trace.
 std::string trace_json_device_name(std::string_view text);
-// The same for a file, read a buffer at a time.
+// The same for a file, with bounded memory, read only as far as the first hardware lane.
 std::string trace_json_file_device_name(const std::string& path);
 
 }  // namespace sightline::analysis

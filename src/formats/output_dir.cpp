@@ -1,6 +1,7 @@
 #include "formats/output_dir.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,8 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,19 +38,15 @@ std::atomic<uint64_t> next_sibling_id{0};
 std::mutex active_mutex;
 std::set<std::string> active_ids;
 
-struct ActiveExport {
-  explicit ActiveExport(std::string id_) : id(std::move(id_)) {
-    std::lock_guard lock(active_mutex);
-    active_ids.insert(id);
-  }
-  ~ActiveExport() {
-    std::lock_guard lock(active_mutex);
-    active_ids.erase(id);
-  }
-  ActiveExport(const ActiveExport&) = delete;
-  ActiveExport& operator=(const ActiveExport&) = delete;
-  std::string id;
-};
+void activate(const std::string& id) {
+  std::lock_guard lock(active_mutex);
+  active_ids.insert(id);
+}
+
+void deactivate(const std::string& id) {
+  std::lock_guard lock(active_mutex);
+  active_ids.erase(id);
+}
 
 fs::path sibling(const fs::path& dir, std::string_view tag, std::string_view id) {
   fs::path out = dir;
@@ -229,19 +228,32 @@ bool is_id(std::string_view s) {
   return true;
 }
 
+// For a sibling name `<dir><tag><pid>-<n>` with one of `tags`: the tag's index and where it starts.
+struct SiblingName {
+  size_t tag = 0;
+  size_t at = 0;
+};
+std::optional<SiblingName> parse_sibling_name(std::string_view file, std::span<const std::string_view> tags) {
+  for (size_t t = 0; t < tags.size(); ++t) {
+    const size_t at = file.rfind(tags[t]);
+    if (at != std::string_view::npos && at != 0 && is_id(file.substr(at + tags[t].size()))) return SiblingName{t, at};
+  }
+  return std::nullopt;
+}
+
+constexpr std::string_view kRecoveredTags[] = {kStagingTag, kAsideTag};
+
 std::vector<Leftover> find_leftovers(const fs::path& clean) {
   std::vector<Leftover> out;
   const std::string name = clean.filename().string();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(clean.parent_path(), ec)) {
     const std::string file = entry.path().filename().string();
-    if (file.size() <= name.size() + kStagingTag.size() || file.compare(0, name.size(), name) != 0) continue;
-    const std::string_view rest = std::string_view(file).substr(name.size());
-    const bool staging = rest.substr(0, kStagingTag.size()) == kStagingTag;
-    if (!staging && rest.substr(0, kAsideTag.size()) != kAsideTag) continue;
-    const std::string_view id = rest.substr(kStagingTag.size());
-    if (!is_id(id) || !entry.is_directory(ec) || export_is_running(id)) continue;
-    out.push_back({entry.path(), staging, std::string(id)});
+    const auto parsed = parse_sibling_name(file, kRecoveredTags);
+    if (!parsed || std::string_view(file).substr(0, parsed->at) != name) continue;
+    const std::string_view id = std::string_view(file).substr(parsed->at + kRecoveredTags[parsed->tag].size());
+    if (!entry.is_directory(ec) || export_is_running(id)) continue;
+    out.push_back({entry.path(), parsed->tag == 0, std::string(id)});
   }
   std::sort(out.begin(), out.end(), [](const Leftover& a, const Leftover& b) { return a.path < b.path; });
   return out;
@@ -303,23 +315,43 @@ fs::path clean_path(const std::string& dir) {
   return target.has_filename() ? target : target.parent_path();
 }
 
+// Writes all of `bytes` at the file's offset; 0 or the errno (ENOSPC for a write that wrote nothing).
+int write_all(int fd, std::string_view bytes, uint64_t& written) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0 ? ENOSPC : errno;
+    bytes.remove_prefix(static_cast<size_t>(n));
+    written += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
+// The refusals of output_dir_write before anything is written: what is at `clean` may be replaced.
+void check_replaceable(const fs::path& clean) {
+  std::error_code ec;
+  if (!fs::exists(clean, ec)) return;
+  SIGHTLINE_CHECK(fs::is_directory(clean, ec),
+                  "profile output path '{}' exists and is not a directory; choose another profile_output_dir",
+                  clean.string());
+  SIGHTLINE_CHECK(fs::is_empty(clean, ec) || fs::exists(clean / kManifestFileName, ec),
+                  "refusing to replace '{}': it is not a sightline profile directory (no manifest.json); "
+                  "choose another profile_output_dir or remove it",
+                  clean.string());
+}
+
 }  // namespace
 
 void write_file_durably(const fs::path& path, std::span<const uint8_t> bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   SIGHTLINE_CHECK(fd >= 0, "cannot create '{}': {}; check that the directory exists and is writable",
                   path.string(), std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int write_errno = n == 0 ? ENOSPC : errno;
-      ::close(fd);
-      fail("writing '{}' failed after {} of {} bytes: {}; free space or choose another directory",
-           path.string(), done, bytes.size(), std::strerror(write_errno));
-    }
-    done += static_cast<size_t>(n);
+  uint64_t done = 0;
+  const int write_errno = write_all(fd, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), done);
+  if (write_errno != 0) {
+    ::close(fd);
+    fail("writing '{}' failed after {} of {} bytes: {}; free space or choose another directory", path.string(),
+         done, bytes.size(), std::strerror(write_errno));
   }
   const int rc = ::fsync(fd);
   const int fsync_errno = errno;
@@ -347,68 +379,141 @@ std::vector<std::string> output_dir_recover(const std::string& dir) {
   return recover(clean_path(dir));
 }
 
-OutputDirResult output_dir_write(const std::string& dir, const std::function<void(const fs::path&)>& fill) {
+std::vector<std::string> output_dir_recover_all(const std::string& parent) {
+  SIGHTLINE_CHECK(!parent.empty(), "the directory of profiles is empty; name the directory to recover");
+  const fs::path root = fs::absolute(fs::path(parent)).lexically_normal();
+  std::set<std::string> profiles;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (const auto parsed = parse_sibling_name(file, kRecoveredTags)) profiles.insert(file.substr(0, parsed->at));
+  }
+  std::vector<std::string> notes;
+  for (const std::string& profile : profiles) {
+    for (std::string& text : recover(root / profile)) notes.push_back(std::move(text));
+  }
+  return notes;
+}
+
+bool output_dir_is_sibling_name(std::string_view name) {
+  constexpr std::string_view kTags[] = {kStagingTag, kAsideTag, kKeptTag};
+  return parse_sibling_name(name, kTags).has_value();
+}
+
+OutputDirStaging::OutputDirStaging(const std::string& dir, OutputDirReplace replace) : replace_(replace) {
   SIGHTLINE_CHECK(!dir.empty(), "profile output directory is empty; name the directory to write");
-  const fs::path clean = clean_path(dir);
-  const fs::path parent = clean.parent_path();
+  clean_ = clean_path(dir);
+  const fs::path parent = clean_.parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
-  SIGHTLINE_CHECK(!ec, "cannot create '{}' for the profile output directory: {}", parent.string(),
-                  ec.message());
+  SIGHTLINE_CHECK(!ec, "cannot create '{}' for the profile output directory: {}", parent.string(), ec.message());
+  notes_ = recover(clean_);
+  if (replace_ == OutputDirReplace::previous_profile) check_replaceable(clean_);
+  id_ = fresh_id(clean_);
+  staging_ = sibling(clean_, kStagingTag, id_);
+  activate(id_);
+  if (!fs::create_directory(staging_, ec) || ec) {
+    deactivate(id_);
+    fail("cannot create staging directory '{}': {}", staging_.string(), ec ? ec.message() : "it exists");
+  }
+}
 
+OutputDirStaging::~OutputDirStaging() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) remove_quietly(staging_);
+  deactivate(id_);
+}
+
+void OutputDirStaging::begin_file(const std::string& name) {
+  end_file();
+  SIGHTLINE_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                  "'{}' is not a file name inside the profile directory '{}'", name, clean_.string());
+  file_ = staging_ / name;
+  fd_ = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  SIGHTLINE_CHECK(fd_ >= 0, "cannot create '{}': {}; check that the directory is writable", file_.string(),
+                  std::strerror(errno));
+  file_bytes_ = 0;
+}
+
+void OutputDirStaging::append(std::string_view bytes) {
+  SIGHTLINE_CHECK(fd_ >= 0, "bytes for the profile '{}' came before any file was begun", clean_.string());
+  const int error = write_all(fd_, bytes, file_bytes_);
+  if (error != 0) {
+    fail("writing '{}' failed after {} bytes: {}; free space or choose another directory", file_.string(),
+         file_bytes_, std::strerror(error));
+  }
+}
+
+void OutputDirStaging::end_file() {
+  if (fd_ < 0) return;
+  // Durability comes at commit (every file and the directory fsynced); close's own errors count here.
+  const int rc = ::close(std::exchange(fd_, -1));
+  SIGHTLINE_CHECK(rc == 0, "closing '{}' failed: {}", file_.string(), std::strerror(errno));
+}
+
+void OutputDirStaging::validate() {
+  end_file();
+  // A manifest that does not parse, or lists files that are not there, would mislead readers later.
+  validate_staging(staging_, clean_);
+}
+
+void OutputDirStaging::prepare_commit() {
+  SIGHTLINE_CHECK(!committed_, "the profile '{}' was already committed", clean_.string());
+  validate();
+  fsync_tree(staging_);
+}
+
+OutputDirResult OutputDirStaging::commit() {
+  SIGHTLINE_CHECK(replace_ == OutputDirReplace::previous_profile,
+                  "commit() of '{}' would replace it; an export that must not replace uses commit_new()",
+                  clean_.string());
+  prepare_commit();
+  const fs::path parent = clean_.parent_path();
+  std::error_code ec;
+  const bool replacing = fs::exists(clean_, ec);
+  if (replacing) check_replaceable(clean_);
   OutputDirResult result;
-  result.notes = recover(clean);
-
-  const bool replacing = fs::exists(clean, ec);
-  if (replacing) {
-    SIGHTLINE_CHECK(fs::is_directory(clean, ec),
-                    "profile output path '{}' exists and is not a directory; "
-                    "choose another profile_output_dir",
-                    clean.string());
-    SIGHTLINE_CHECK(fs::is_empty(clean, ec) || fs::exists(clean / kManifestFileName, ec),
-                    "refusing to replace '{}': it is not a sightline profile directory (no manifest.json); "
-                    "choose another profile_output_dir or remove it",
-                    clean.string());
-  }
-
-  const ActiveExport active(fresh_id(clean));
-  const fs::path staging = sibling(clean, kStagingTag, active.id);
-  SIGHTLINE_CHECK(fs::create_directory(staging, ec) && !ec, "cannot create staging directory '{}': {}",
-                  staging.string(), ec.message());
-  try {
-    fill(staging);
-    // A manifest that does not parse, or lists files that are not there, would mislead readers later.
-    validate_staging(staging, clean);
-    fsync_tree(staging);
-  } catch (...) {
-    remove_quietly(staging);
-    throw;
-  }
-
+  result.notes = std::move(notes_);
   // Two renames; a kill between them leaves `<dir>.old-<id>` and `<dir>.tmp-<id>` with the same id, which
   // the next export or open (recover) resolves by moving the new profile into place.
-  const fs::path aside = sibling(clean, kAsideTag, active.id);
+  const fs::path aside = sibling(clean_, kAsideTag, id_);
   if (replacing) {
-    fs::rename(clean, aside, ec);
-    if (ec) {
-      remove_quietly(staging);
-      fail("cannot move the previous profile '{}' aside to replace it: {}", clean.string(), ec.message());
-    }
+    fs::rename(clean_, aside, ec);
+    if (ec) fail("cannot move the previous profile '{}' aside to replace it: {}", clean_.string(), ec.message());
   }
-  fs::rename(staging, clean, ec);
+  fs::rename(staging_, clean_, ec);
   if (ec) {
     const std::string reason = ec.message();
-    if (replacing) fs::rename(aside, clean, ec);  // put the previous profile back
-    remove_quietly(staging);
-    fail("cannot move the finished profile '{}' into place at '{}': {}", staging.string(), clean.string(),
+    if (replacing) fs::rename(aside, clean_, ec);  // put the previous profile back
+    fail("cannot move the finished profile '{}' into place at '{}': {}", staging_.string(), clean_.string(),
          reason);
   }
+  committed_ = true;
   fsync_path(parent, true);
   if (replacing) {
-    retire_previous(aside, clean, active.id, result.notes);
+    retire_previous(aside, clean_, id_, result.notes);
     fsync_path(parent, true);
   }
   return result;
+}
+
+bool OutputDirStaging::commit_new() {
+  prepare_commit();
+  if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, clean_.c_str(), RENAME_NOREPLACE) != 0) {
+    const int code = errno;
+    if (code == EEXIST || code == ENOTEMPTY) return false;
+    fail("cannot move the finished profile '{}' into place at '{}': {}", staging_.string(), clean_.string(),
+         std::strerror(code));
+  }
+  committed_ = true;
+  fsync_path(clean_.parent_path(), true);
+  return true;
+}
+
+OutputDirResult output_dir_write(const std::string& dir, const std::function<void(const fs::path&)>& fill) {
+  OutputDirStaging staging(dir);
+  fill(staging.path());
+  return staging.commit();
 }
 
 }  // namespace sightline::formats

@@ -1,5 +1,6 @@
 #include "profiler/chrome_trace.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -232,6 +232,16 @@ void write_memory_events(const CollectedTrace& trace, JsonWriter& json, std::int
   for (const MemoryEvent& memory : trace.memory) write_memory_event(json, memory, pid, relative_ns(memory.ts_ns));
 }
 
+// The lanes of the system layout beyond the host threads: the cores with runtime calls, the cores with
+// device activity, and device lanes other than a core's executions (resource != 0, such as its
+// collectives), which get rows of their own, named by the source's ResourceLane, after every core's
+// execution lane.
+struct SystemCores {
+  std::set<int> runtime;
+  std::set<int> hardware;
+  std::set<std::pair<int, std::int64_t>> other_lanes;
+};
+
 // The thread id of a device lane other than a core's executions in the system layout: after every
 // core's lane (tid = core), grouped by resource.
 std::int64_t resource_lane_tid(int core, std::int64_t resource) { return resource * 1'000'000 + core; }
@@ -239,30 +249,18 @@ std::int64_t resource_lane_tid(int core, std::int64_t resource) { return resourc
 template <typename RelativeNs>
 void write_system_lanes(const CollectedTrace& trace, JsonWriter& json, const ChromeTraceOptions& options,
                         std::int64_t pid, std::int64_t window_ts,
-                        const std::map<std::int64_t, std::string>& host_threads, const std::vector<bool>& flow_start,
-                        const std::vector<bool>& flow_end, RelativeNs relative_ns) {
+                        const std::map<std::int64_t, std::string>& host_threads, const SystemCores& system,
+                        const std::vector<bool>& flow_start, const std::vector<bool>& flow_end,
+                        RelativeNs relative_ns) {
   const std::string instance = options.instance.empty() ? host_name() : options.instance;
   const std::string prefix = fmt::format("{}/{}", instance, pid);
   const std::string& device = options.device_name;
   // Host threads become framework/TID:k in order of their OS ids (the main thread first).
   std::map<std::int64_t, int> thread_index;
   for (const auto& [tid, name] : host_threads) thread_index.emplace(tid, static_cast<int>(thread_index.size()));
-  std::set<int> runtime_cores, hardware_cores;
-  // Device lanes other than a core's executions (resource != 0, such as its collectives): their own
-  // rows, named by the source's ResourceLane, after every core's execution lane.
-  std::set<std::pair<int, std::int64_t>> other_lanes;
-  int last_runtime_core = -1, last_hardware_core = -1;  // a set insert only when the core changes
-  for (const FunctionEvent& event : trace.events) {
-    if (is_core_runtime_call(event) && (runtime_cores.empty() || event.device_index != last_runtime_core)) {
-      runtime_cores.insert(event.device_index);
-      last_runtime_core = event.device_index;
-    }
-    if (!is_host(event) && (hardware_cores.empty() || event.device_index != last_hardware_core)) {
-      hardware_cores.insert(event.device_index);
-      last_hardware_core = event.device_index;
-    }
-    if (!is_host(event) && event.resource != 0) other_lanes.insert({event.device_index, event.resource});
-  }
+  const std::set<int>& runtime_cores = system.runtime;
+  const std::set<int>& hardware_cores = system.hardware;
+  const std::set<std::pair<int, std::int64_t>>& other_lanes = system.other_lanes;
   write_metadata(json, "process_name", window_ts, pid, 0, "name", fmt::format("{}/{}", prefix, kFrameworkSubsystem));
   write_metadata(json, "process_sort_index", window_ts, pid, 0, "sort_index", 0);
   for (const auto& [tid, k] : thread_index) {
@@ -337,50 +335,35 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     return ns < 0 ? std::int64_t{0} : ns;
   };
 
-  // Flows: the host event whose id is a device event's correlation id launched it. One pair per
-  // launch: the "f" end binds to the first device event of that launch.
-  // Host events by id as a sorted array, the first event of each id first (what a map's emplace
-  // keeps); ids are handed out as scopes open, so it is usually sorted already.
   struct HostId {
     std::uint64_t id;
     std::size_t index;
     bool operator<(const HostId& other) const { return id != other.id ? id < other.id : index < other.index; }
   };
+  // One walk over the events collects what the document needs before them (each walk reads the first
+  // cache lines of every event from memory: 1M events are ~300 MB): the host events by id, the device
+  // events that may end a flow, the lanes, and the system layout's cores.
   std::vector<HostId> host_by_id;
-  bool any_device_event = false;
-  for (std::size_t i = 0; i < trace.events.size(); ++i) {
-    if (!is_host(trace.events[i])) {
-      any_device_event = any_device_event || trace.events[i].id != 0;
-    } else if (trace.events[i].id != 0) {
-      host_by_id.push_back({trace.events[i].id, i});
-    }
-  }
-  std::vector<bool> flow_start(trace.events.size(), false);
-  std::vector<bool> flow_end(trace.events.size(), false);
-  if (any_device_event) {
-    if (!std::is_sorted(host_by_id.begin(), host_by_id.end())) std::sort(host_by_id.begin(), host_by_id.end());
-    for (std::size_t i = 0; i < trace.events.size(); ++i) {
-      const FunctionEvent& event = trace.events[i];
-      if (is_host(event) || event.id == 0) continue;
-      auto source = std::lower_bound(host_by_id.begin(), host_by_id.end(), HostId{event.id, 0});
-      if (source == host_by_id.end() || source->id != event.id || flow_start[source->index]) continue;
-      flow_start[source->index] = true;
-      flow_end[i] = true;
-    }
-  }
-
+  std::vector<std::size_t> device_with_id;
   std::map<std::int64_t, std::string> host_threads;
   std::set<int> devices;
   std::set<std::pair<int, std::int64_t>> resources;
+  SystemCores cores;
   std::map<std::int64_t, std::string> thread_names;
   for (const HostThread& thread : trace.threads) thread_names[thread.os_thread_id] = thread.name;
   for (const MemoryEvent& memory : trace.memory) host_threads.emplace(memory.thread, thread_names[memory.thread]);
   // Events come in runs on one lane: look a lane up only when it changes.
   std::int64_t last_thread = 0, last_resource = 0;
-  int last_device = 0;
+  int last_device = 0, last_runtime_core = -1, last_hardware_core = -1;
   bool any_host = false, any_device = false;
-  for (const FunctionEvent& event : trace.events) {
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& event = trace.events[i];
     if (is_host(event)) {
+      if (event.id != 0) host_by_id.push_back({event.id, i});
+      if (is_core_runtime_call(event) && (cores.runtime.empty() || event.device_index != last_runtime_core)) {
+        cores.runtime.insert(event.device_index);
+        last_runtime_core = event.device_index;
+      }
       if (any_host && event.thread == last_thread) continue;
       any_host = true;
       last_thread = event.thread;
@@ -388,6 +371,12 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
         host_threads.emplace(event.thread, thread_names[event.thread]);
       }
     } else {
+      if (event.id != 0) device_with_id.push_back(i);
+      if (cores.hardware.empty() || event.device_index != last_hardware_core) {
+        cores.hardware.insert(event.device_index);
+        last_hardware_core = event.device_index;
+      }
+      if (event.resource != 0) cores.other_lanes.insert({event.device_index, event.resource});
       if (any_device && event.device_index == last_device && event.resource == last_resource) continue;
       any_device = true;
       last_device = event.device_index;
@@ -396,6 +385,23 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
       resources.insert({event.device_index, event.resource});
     }
   }
+  // Flows: the host event whose id is a device event's correlation id launched it. One pair per
+  // launch: the "f" end binds to the first device event of that launch. Host events by id as a sorted
+  // array, the first event of each id first (what a map's emplace keeps); ids are handed out as scopes
+  // open, so it is usually sorted already.
+  std::vector<bool> flow_start(trace.events.size(), false);
+  std::vector<bool> flow_end(trace.events.size(), false);
+  if (!device_with_id.empty()) {
+    if (!std::is_sorted(host_by_id.begin(), host_by_id.end())) std::sort(host_by_id.begin(), host_by_id.end());
+    for (const std::size_t i : device_with_id) {
+      const std::uint64_t id = trace.events[i].id;
+      auto source = std::lower_bound(host_by_id.begin(), host_by_id.end(), HostId{id, 0});
+      if (source == host_by_id.end() || source->id != id || flow_start[source->index]) continue;
+      flow_start[source->index] = true;
+      flow_end[i] = true;
+    }
+  }
+
   std::map<int, const DeviceLane*> device_lanes;
   for (const DeviceLane& lane : trace.devices) {
     device_lanes[lane.device_index] = &lane;
@@ -432,7 +438,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
 
   const std::int64_t window_ts = relative_ns(trace.window_start_ns);
   if (options.system_lanes) {
-    write_system_lanes(trace, json, options, pid, window_ts, host_threads, flow_start, flow_end, relative_ns);
+    write_system_lanes(trace, json, options, pid, window_ts, host_threads, cores, flow_start, flow_end, relative_ns);
     return;
   }
   write_metadata(json, "process_name", window_ts, pid, 0, "name", process_name());
@@ -485,13 +491,20 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
 
 namespace {
 
-// Writes pieces to a file on a thread of its own, so that formatting the next megabyte overlaps
-// the kernel's copy of the last one into the page cache (which on its own is about as slow as the
-// formatting: ~1.3 GB/s on the project's machine). At most kInFlight pieces wait; their buffers are
-// reused. The thread starts with the first piece, so a small trace costs no thread.
+// Writes pieces to a file on a thread of its own, so that formatting the next megabyte overlaps the
+// kernel's copy of the last one into the page cache. The JsonWriter alternates two buffers
+// (Pieces::until_next_return), so a piece is written from where it was formatted, never copied: a
+// call waits until the piece before it is written, then hands this one over. The thread starts with
+// the first piece, so a small trace costs no thread until its one piece.
+//
+// The file's blocks are allocated ahead of the writes (fallocate, the size kept): on ext4 a file
+// whose blocks are still delayed-allocated when it is renamed over an existing file has them
+// allocated and its writeback started inside rename(2) (auto_da_alloc), which cost more than the
+// writes themselves when a trace replaces the previous one (bench/README.md). What is allocated
+// past the end is released at the end (ftruncate). Filesystems without fallocate just skip it.
 class FileWriter {
  public:
-  explicit FileWriter(std::FILE* file) : file_(file) {}
+  explicit FileWriter(int fd) : fd_(fd) {}
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
   ~FileWriter() { finish(); }
@@ -499,58 +512,78 @@ class FileWriter {
   void write(std::string_view piece) {
     std::unique_lock lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    space_.wait(lock, [this] { return queue_.size() < kInFlight; });
-    std::string buffer;
-    if (!free_.empty()) {
-      buffer = std::move(free_.back());
-      free_.pop_back();
-    }
-    lock.unlock();
-    buffer.assign(piece);
-    lock.lock();
-    queue_.push_back(std::move(buffer));
+    written_.wait(lock, [this] { return !pending_; });  // the piece before it: its buffer comes next
+    piece_ = piece;
+    pending_ = true;
     ready_.notify_one();
   }
 
-  // Waits until every piece is written; returns 0, or the errno of the first failed write.
+  // Waits until every piece is written and releases blocks allocated past the end; returns 0, or the
+  // errno of the first failure.
   int finish() {
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
+      written_.wait(lock, [this] { return !pending_; });
       closed_ = true;
       ready_.notify_one();
     }
     if (thread_.joinable()) thread_.join();
+    if (allocated_ > offset_ && error_ == 0 && ::ftruncate(fd_, offset_) != 0) error_ = errno;
+    allocated_ = 0;
     return error_;
   }
 
  private:
-  static constexpr std::size_t kInFlight = 4;
+  static constexpr off_t kMaxAllocateAhead = off_t{64} << 20;
 
   void run() {
     std::unique_lock lock(mutex_);
     for (;;) {
-      ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
-      if (queue_.empty()) return;
-      std::string buffer = std::move(queue_.front());
-      queue_.pop_front();
+      ready_.wait(lock, [this] { return pending_ || closed_; });
+      if (!pending_) return;
+      const std::string_view piece = piece_;
       lock.unlock();
-      int error = 0;
-      if (std::fwrite(buffer.data(), 1, buffer.size(), file_) != buffer.size()) error = errno != 0 ? errno : EIO;
+      const int error = error_ == 0 ? write_piece(piece) : 0;
       lock.lock();
       if (error != 0 && error_ == 0) error_ = error;
-      free_.push_back(std::move(buffer));
-      space_.notify_one();
+      pending_ = false;
+      written_.notify_one();
     }
   }
 
-  std::FILE* file_;
+  // Only the writer thread runs this (and reads or writes offset_ and allocated_ until finish()).
+  int write_piece(std::string_view piece) {
+    const off_t end = offset_ + static_cast<off_t>(piece.size());
+    if (end > allocated_ && allocate_) {
+      // As much again as is written, at most kMaxAllocateAhead: a small trace allocates little.
+      const off_t target = end + std::min(end, kMaxAllocateAhead);
+      if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, target) == 0) {
+        allocated_ = target;
+      } else {
+        allocate_ = false;  // not supported here (or no space: the write will say so)
+      }
+    }
+    while (!piece.empty()) {
+      const ssize_t n = ::write(fd_, piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n == 0 ? ENOSPC : errno;
+      piece.remove_prefix(static_cast<std::size_t>(n));
+      offset_ += n;
+    }
+    return 0;
+  }
+
+  const int fd_;
   std::mutex mutex_;
-  std::condition_variable ready_;  // a piece is queued, or the writer is closed
-  std::condition_variable space_;  // a piece was written
-  std::deque<std::string> queue_;
-  std::vector<std::string> free_;
+  std::condition_variable ready_;    // a piece is handed over, or the writer is closed
+  std::condition_variable written_;  // the piece handed over is written
+  std::string_view piece_;
+  bool pending_ = false;
   bool closed_ = false;
   int error_ = 0;  // guarded by mutex_
+  bool allocate_ = true;
+  off_t offset_ = 0;
+  off_t allocated_ = 0;
   std::thread thread_;
 };
 
@@ -559,23 +592,29 @@ class FileWriter {
 void export_chrome_trace(const CollectedTrace& trace, const std::string& path, ChromeTraceOptions options) {
   if (options.trace_name.empty()) options.trace_name = path;
   const std::string temporary = path + ".tmp";
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  SIGHTLINE_CHECK(file != nullptr,
-                  "cannot write chrome trace '{}': {}; check that the directory exists and is writable",
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SIGHTLINE_CHECK(fd >= 0, "cannot write chrome trace '{}': {}; check that the directory exists and is writable",
                   temporary, std::strerror(errno));
   int error = 0;
   try {
-    FileWriter writer(file);
-    JsonWriter json([&writer](std::string_view piece) { writer.write(piece); }, 1 << 20);
-    write_chrome_trace(trace, json, options);
+    FileWriter writer(fd);
+    {
+      JsonWriter json([&writer](std::string_view piece) { writer.write(piece); }, 1 << 20,
+                      JsonWriter::Pieces::until_next_return);
+      // Destroyed before `json`: the thread is done with its buffers before they go, even on a throw.
+      struct FinishFirst {
+        FileWriter& writer;
+        ~FinishFirst() { writer.finish(); }
+      } finish_first{writer};
+      write_chrome_trace(trace, json, options);
+    }
     error = writer.finish();
   } catch (...) {
-    std::fclose(file);
+    ::close(fd);
     std::remove(temporary.c_str());
     throw;
   }
-  if (std::fflush(file) != 0 && error == 0) error = errno;
-  if (std::fclose(file) != 0 && error == 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
   if (error != 0) {
     std::remove(temporary.c_str());
     fail("cannot write chrome trace '{}': {}", path, std::strerror(error));

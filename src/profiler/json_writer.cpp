@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -88,8 +89,8 @@ constexpr std::array<Escape, 0x80> kEscapes = [] {
 
 }  // namespace
 
-JsonWriter::JsonWriter(Sink sink, std::size_t flush_threshold)
-    : sink_(std::move(sink)), flush_threshold_(flush_threshold) {
+JsonWriter::JsonWriter(Sink sink, std::size_t flush_threshold, Pieces pieces)
+    : sink_(std::move(sink)), flush_threshold_(flush_threshold), double_buffered_(pieces == Pieces::until_next_return) {
   reserve_more(flush_threshold_ + 1024);
 }
 
@@ -205,6 +206,12 @@ void JsonWriter::flush() {
   if (size_ == 0) return;
   sink_(std::string_view(data_.get(), size_));
   size_ = 0;
+  if (double_buffered_) {
+    // The sink may still read the piece: the next one goes into the other buffer.
+    std::swap(data_, spare_);
+    std::swap(capacity_, spare_capacity_);
+    reserve_more(flush_threshold_ + 1024);
+  }
 }
 
 JsonWriter& JsonWriter::begin_array(bool one_per_line) {

@@ -23,7 +23,17 @@ class JsonWriter {
  public:
   using Sink = std::function<void(std::string_view)>;
 
-  explicit JsonWriter(Sink sink, std::size_t flush_threshold = 1 << 16);
+  // How long the sink may read a piece it was handed.
+  enum class Pieces {
+    // Until the sink returns: the writer fills the same buffer again.
+    until_return,
+    // Until the sink's next call returns: the writer alternates two buffers, so a sink that hands a
+    // piece to another thread (a file writer) needs no copy, provided each call waits until the
+    // piece before it is done with.
+    until_next_return,
+  };
+
+  explicit JsonWriter(Sink sink, std::size_t flush_threshold = 1 << 16, Pieces pieces = Pieces::until_return);
   JsonWriter(const JsonWriter&) = delete;
   JsonWriter& operator=(const JsonWriter&) = delete;
 
@@ -114,6 +124,10 @@ class JsonWriter {
   std::unique_ptr<char[]> data_;
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
+  // Pieces::until_next_return: the buffer of the piece handed last, swapped with data_ at each flush.
+  bool double_buffered_ = false;
+  std::unique_ptr<char[]> spare_;
+  std::size_t spare_capacity_ = 0;
   std::vector<Frame> frames_;
   bool wrote_root_ = false;
 };

@@ -2,19 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <stdio.h>  // renameat2
-#include <fcntl.h>   // AT_FDCWD, open
-#include <unistd.h>  // write, fsync, close
-
 #include <algorithm>
-#include <chrono>
-#include <atomic>
 #include <cmath>
-#include <cerrno>
-#include <cstring>
-#include <random>
 #include <set>
-#include <span>
 #include <system_error>
 #include <utility>
 
@@ -44,11 +34,6 @@ constexpr size_t kMaxNameLength = 200;
 bool is_name_character(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
          c == '.' || c == '+' || c == '@';
-}
-
-// Directories the atomic writer leaves while it works (docs/formats.md, "Atomicity").
-bool is_staging_name(std::string_view name) {
-  return name.find(".tmp-") != std::string_view::npos || name.find(".old-") != std::string_view::npos;
 }
 
 json manifest_summary(const formats::Manifest& manifest) {
@@ -161,13 +146,6 @@ std::string upload_file_name(std::string_view sent) {
   return std::string(last);
 }
 
-std::string random_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device device;
-  return fmt::format("{:08x}{}", device(), counter++);
-}
-
-// Removes the staging directory unless it was moved into place.
 // A trace.json for an executable + instruction-trace pair: one nc_exec_running event per captured
 // execution on the core's hardware lane, written by the profiler's own exporter so every reader of
 // profile directories accepts it.
@@ -239,22 +217,11 @@ ProfileStore::ProfileStore(fs::path root) {
   if (error || !fs::is_directory(root_)) {
     throw RequestError(400, fmt::format("profile root '{}' is not a readable directory", root.string()));
   }
-  remove_abandoned_uploads();
-}
-
-void ProfileStore::remove_abandoned_uploads() {
-  // A staging directory outlives its upload only when the server died mid-upload. One that has not
-  // been written for an hour cannot belong to an upload still in flight (even from another server
-  // on the same root), so it goes; it was never listed and nothing refers to it.
-  constexpr auto kAbandonedAfter = std::chrono::hours(1);
-  std::error_code error;
-  const auto now = fs::file_time_type::clock::now();
-  for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!name.starts_with(kUploadStagingPrefix) || !entry.is_directory(error)) continue;
-    const auto written = entry.last_write_time(error);
-    if (error || now - written < kAbandonedAfter) continue;
-    fs::remove_all(entry.path(), error);
+  // What a server killed mid-upload (or an export killed mid-write) left in the root: the one writer's
+  // recovery, which leaves the staging of a live process alone. A read-only root stays as it is.
+  try {
+    (void)formats::output_dir_recover_all(root_.string());
+  } catch (const std::exception&) {
   }
 }
 
@@ -266,6 +233,12 @@ fs::path ProfileStore::profile_path(std::string_view name) const {
                        fmt::format("'{}' is not a profile name: use letters, digits and -_.+@, not starting "
                                    "with a dot",
                                    name));
+  }
+  // A staging or set-aside sibling of the one writer (an upload or export in progress) is no profile.
+  if (formats::output_dir_is_sibling_name(name)) {
+    throw RequestError(400, fmt::format("'{}' is not a profile name: a name ending in .tmp-, .old- or .kept- and "
+                                        "<number>-<number> is what an export leaves while it works",
+                                        name));
   }
   const fs::path path = root_ / std::string(name);
   std::error_code error;
@@ -285,7 +258,7 @@ json ProfileStore::list() const {
   for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
     const std::string name = entry.path().filename().string();
     std::error_code entry_error;
-    if (name.empty() || name.front() == '.' || is_staging_name(name) || !entry.is_directory(entry_error)) continue;
+    if (name.empty() || name.front() == '.' || formats::output_dir_is_sibling_name(name) || !entry.is_directory(entry_error)) continue;
     directories.push_back(entry.path());
   }
   std::sort(directories.begin(), directories.end());
@@ -447,54 +420,32 @@ uint64_t ProfileStore::generation_of_locked(std::string_view name) const {
   return it == generations_.end() ? 0 : it->second;
 }
 
-UploadStaging::UploadStaging(fs::path path, std::string name) : path_(std::move(path)), name_(std::move(name)) {}
+UploadStaging::UploadStaging(const fs::path& target, std::string name)
+    : staging_(target.string(), formats::OutputDirReplace::never), name_(std::move(name)) {}
 
-UploadStaging::~UploadStaging() {
-  if (fd_ >= 0) ::close(fd_);
-  if (kept_) return;
-  std::error_code ignored;
-  fs::remove_all(path_, ignored);
+template <class Step>
+void UploadStaging::on_disk(Step&& step) {
+  try {
+    step();
+  } catch (const Error& error) {
+    throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
+                                        without_path(error.what(), staging_.path().string(), name_)));
+  }
 }
 
 void UploadStaging::begin_file(std::string_view sent_name) {
-  close_file(false);
   const std::string file_name = upload_file_name(sent_name);
   if (std::find(files_.begin(), files_.end(), file_name) != files_.end()) {
     throw RequestError(400, fmt::format("the upload holds '{}' twice", file_name));
   }
-  fd_ = ::open((path_ / file_name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
-                                        std::strerror(errno)));
-  }
+  on_disk([&] { staging_.begin_file(file_name); });
   files_.push_back(file_name);
 }
 
 void UploadStaging::append(std::string_view bytes) {
-  if (fd_ < 0) throw RequestError(500, "upload bytes arrived before any file was begun");
+  if (files_.empty()) throw RequestError(500, "upload bytes arrived before any file was begun");
   bytes_ += bytes.size();
-  while (!bytes.empty()) {
-    const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
-                                          std::strerror(errno)));
-    }
-    bytes.remove_prefix(static_cast<size_t>(written));
-  }
-}
-
-// `durably`: fsync first and report its failure (a full disk shows here, not at write()).
-void UploadStaging::close_file(bool durably) {
-  if (fd_ < 0) return;
-  const int fd = std::exchange(fd_, -1);
-  const bool synced = !durably || ::fsync(fd) == 0;
-  const int code = errno;
-  const bool closed = ::close(fd) == 0;
-  if (durably && (!synced || !closed)) {
-    throw RequestError(500, fmt::format("cannot write upload '{}' into the profile root: {}", name_,
-                                        std::strerror(synced ? errno : code)));
-  }
+  on_disk([&] { staging_.append(bytes); });
 }
 
 json ProfileStore::upload(std::string_view name, std::vector<UploadFile> files, const UploadOptions& options) {
@@ -515,13 +466,12 @@ std::unique_ptr<UploadStaging> ProfileStore::begin_upload(std::string_view name)
                                         "another name",
                                         name));
   }
-  const fs::path path = root_ / fmt::format("{}{}", kUploadStagingPrefix, random_suffix());
-  fs::create_directory(path, error);
-  if (error) {
+  try {
+    return std::unique_ptr<UploadStaging>(new UploadStaging(target, std::string(name)));
+  } catch (const Error& failure) {
     throw RequestError(500, fmt::format("cannot create a staging directory in the profile root: {}",
-                                        error.message()));
+                                        without_path(failure.what(), root_.string() + "/", "")));
   }
-  return std::unique_ptr<UploadStaging>(new UploadStaging(path, std::string(name)));
 }
 
 namespace {
@@ -555,8 +505,9 @@ UploadContents upload_contents(const std::vector<std::string>& files) {
 
 // A reader's refusal of a staged file, as the user's error: the staging path shown as the upload's name.
 [[noreturn]] void refuse_upload(std::string_view name, const fs::path& staging, const std::exception& failure) {
+  const std::string message = without_path(failure.what(), staging.string(), std::string(name));
   throw RequestError(400, fmt::format("upload '{}' is not a valid profile: {}", name,
-                                      without_path(failure.what(), staging.string(), std::string(name))));
+                                      without_path(message, staging.parent_path().string() + "/", "")));
 }
 
 // A whole directory: every file manifest.json lists was sent, at its size, and nothing else.
@@ -656,29 +607,16 @@ auto as_upload_check(std::string_view name, const fs::path& staging, Step&& step
   }
 }
 
-// The staged upload of `name` into place at `target` in one step; RENAME_NOREPLACE refuses to replace a
-// profile that appeared meanwhile (409).
-void move_into_place(std::string_view name, const fs::path& staging, const fs::path& target) {
-  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) return;
-  const int code = errno;
-  if (code == EEXIST || code == ENOTEMPTY) {
-    throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose another name",
-                                        name));
-  }
-  throw RequestError(500, fmt::format("cannot move upload '{}' into place: {}", name, std::strerror(code)));
-}
-
 }  // namespace
 
 json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const UploadOptions& options) {
   SIGHTLINE_CHECK(staged != nullptr, "finish_upload needs the staging begin_upload returned");
-  staged->close_file(true);
+  staged->on_disk([&] { staged->staging_.end_file(); });
   const std::string_view name = staged->name_;
-  const fs::path target = profile_path(name);
-  const fs::path& staging = staged->path_;
+  const fs::path& staging = staged->staging_.path();
   const UploadContents contents = upload_contents(staged->files_);
   // Make it a profile directory (a pair gets its trace.json and manifest), then every reader's checks:
-  // the analysis readers', then the index's.
+  // the writer's own (what commit checks), the analysis readers', then the index's.
   as_upload_check(name, staging, [&] {
     if (contents.whole_directory) {
       check_manifest_files(name, staging, contents.by_name);
@@ -686,6 +624,7 @@ json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const Up
       build_pair_profile(name, staging, contents.by_kind.at(UploadKind::neff).front(),
                          contents.by_kind.at(UploadKind::ntff).front(), options);
     }
+    staged->staging_.validate();
   });
   const std::string index_trace = as_upload_check(name, staging, [&] {
     try {
@@ -701,8 +640,13 @@ json ProfileStore::finish_upload(std::unique_ptr<UploadStaging> staged, const Up
                                         without_path(failure.what(), staging.filename().string(), std::string(name))));
   }
   std::lock_guard lock(mutex_);
-  move_into_place(name, staging, target);
-  staged->kept_ = true;
+  // Fsynced and renamed by the one writer; RENAME_NOREPLACE refuses a profile that appeared meanwhile.
+  bool placed = false;
+  staged->on_disk([&] { placed = staged->staging_.commit_new(); });
+  if (!placed) {
+    throw RequestError(409, fmt::format("a profile named '{}' already exists; delete it first or choose another name",
+                                        name));
+  }
   forget(name);
   return {{"uploaded", std::string(name)}, {"files", contents.by_name.size()}, {"bytes", staged->bytes_}};
 }

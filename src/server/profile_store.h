@@ -19,12 +19,14 @@
 // no framework or runtime lanes, no flows and no operator table, and its device spec is the one
 // named at upload (trn2 unless told), since a NEFF does not record it.
 //
-// An upload is written into a hidden staging directory inside the root (never listed), validated
-// with the formats/ readers, analysis::profile_dir_load and the index, and only then renamed into
-// place in one step that refuses to replace anything. A failed upload leaves nothing behind and
-// never touches an existing profile. The server streams a request's parts into the staging directory
-// as they arrive (begin_upload, UploadStaging, finish_upload), so receiving holds one chunk in memory
-// rather than the upload:
+// An upload is written as every profile directory is, through formats::OutputDirStaging (the one writer:
+// a staging sibling `<root>/<name>.tmp-<pid>-<n>`, never listed, the manifest as the completion marker,
+// every file and the directory fsynced, the same recovery of what a killed server left), validated with
+// the formats/ readers, analysis::profile_dir_load's checks and the index, and only then renamed into
+// place in one step that refuses to replace anything. A failed upload leaves nothing behind and never
+// touches an existing profile. The server streams a request's parts into the staging directory as they
+// arrive (begin_upload, UploadStaging, finish_upload), so receiving holds one chunk in memory rather
+// than the upload:
 //
 //   auto staging = store.begin_upload("mine");      // 400 bad name, 409 taken: before any byte is read
 //   staging->begin_file("run/trace.json");          // 400 for a name a profile does not hold
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "analysis/profile_dir.h"
+#include "formats/output_dir.h"
 #include "server/profile_index.h"
 
 
@@ -57,7 +60,6 @@ struct UploadFile {
 // stored (ProfileStore::finish_upload).
 class UploadStaging {
  public:
-  ~UploadStaging();
   UploadStaging(const UploadStaging&) = delete;
   UploadStaging& operator=(const UploadStaging&) = delete;
 
@@ -70,24 +72,20 @@ class UploadStaging {
 
  private:
   friend class ProfileStore;
-  UploadStaging(std::filesystem::path path, std::string name);
-  void close_file(bool durably);
+  UploadStaging(const std::filesystem::path& target, std::string name);
+  // Runs a step of the writer; its error (a disk's refusal) becomes RequestError(500).
+  template <class Step>
+  void on_disk(Step&& step);
 
-  std::filesystem::path path_;
+  formats::OutputDirStaging staging_;
   std::string name_;                // the profile's name
   std::vector<std::string> files_;  // names inside the directory, in arrival order
-  int fd_ = -1;
   uint64_t bytes_ = 0;
-  bool kept_ = false;
 };
 
 struct UploadOptions {
   std::string device = "trn2";  // spec of an executable + instruction-trace pair (builtin name)
 };
-
-// Upload staging directories are "<root>/.upload-<random>"; one left by a server that died mid-upload
-// is removed when a store opens the root an hour or more after it was last written.
-inline constexpr std::string_view kUploadStagingPrefix = ".upload-";
 
 // The most rows one query answer holds: a larger answer is refused with a message asking for a LIMIT.
 inline constexpr std::size_t kMaxQueryRows = 100'000;
@@ -131,7 +129,6 @@ class ProfileStore {
   std::filesystem::path profile_path(std::string_view name) const;
 
  private:
-  void remove_abandoned_uploads();
 
   // The analysis of profile `name` with its trace.json (compare), loaded once and kept.
   std::shared_ptr<const analysis::ProfileDir> analysis(std::string_view name);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -185,4 +186,36 @@ TEST(TraceJsonHostile, HostClockTimesAreExactNanoseconds) {
     EXPECT_EQ(e.end_ns, 1'764'000'000'019'681);
   }
   EXPECT_TRUE(found);
+}
+
+// The device name is read through the one reader (issue 16): from the lanes' metadata events, else from
+// deviceProperties; an event's own name that looks like a lane never counts (a scan of the raw text took
+// it), and a file gives what its text gives.
+TEST(TraceJsonDeviceName, ComesFromTheLanesNotFromAnyText) {
+  json trace = valid_trace();
+  EXPECT_EQ(analysis::trace_json_device_name(trace.dump()), "privateuseone");
+  trace["traceEvents"][1]["name"] = "host/7/neuron_hw/NC:0";  // an op so named is no lane
+  EXPECT_EQ(analysis::trace_json_device_name(trace.dump()), "privateuseone");
+
+  json lanes = trace;
+  lanes["traceEvents"].insert(lanes["traceEvents"].begin(),
+                              json{{"ph", "M"}, {"name", "thread_name"}, {"pid", 8}, {"tid", 0},
+                                   {"args", {{"name", "host/7/trn_hw/NC:0"}}}});
+  EXPECT_EQ(analysis::trace_json_device_name(lanes.dump()), "trn");
+
+  json properties = trace;
+  properties["deviceProperties"] = json::array({json{{"id", 0}, {"name", "neuron_hw/NC:0"}}});
+  EXPECT_EQ(analysis::trace_json_device_name(properties.dump()), "neuron");
+
+  const std::string path = ::testing::TempDir() + "/device_name_trace.json";
+  for (const json& t : {trace, lanes, properties}) {
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(file, nullptr);
+    const std::string text = t.dump(1);
+    std::fwrite(text.data(), 1, text.size(), file);
+    std::fclose(file);
+    EXPECT_EQ(analysis::trace_json_file_device_name(path), analysis::trace_json_device_name(text));
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(analysis::trace_json_device_name("{\"traceEvents\": [ {\"ph\": "), Error);
 }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -337,6 +338,70 @@ TEST_F(OutputDir, InterruptedReplaceKeepsTheUserFilesOfTheOldProfile) {
   EXPECT_EQ(read(target / "trace.json"), "new");
   EXPECT_EQ(read(root_ / ("profile.kept-" + id) / "notes.txt"), "mine");
   EXPECT_EQ(leftovers("profile"), std::vector<std::string>{"profile.kept-" + id});
+}
+
+// Issue 16: the server's uploads write through the same writer, streaming. A file arrives in pieces, the
+// staging directory vanishes unless committed, commit_new() never replaces anything, and a commit checks
+// the manifest as output_dir_write does.
+TEST_F(OutputDir, StreamingStagingCommitsNewProfilesAndNeverReplaces) {
+  const fs::path target = root_ / "profile";
+  const std::string manifest = manifest_serialize(manifest_listing_trace(7));
+  {
+    OutputDirStaging staging(target.string(), OutputDirReplace::never);
+    EXPECT_EQ(staging.path().parent_path(), root_);
+    EXPECT_TRUE(output_dir_is_sibling_name(staging.path().filename().string()));
+    staging.begin_file("trace.json");
+    staging.append("{\"a\"");
+    staging.append(":1}");
+    EXPECT_EQ(read(staging.path() / "trace.json"), "{\"a\":1}");
+    EXPECT_THROW(staging.begin_file("trace.json"), Error);  // exists already
+    EXPECT_THROW(staging.begin_file("../x"), Error);
+    EXPECT_THROW(staging.validate(), Error);  // no manifest yet
+  }
+  EXPECT_TRUE(leftovers("profile").empty());  // not committed: removed
+  EXPECT_FALSE(fs::exists(target));
+
+  auto stream_profile = [&](OutputDirStaging& staging, std::string_view trace) {
+    staging.begin_file("trace.json");
+    staging.append(trace);
+    staging.begin_file(std::string(kManifestFileName));
+    staging.append(manifest);
+  };
+  OutputDirStaging first(target.string(), OutputDirReplace::never);
+  stream_profile(first, "{\"a\":1}");
+  EXPECT_TRUE(first.commit_new());
+  EXPECT_TRUE(output_dir_is_complete(target.string()));
+  EXPECT_EQ(read(target / "trace.json"), "{\"a\":1}");
+  EXPECT_THROW(first.commit(), Error);  // never replaces
+
+  {
+    OutputDirStaging second(target.string(), OutputDirReplace::never);
+    stream_profile(second, "{\"b\":2}");
+    EXPECT_FALSE(second.commit_new());  // something is there: refused, nothing replaced
+  }
+  EXPECT_EQ(read(target / "trace.json"), "{\"a\":1}");
+  EXPECT_TRUE(leftovers("profile").empty());
+
+  OutputDirStaging wrong_size((root_ / "other").string(), OutputDirReplace::never);
+  stream_profile(wrong_size, "{}");  // the manifest says 7 bytes
+  EXPECT_THROW(wrong_size.commit_new(), Error);
+  EXPECT_FALSE(fs::exists(root_ / "other"));
+}
+
+TEST_F(OutputDir, RecoverAllResolvesTheLeftoversOfEveryProfileInADirectory) {
+  const std::string dead = fmt::format("{}-3", dead_pid());
+  for (const std::string& name : std::vector<std::string>{"a.tmp-" + dead, "b.tmp-" + dead, "c.tmp-1-0"}) {
+    fs::create_directories(root_ / name);
+    std::ofstream(root_ / name / "trace.json") << "{";
+  }
+  fs::create_directories(root_ / ".hidden");
+  (void)output_dir_recover_all(root_.string());
+  std::vector<std::string> rest = leftovers("");
+  std::sort(rest.begin(), rest.end());
+  EXPECT_EQ(rest, (std::vector<std::string>{".hidden", "c.tmp-1-0"}));  // pid 1 runs: left alone
+  EXPECT_FALSE(output_dir_is_sibling_name("a.tmp-1"));
+  EXPECT_FALSE(output_dir_is_sibling_name(".tmp-1-2"));
+  EXPECT_TRUE(output_dir_is_sibling_name("a.kept-12-0"));
 }
 
 }  // namespace

@@ -342,22 +342,25 @@ TEST_F(ServerTest, DeleteRemovesOnlyProfiles) {
   EXPECT_EQ(status_of([&] { store.open("good"); }), 404);
 }
 
+// Upload staging is the one writer's (formats/output_dir.h): what a killed server left is recovered by
+// its rule (the pid in the name is not a live process), an upload still in flight is left alone, and a
+// hidden directory that is not a writer's sibling is never touched.
 TEST_F(ServerTest, OpeningTheRootRemovesOnlyAbandonedUploadStaging) {
-  const fs::path abandoned = root_ / ".upload-abandoned";
-  const fs::path in_flight = root_ / ".upload-in-flight";
+  const fs::path abandoned = root_ / "mine.tmp-2147483647-0";  // no such process
+  const fs::path in_flight = root_ / "theirs.tmp-1-0";         // pid 1 is alive
   const fs::path hidden = root_ / ".keep-me";
   for (const fs::path& dir : {abandoned, in_flight, hidden}) {
     fs::create_directories(dir);
     std::ofstream(dir / "trace.json") << "{}";
   }
-  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
-  fs::last_write_time(abandoned, two_hours_ago);
-  fs::last_write_time(hidden, two_hours_ago);
   ProfileStore store(root_);
   EXPECT_FALSE(fs::exists(abandoned));
   EXPECT_TRUE(fs::exists(in_flight / "trace.json"));  // may be another server's upload in progress
   EXPECT_TRUE(fs::exists(hidden / "trace.json"));     // not ours to touch
   EXPECT_TRUE(fs::exists(root_ / "good"));
+  ASSERT_EQ(store.list()["profiles"].size(), 1u);     // staging is never listed
+  EXPECT_EQ(store.list()["profiles"][0]["name"], "good");
+  EXPECT_EQ(status_of([&] { store.open("theirs.tmp-1-0"); }), 400);  // nor served by its name
 }
 
 // A stop that comes before the accept loop runs (sightline serve's SIGTERM right after it prints its

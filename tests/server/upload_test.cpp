@@ -252,7 +252,7 @@ TEST_F(UploadTest, RefusalsSayWhyAndLeaveTheStoreUnchanged) {
     const httplib::MultipartFormDataItems parts = {{"file", "{}", name, ""}};
     expect_refused(client.Post("/api/profiles?name=x", parts), 400, "uploaded file");
   }
-  for (const char* name : {"..", ".hidden", "a%2Fb", "a%2F..%2F..%2Fetc"}) {
+  for (const char* name : {"..", ".hidden", "a%2Fb", "a%2F..%2F..%2Fetc", "x.tmp-1-2"}) {
     expect_refused(client.Post(fmt::format("/api/profiles?name={}", name), manifest_only), 400, "not a profile name");
   }
   expect_refused(client.Post("/api/profiles", manifest_only), 400, "'name'");
@@ -314,7 +314,10 @@ TEST_F(UploadTest, StagingReceivesFilesAsTheyArriveAndVanishesUnlessFinished) {
     std::set<std::string> entries = root_entries(root_);
     ASSERT_EQ(entries.size(), 1u);
     const fs::path staged = root_ / *entries.begin();
-    EXPECT_TRUE(entries.begin()->starts_with(kUploadStagingPrefix));
+    // The one writer's staging sibling, which listings skip.
+    EXPECT_TRUE(entries.begin()->starts_with("streamed.tmp-")) << *entries.begin();
+    EXPECT_TRUE(formats::output_dir_is_sibling_name(*entries.begin()));
+    EXPECT_TRUE(store.list()["profiles"].empty());
     EXPECT_EQ(slurp(staged / "trace.json"), "{\"traceEvents\": []}");
     EXPECT_THROW(staging->begin_file("other/trace.json"), RequestError);  // twice
     EXPECT_THROW(staging->begin_file("run/../x"), RequestError);
