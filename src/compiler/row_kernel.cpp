@@ -1,7 +1,11 @@
 #include "compiler/row_kernel.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <limits>
 #include <optional>
+#include <tuple>
 #include <variant>
 
 #include <fmt/format.h>
@@ -75,6 +79,7 @@ struct ValueInfo {
   int slot = -1;                  // step values: their tile slot
   std::vector<int64_t> strides;   // inputs: element strides over [lead..., width]
   OpId first_reader = OpId::add;  // inputs: for profiler attribution of the load
+  int moment = -1;  // a column of the tile's bn_stats moments (0 mean, 1 variance) instead of a slot
 };
 
 // How one step runs (schedule()). By default a step is its op's tile-level emitter (kernels/emit.h);
@@ -84,6 +89,7 @@ struct StepPlan {
   std::vector<int> args;    // the values it reads (an activation reads the start of the chain it absorbed)
   bool elided = false;      // computed by its reader's activation (as its scale or bias): emits nothing
   bool on_scalar = false;   // one Scalar-engine activation
+  kernels::Engine engine = kernels::Engine::vector;  // else where it runs: Vector, or GpSimd (a binary op)
   kernels::ActFunc func = kernels::ActFunc::identity;
   float scale = 1.0f, bias = 0.0f;
   int scale_by = -1;         // a per-row value that replaces `scale`
@@ -92,6 +98,7 @@ struct StepPlan {
   bool folded = false;       // a sum / mean that the previous step's activation accumulated
   bool raw_sum = false;      // a mean whose 1 / n its reader's activation applies: its value holds the sum
   bool to_scratch = false;   // its row is read by no step (only its folded sum is): written to scratch
+  bool moments = false;      // a mean whose bn_stats pass also gives a variance step's value (find_moments)
 };
 
 // Where the row loop cuts a tile's steps into stages (stage_bounds).
@@ -141,7 +148,7 @@ void assign_slots(const RowProgram& p, Plan& plan) {
   plan.work_slot.assign(p.steps.size(), -1);
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const StepPlan& sp = plan.steps[k];
-    if (sp.elided) continue;
+    if (sp.elided || sp.moments) continue;
     ValueInfo& out = plan.values[inputs + k];
     const SlotKey key{out.wide, out.dtype};
     // An elementwise step may write the row it reads for the last time (the engines read each element
@@ -198,16 +205,127 @@ double engine_ns(const device::EngineSpec& e, double elements, int inputs, DType
                         (accumulate ? e.accumulate_extra_cycles : 0));
 }
 
+// The engines a row step may run on, as indices into Loads.
+constexpr int kOnVector = 0, kOnScalar = 1, kOnGpSimd = 2;
+constexpr double kCannot = std::numeric_limits<double>::infinity();
+using Loads = std::array<double, 3>;  // ns per row tile on the Vector, Scalar and GpSimd engines
+
+struct Choice {
+  size_t k;  // the step
+  Loads ns;  // its time on each engine, kCannot where it cannot run
+};
+
+// Places the steps that more than one engine can run (`choices`, in step order) beside the `fixed` loads,
+// for a loop of `tiles` row tiles. The tiles pipeline across the engines (each engine works on its own
+// tile, pipeline_staged), so the busiest engine sets the pace of all but one tile, and the last tile's
+// chain of steps, at most the sum of their times, drains after it: the placement minimizing
+// (tiles - 1) x the busiest engine's work per tile + the work of all engines, then the one whose steps
+// change engine fewest times in step order (fewer pipeline stages). A loop of one tile thus runs each step
+// on its fastest engine, and a long loop balances the engines. `engine_of` holds the engine of every
+// running step with one engine (-1 for the others). Exhaustive up to kExhaustive choices (3^8
+// placements), else longest first onto the engine that ends least loaded (list scheduling); both
+// deterministic. Returns each choice's engine.
+std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, std::vector<int> engine_of,
+                       double tiles) {
+  constexpr size_t kExhaustive = 8;
+  const size_t m = choices.size();
+  std::vector<int> best(m, kOnVector), trial(m, kOnVector);
+  if (m > kExhaustive) {
+    std::vector<size_t> order(m);
+    for (size_t i = 0; i < m; ++i) order[i] = i;
+    auto fastest = [&](size_t i) { return *std::min_element(choices[i].ns.begin(), choices[i].ns.end()); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fastest(a) > fastest(b); });
+    Loads load = fixed;
+    for (size_t i : order) {
+      int pick = kOnVector;
+      double pick_end = kCannot;
+      for (int e = 0; e < 3; ++e) {
+        const double end = load[static_cast<size_t>(e)] + choices[i].ns[static_cast<size_t>(e)];
+        if (end < pick_end) pick = e, pick_end = end;
+      }
+      load[static_cast<size_t>(pick)] = pick_end;
+      best[i] = pick;
+    }
+    return best;
+  }
+  double best_time = kCannot;
+  int best_changes = std::numeric_limits<int>::max();
+  std::function<void(size_t, Loads, double)> visit = [&](size_t i, Loads load, double sum) {
+    if (i == m) {
+      const double peak = *std::max_element(load.begin(), load.end());
+      for (size_t c = 0; c < m; ++c) engine_of[choices[c].k] = trial[c];
+      int changes = 0, last = -1;
+      for (int e : engine_of) {
+        if (e < 0) continue;
+        changes += last >= 0 && e != last;
+        last = e;
+      }
+      const double time = (tiles - 1) * peak + sum;
+      if (std::tie(time, changes) < std::tie(best_time, best_changes)) {
+        best_time = time, best_changes = changes;
+        best = trial;
+      }
+      return;
+    }
+    for (int e = 0; e < 3; ++e) {
+      const double ns = choices[i].ns[static_cast<size_t>(e)];
+      if (ns == kCannot) continue;
+      trial[i] = e;
+      Loads next = load;
+      next[static_cast<size_t>(e)] += ns;
+      visit(i + 1, next, sum + ns);
+    }
+  };
+  visit(0, fixed, 0.0);
+  return best;
+}
+
+// The mean and variance of a row, written as the user's ops m = mean(x), d = x - m, v = mean(d * d)
+// (layer_norm's), are one Vector-engine bn_stats pass over x, as torch inductor fuses a var_mean into one
+// Welford reduction: the mean's step writes both moments (f32, as every per-row value of the loop), the
+// square and the variance's mean emit nothing, and their readers read the tile's moments. The square must
+// have no other reader, and neither mean may be the program's result (whose dtype is the output's).
+void find_moments(const RowProgram& p, Plan& plan, const std::vector<int>& uses) {
+  const int inputs = static_cast<int>(p.inputs.size()), n = static_cast<int>(p.steps.size());
+  auto step = [&](int v) -> const RowStep* {
+    return v >= inputs && v < inputs + n ? &p.steps[static_cast<size_t>(v - inputs)] : nullptr;
+  };
+  auto row_mean = [&](const RowStep& s) {
+    return s.op == OpId::mean && s.args.size() == 1 && plan.values[static_cast<size_t>(s.args[0])].wide;
+  };
+  for (int d = 0; d + 1 < n; ++d) {
+    const RowStep& var = p.steps[static_cast<size_t>(d)];
+    if (!row_mean(var)) continue;
+    const RowStep* sq = step(var.args[0]);
+    if (!sq || sq->op != OpId::mul || sq->attrs.has_scalar || sq->args.size() != 2 || sq->args[0] != sq->args[1] ||
+        uses[static_cast<size_t>(var.args[0])] != 1)
+      continue;
+    const RowStep* centred = step(sq->args[0]);
+    if (!centred || centred->op != OpId::sub || centred->attrs.has_scalar || centred->args.size() != 2) continue;
+    const RowStep* mean = step(centred->args[1]);
+    const int m = centred->args[1] - inputs;
+    if (!mean || !row_mean(*mean) || mean->args[0] != centred->args[0] || plan.steps[static_cast<size_t>(m)].moments)
+      continue;
+    plan.steps[static_cast<size_t>(m)].moments = true;
+    plan.steps[static_cast<size_t>(var.args[0] - inputs)].elided = true;
+    plan.steps[static_cast<size_t>(d)].elided = true;
+    plan.values[static_cast<size_t>(inputs + m)].moment = 0;
+    plan.values[static_cast<size_t>(inputs + d)].moment = 1;
+    plan.stats = true;
+  }
+}
+
 // Decides how each step runs, from the user's ops alone (no op is replaced by a built-in):
+//  0. a row's mean and variance are one bn_stats pass (find_moments);
 //  1. a unary activation absorbs the scalar affine chain it reads, act((x * c) + d) -> one activation
 //     with scale c and bias d (the Scalar engine computes func(x * scale + bias), rounding the product
 //     and the sum as the separate ops do), and a mean read only there leaves its 1 / n to that scale;
 //     x * x is the activation square;
 //  2. a sum / mean of the previous step's activated row is that activation's accumulate output;
-//  3. the steps either engine can compute (a row scaled by a per-row value or an immediate, an
-//     immediate added, a row sum) go to the engine that is less loaded after them, largest first (list
-//     scheduling), so that neither the Vector nor the Scalar engine becomes the loop's bottleneck;
-//     the rest run where their op's emitter puts them.
+//  3. the steps more than one engine can compute (a row scaled by a per-row value or an immediate, an
+//     immediate added: Vector, Scalar or GpSimd; a row sum: Vector or Scalar; any other binary
+//     elementwise op: Vector or GpSimd) are placed by place(), so that no engine becomes the loop's
+//     bottleneck; the rest run where their op's emitter puts them.
 void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
   const int64_t cols = p.cols;
@@ -223,12 +341,15 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   auto single_use_step = [&](int v, auto pred) {
     if (v < static_cast<int>(inputs) || uses[static_cast<size_t>(v)] != 1) return -1;
     const int j = v - static_cast<int>(inputs);
-    return !plan.steps[static_cast<size_t>(j)].elided && pred(p.steps[static_cast<size_t>(j)]) ? j : -1;
+    const StepPlan& sj = plan.steps[static_cast<size_t>(j)];
+    return !sj.elided && !sj.moments && pred(p.steps[static_cast<size_t>(j)]) ? j : -1;
   };
   auto wide = [&](int v) { return plan.values[static_cast<size_t>(v)].wide; };
+  find_moments(p, plan, uses);
   for (size_t k = 0; k < n; ++k) {
     const RowStep& s = p.steps[k];
     StepPlan& sp = plan.steps[k];
+    if (sp.elided) continue;
     kernels::ActFunc func{};
     if (s.op != OpId::to_copy && kernels::unary_activation(s.op, s.attrs, func)) {
       sp.on_scalar = true;
@@ -267,7 +388,8 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   auto fold_sum = [&](size_t k) {
     const RowStep& s = p.steps[k];
     const int prev = static_cast<int>(inputs + k) - 1;
-    if (k == 0 || k + 1 >= n || plan.steps[k].folded || (s.op != OpId::sum && s.op != OpId::mean) ||
+    const StepPlan& sk = plan.steps[k];
+    if (k == 0 || k + 1 >= n || sk.folded || sk.elided || sk.moments || (s.op != OpId::sum && s.op != OpId::mean) ||
         s.args.size() != 1 || s.args[0] != prev || !wide(prev))
       return false;
     StepPlan& producer = plan.steps[k - 1];
@@ -277,12 +399,10 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     plan.steps[k].on_scalar = plan.steps[k].reduces = false;
     return true;
   };
-  struct Choice {
-    size_t k;
-    double vector_ns, scalar_ns;
-  };
-  std::vector<Choice> flexible;
-  double vector_load = 0, scalar_load = 0;
+  // Each running step's time per row tile on every engine that can run it (kCannot elsewhere).
+  std::vector<Choice> choices;  // the steps with more than one engine
+  Loads fixed{};                // the steps with one
+  std::vector<int> engine_of(n, -1);
   for (size_t k = 0; k < n; ++k) {
     const RowStep& s = p.steps[k];
     const StepPlan& sp = plan.steps[k];
@@ -295,40 +415,53 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
       if (a != kNoValue && wide(a)) narrow = narrow && dtype_size(plan.values[static_cast<size_t>(a)].dtype) == 2;
     }
     const DType dtype = narrow ? DType::bf16 : DType::f32;
+    if (sp.moments) {  // one bn_stats pass over the row, at the 32-bit rate of its f32 output
+      fixed[kOnVector] += engine_ns(spec.vector, static_cast<double>(cols), 1, DType::f32);
+      engine_of[k] = kOnVector;
+      continue;
+    }
     if (sp.on_scalar) {
-      scalar_load += engine_ns(spec.scalar, elements, 1, dtype);
+      fixed[kOnScalar] += engine_ns(spec.scalar, elements, 1, dtype);
+      engine_of[k] = kOnScalar;
       continue;
     }
     const bool immediate = s.attrs.has_scalar && (s.op == OpId::mul || s.op == OpId::add || s.op == OpId::sub);
     const bool per_row_scale = s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 &&
                                wide(s.args[0]) != wide(s.args[1]) && wide(y);
     const bool row_sum = (s.op == OpId::sum || s.op == OpId::mean) && s.args.size() == 1 && wide(s.args[0]);
+    int tensor_inputs = 0;
+    for (int a : s.args) tensor_inputs += a != kNoValue && wide(a);
+    kernels::BinaryAlu alu;
+    // tensor_tensor and tensor_scalar run on GpSimd too (docs/hardware-model.md §1.6); every row-loop
+    // operand is in SBUF, which GpSimd reaches.
+    const bool binary = kernels::binary_alu(s.op, alu) && wide(y);
+    const double gpsimd_ns = binary ? engine_ns(spec.gpsimd, elements, std::max(tensor_inputs, 1), dtype) : kCannot;
     if ((immediate && wide(y)) || per_row_scale) {
-      flexible.push_back({k, engine_ns(spec.vector, elements, 1, dtype), engine_ns(spec.scalar, elements, 1, dtype)});
+      choices.push_back({k, {engine_ns(spec.vector, elements, 1, dtype), engine_ns(spec.scalar, elements, 1, dtype),
+                             gpsimd_ns}});
     } else if (row_sum) {
       const auto c = static_cast<double>(cols);
-      flexible.push_back({k, engine_ns(spec.vector, c, 1, dtype), engine_ns(spec.scalar, c, 1, dtype, true)});
+      choices.push_back({k, {engine_ns(spec.vector, c, 1, dtype), engine_ns(spec.scalar, c, 1, dtype, true), kCannot}});
+    } else if (binary) {
+      choices.push_back({k, {engine_ns(spec.vector, elements, std::max(tensor_inputs, 1), dtype), kCannot, gpsimd_ns}});
     } else {
-      int tensor_inputs = 0;
-      for (int a : s.args) tensor_inputs += a != kNoValue && wide(a);
       // A row-wide op (softmax, a normalization) makes about two passes over its row; a reduction one.
       const bool composite = kernels::tile_op_needs(s.op).stats;
       const bool whole_row = composite || kernels::tile_op_needs(s.op).row_wide || wide(y);
-      vector_load += engine_ns(spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
-                               composite ? 2 : std::max(tensor_inputs, 1), dtype);
+      fixed[kOnVector] += engine_ns(spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
+                                    composite ? 2 : std::max(tensor_inputs, 1), dtype);
+      engine_of[k] = kOnVector;
     }
   }
-  std::stable_sort(flexible.begin(), flexible.end(), [](const Choice& a, const Choice& b) {
-    return std::min(a.vector_ns, a.scalar_ns) > std::min(b.vector_ns, b.scalar_ns);
-  });
-  for (const Choice& c : flexible) {
-    if (scalar_load + c.scalar_ns >= vector_load + c.vector_ns) {
-      vector_load += c.vector_ns;
-      continue;
-    }
-    scalar_load += c.scalar_ns;
-    const RowStep& s = p.steps[c.k];
-    StepPlan& sp = plan.steps[c.k];
+  int64_t rows = 1;
+  for (int64_t d : p.lead) rows *= d;
+  const double tiles = static_cast<double>(std::max<int64_t>(1, (rows + spec.partitions - 1) / spec.partitions));
+  const std::vector<int> placed = place(choices, fixed, engine_of, tiles);
+  for (size_t c = 0; c < choices.size(); ++c) {
+    const RowStep& s = p.steps[choices[c].k];
+    StepPlan& sp = plan.steps[choices[c].k];
+    if (placed[c] == kOnGpSimd) sp.engine = kernels::Engine::gpsimd;
+    if (placed[c] != kOnScalar) continue;
     sp.on_scalar = true;
     sp.func = kernels::ActFunc::identity;
     if (s.op == OpId::sum || s.op == OpId::mean) {
@@ -358,10 +491,10 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
 // them), so that each engine, which runs its instructions in order, works on a neighbouring tile instead
 // of waiting for this tile's other engine: layer_norm's user ops cut into mean and centring | variance,
 // rsqrt and scaling | the affine step, as the hand-written kernel does. `both_ways` false: only where a
-// Vector step follows a Scalar one (softmax: max, shift and exp | the division). Only the first stage
-// may read the loaded row tiles (the next loads run ahead into their buffers), and there are at most
-// `buffers` stages.
-Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
+// Vector step follows a step on another engine (softmax: max, shift and exp | the division). Only the
+// first stage may read the loaded row tiles (the next loads run ahead into their buffers), and there are
+// at most `max_stages` stages.
+Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways, size_t max_stages) {
   const size_t n = p.steps.size();
   Stages one{{0, n}, false};
   if (plan.buffers < 2) return one;
@@ -378,13 +511,13 @@ Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
     if (p.steps[k].op == OpId::rms_norm && !plan.steps[k].elided) return {{0, k, n}, true};
   }
   Stages staged{{0}, false};
-  int engine = -1;  // of the last step that runs: 0 Vector, 1 Scalar
+  int engine = -1;  // of the last step that runs
   for (size_t k = 0; k < n; ++k) {
     const StepPlan& sp = plan.steps[k];
     if (sp.elided || sp.folded) continue;
-    const int here = sp.on_scalar ? 1 : 0;
-    if (engine >= 0 && here != engine && (both_ways || here == 0) && k >= inputs_read_until &&
-        staged.bounds.size() < static_cast<size_t>(plan.buffers))
+    const int here = sp.on_scalar ? kOnScalar : sp.engine == kernels::Engine::gpsimd ? kOnGpSimd : kOnVector;
+    if (engine >= 0 && here != engine && (both_ways || here == kOnVector) && k >= inputs_read_until &&
+        staged.bounds.size() < max_stages)
       staged.bounds.push_back(k);
     engine = here;
   }
@@ -395,12 +528,17 @@ Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
 // The stages and each slot's ring: a slot used from stage a to stage b of a tile rotates over
 // max(buffers, b - a + 2) buffers, so that a tile's first use of a buffer comes two steps of the
 // pipeline after the last use by the tile before it in the ring (one for its store or last reader to
-// drain). Cutting at every engine change first, then only after the Scalar engine, then not at all,
-// whichever first fits the `spare` bytes of SBUF the row tiles leave.
+// drain). Cutting at every engine change first (as many stages as that makes), then at the first
+// `buffers` - 1 of them, then only before a Vector step, then not at all, whichever first fits the
+// `spare` bytes of SBUF the row tiles leave.
 void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    plan.stages = attempt < 2 ? stage_bounds(p, plan, attempt == 0) : Stages{{0, n}, false};
+  const auto buffers = static_cast<size_t>(plan.buffers);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    plan.stages = attempt == 0   ? stage_bounds(p, plan, true, n)
+                  : attempt == 1 ? stage_bounds(p, plan, true, buffers)
+                  : attempt == 2 ? stage_bounds(p, plan, false, buffers)
+                                 : Stages{{0, n}, false};
     std::vector<size_t> lo(n), hi(n);
     for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
       for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
@@ -602,8 +740,10 @@ class Emitter {
     const Stages& split = plan_.stages;
     const size_t stages = split.bounds.size() - 1;
     split_stats_.assign(tiles.size(), Tile{});
+    moments_.assign(tiles.size(), Tile{});
     auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
+      tile_ = t;
       if (st == 0) {
         for (TilePool& pool : slot_pools_) slots[t].push_back(pool.next());
       }
@@ -670,6 +810,7 @@ class Emitter {
   AccessPattern value(size_t v, uint16_t p, uint32_t f) const {
     const ValueInfo& info = plan_.values[v];
     const uint32_t w = info.wide ? f : 1;
+    if (info.moment >= 0) return moments_[tile_].column(p, static_cast<uint32_t>(info.moment));
     switch (info.source) {
       case Source::invariant:
         return invariant_[static_cast<size_t>(invariant_index_[v])].region(0, p, 0, w);
@@ -693,6 +834,11 @@ class Emitter {
     if (sp.elided) return;  // its reader's activation applies it
     b_.set_source_op(op_name(s.op));
     const size_t y = p_.inputs.size() + k;
+    if (sp.moments) {  // the mean and the variance (find_moments)
+      moments_[tile_] = stats_.next();
+      b_.bn_stats(moments_[tile_].region(0, p, 0, 2), value(static_cast<size_t>(s.args[0]), p, f));
+      return;
+    }
     if (sp.folded) {  // summed by step k - 1
       if (!sp.raw_sum) kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
       return;
@@ -734,6 +880,7 @@ class Emitter {
     t.y = value(p_.inputs.size() + k, p, f);
     t.p = p;
     t.n = static_cast<uint32_t>(p_.cols);
+    t.engine = sp.engine;
     for (int a : s.args) {
       t.args.push_back(a == kNoValue ? kernels::TileArg{}
                                      : kernels::TileArg{value(static_cast<size_t>(a), p, f), !wide(a)});
@@ -753,6 +900,8 @@ class Emitter {
   TilePool stats_, scratch_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
   std::vector<Tile> split_stats_;          // per tile: the statistics of a split rms_norm step
+  std::vector<Tile> moments_;              // per tile: its bn_stats moments (find_moments)
+  size_t tile_ = 0;                        // the tile being emitted
   std::vector<AccessPattern> tile_input_;  // this tile's loaded per-tile inputs
 };
 
