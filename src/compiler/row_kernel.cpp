@@ -197,11 +197,12 @@ void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per
 // ---- the schedule ----
 
 // A step's time on an engine for one row tile, by the rule the simulator charges
-// (src/device/cost_model.h): static overhead + inputs * elements / rate cycles, plus the accumulate
+// (src/device/cost_model.h): access and static overhead + inputs * elements / rate cycles, plus the accumulate
 // cycles of an activation that sums its row. Partitions run in parallel, so the row length decides.
-double engine_ns(const device::EngineSpec& e, double elements, int inputs, DType dtype, bool accumulate = false) {
+double engine_ns(const device::Spec& spec, const device::EngineSpec& e, double elements, int inputs, DType dtype,
+                 bool accumulate = false) {
   const double rate = dtype_size(dtype) == 2 ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit;
-  return e.cycles_to_ns(e.static_overhead_cycles + inputs * elements / rate +
+  return e.cycles_to_ns(spec.access_overhead_cycles + e.static_overhead_cycles + inputs * elements / rate +
                         (accumulate ? e.accumulate_extra_cycles : 0));
 }
 
@@ -226,7 +227,7 @@ struct Choice {
 // placements), else longest first onto the engine that ends least loaded (list scheduling); both
 // deterministic. Returns each choice's engine.
 std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, std::vector<int> engine_of,
-                       double tiles) {
+                       double tiles, double pace_floor) {
   constexpr size_t kExhaustive = 8;
   const size_t m = choices.size();
   std::vector<int> best(m, kOnVector), trial(m, kOnVector);
@@ -260,7 +261,7 @@ std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, s
         changes += last >= 0 && e != last;
         last = e;
       }
-      const double time = (tiles - 1) * peak + sum;
+      const double time = (tiles - 1) * std::max(peak, pace_floor) + sum;
       if (std::tie(time, changes) < std::tie(best_time, best_changes)) {
         best_time = time, best_changes = changes;
         best = trial;
@@ -416,12 +417,12 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     }
     const DType dtype = narrow ? DType::bf16 : DType::f32;
     if (sp.moments) {  // one bn_stats pass over the row, at the 32-bit rate of its f32 output
-      fixed[kOnVector] += engine_ns(spec.vector, static_cast<double>(cols), 1, DType::f32);
+      fixed[kOnVector] += engine_ns(spec, spec.vector, static_cast<double>(cols), 1, DType::f32);
       engine_of[k] = kOnVector;
       continue;
     }
     if (sp.on_scalar) {
-      fixed[kOnScalar] += engine_ns(spec.scalar, elements, 1, dtype);
+      fixed[kOnScalar] += engine_ns(spec, spec.scalar, elements, 1, dtype);
       engine_of[k] = kOnScalar;
       continue;
     }
@@ -435,20 +436,20 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     // tensor_tensor and tensor_scalar run on GpSimd too (docs/hardware-model.md §1.6); every row-loop
     // operand is in SBUF, which GpSimd reaches.
     const bool binary = kernels::binary_alu(s.op, alu) && wide(y);
-    const double gpsimd_ns = binary ? engine_ns(spec.gpsimd, elements, std::max(tensor_inputs, 1), dtype) : kCannot;
+    const double gpsimd_ns = binary ? engine_ns(spec, spec.gpsimd, elements, std::max(tensor_inputs, 1), dtype) : kCannot;
     if ((immediate && wide(y)) || per_row_scale) {
-      choices.push_back({k, {engine_ns(spec.vector, elements, 1, dtype), engine_ns(spec.scalar, elements, 1, dtype),
+      choices.push_back({k, {engine_ns(spec, spec.vector, elements, 1, dtype), engine_ns(spec, spec.scalar, elements, 1, dtype),
                              gpsimd_ns}});
     } else if (row_sum) {
       const auto c = static_cast<double>(cols);
-      choices.push_back({k, {engine_ns(spec.vector, c, 1, dtype), engine_ns(spec.scalar, c, 1, dtype, true), kCannot}});
+      choices.push_back({k, {engine_ns(spec, spec.vector, c, 1, dtype), engine_ns(spec, spec.scalar, c, 1, dtype, true), kCannot}});
     } else if (binary) {
-      choices.push_back({k, {engine_ns(spec.vector, elements, std::max(tensor_inputs, 1), dtype), kCannot, gpsimd_ns}});
+      choices.push_back({k, {engine_ns(spec, spec.vector, elements, std::max(tensor_inputs, 1), dtype), kCannot, gpsimd_ns}});
     } else {
       // A row-wide op (softmax, a normalization) makes about two passes over its row; a reduction one.
       const bool composite = kernels::tile_op_needs(s.op).stats;
       const bool whole_row = composite || kernels::tile_op_needs(s.op).row_wide || wide(y);
-      fixed[kOnVector] += engine_ns(spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
+      fixed[kOnVector] += engine_ns(spec, spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
                                     composite ? 2 : std::max(tensor_inputs, 1), dtype);
       engine_of[k] = kOnVector;
     }
@@ -456,7 +457,20 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   int64_t rows = 1;
   for (int64_t d : p.lead) rows *= d;
   const double tiles = static_cast<double>(std::max<int64_t>(1, (rows + spec.partitions - 1) / spec.partitions));
-  const std::vector<int> placed = place(choices, fixed, engine_of, tiles);
+  // A row tile's HBM time: its per-tile inputs in, its result out, at the core's HBM bandwidth.
+  double tile_bytes = dtype_size(p.steps.back().meta.dtype) * (wide(static_cast<int>(inputs + n) - 1) ? cols : 1);
+  for (size_t i = 0; i < inputs; ++i) {
+    const ValueInfo& v = plan.values[i];
+    if (std::any_of(v.strides.begin(), v.strides.end() - 1, [](int64_t st) { return st != 0; }))
+      tile_bytes += static_cast<double>(dtype_size(v.dtype) * (v.wide ? cols : 1));
+  }
+  const double dma_ns =
+      static_cast<double>(std::min<int64_t>(rows, spec.partitions)) * tile_bytes / spec.hbm.bytes_per_ns;
+  // A loop no longer than its pipeline (kMaxBuffers tiles in flight) is paced by its loads: no tile waits
+  // for an engine to finish the tile before it. In a longer one the busiest engine sets the pace even
+  // below the HBM time, since a tile's store waits for its chain and the loads behind that store in
+  // their queues wait with it (measured: softmax's division moved to GpSimd is faster at 4096 x 4096).
+  const std::vector<int> placed = place(choices, fixed, engine_of, tiles, tiles <= kMaxBuffers ? dma_ns : 0.0);
   for (size_t c = 0; c < choices.size(); ++c) {
     const RowStep& s = p.steps[choices[c].k];
     StepPlan& sp = plan.steps[choices[c].k];
