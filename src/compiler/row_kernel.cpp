@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "device/core.h"
 #include "kernels/eager_internal.h"
 #include "kernels/emit.h"
 #include "kernels/layout.h"
@@ -124,6 +125,7 @@ struct Plan {
   bool stats = false;
   int64_t chunk = 0;  // columns per tile
   int buffers = 1;
+  uint64_t spare = 0;  // SBUF bytes per partition the row tiles leave (choose_stages)
 };
 
 uint64_t width_bytes(bool wide, int64_t chunk, DType dtype) {
@@ -539,48 +541,57 @@ Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways, size_
   return staged;
 }
 
-// The stages and each slot's ring: a slot used from stage a to stage b of a tile rotates over
+// Sets `stages` and each slot's ring: a slot used from stage a to stage b of a tile rotates over
 // max(buffers, b - a + 2) buffers, so that a tile's first use of a buffer comes two steps of the
 // pipeline after the last use by the tile before it in the ring (one for its store or last reader to
-// drain). Cutting at every engine change first (as many stages as that makes), then at the first
-// `buffers` - 1 of them, then only before a Vector step, then not at all, whichever first fits the
-// `spare` bytes of SBUF the row tiles leave.
-void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
+// drain). False when the longer rings do not fit the plan's spare SBUF.
+bool fit_stages(const RowProgram& p, Plan& plan, Stages stages) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
+  plan.stages = std::move(stages);
+  std::vector<size_t> lo(n), hi(n);
+  for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
+    for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
+  }
+  if (plan.stages.within) lo[plan.stages.bounds[1]] = 0;
+  std::vector<size_t> first(plan.slots.size(), n), last(plan.slots.size(), 0);
+  auto use = [&](int slot, size_t k) {
+    if (slot < 0) return;
+    first[static_cast<size_t>(slot)] = std::min(first[static_cast<size_t>(slot)], lo[k]);
+    last[static_cast<size_t>(slot)] = std::max(last[static_cast<size_t>(slot)], hi[k]);
+  };
+  for (size_t k = 0; k < n; ++k) {
+    if (plan.steps[k].elided) continue;
+    use(plan.values[inputs + k].slot, k);
+    use(plan.work_slot[k], k);
+    for (int a : plan.steps[k].args) {
+      if (a >= static_cast<int>(inputs)) use(plan.values[static_cast<size_t>(a)].slot, k);
+    }
+  }
+  uint64_t extra = 0;
+  plan.slot_buffers.assign(plan.slots.size(), static_cast<size_t>(plan.buffers));
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    if (first[i] > last[i]) continue;
+    plan.slot_buffers[i] = std::max(plan.slot_buffers[i], last[i] - first[i] + 2);
+    extra += (plan.slot_buffers[i] - static_cast<size_t>(plan.buffers)) *
+             width_bytes(plan.slots[i].wide, plan.chunk, plan.slots[i].dtype);
+  }
+  return extra <= plan.spare;
+}
+
+// The stages of a plan before any is timed: cutting at every engine change first (as many stages as
+// that makes), then at the first `buffers` - 1 of them, then only before a Vector step, then not at
+// all, whichever first fits the `spare` bytes of SBUF the row tiles leave.
+void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
+  const size_t n = p.steps.size();
   const auto buffers = static_cast<size_t>(plan.buffers);
+  plan.spare = spare;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    plan.stages = attempt == 0   ? stage_bounds(p, plan, true, n)
-                  : attempt == 1 ? stage_bounds(p, plan, true, buffers)
-                  : attempt == 2 ? stage_bounds(p, plan, false, buffers)
-                                 : Stages{{0, n}, false};
-    std::vector<size_t> lo(n), hi(n);
-    for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
-      for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
-    }
-    if (plan.stages.within) lo[plan.stages.bounds[1]] = 0;
-    std::vector<size_t> first(plan.slots.size(), n), last(plan.slots.size(), 0);
-    auto use = [&](int slot, size_t k) {
-      if (slot < 0) return;
-      first[static_cast<size_t>(slot)] = std::min(first[static_cast<size_t>(slot)], lo[k]);
-      last[static_cast<size_t>(slot)] = std::max(last[static_cast<size_t>(slot)], hi[k]);
-    };
-    for (size_t k = 0; k < n; ++k) {
-      if (plan.steps[k].elided) continue;
-      use(plan.values[inputs + k].slot, k);
-      use(plan.work_slot[k], k);
-      for (int a : plan.steps[k].args) {
-        if (a >= static_cast<int>(inputs)) use(plan.values[static_cast<size_t>(a)].slot, k);
-      }
-    }
-    uint64_t extra = 0;
-    plan.slot_buffers.assign(plan.slots.size(), static_cast<size_t>(plan.buffers));
-    for (size_t i = 0; i < plan.slots.size(); ++i) {
-      if (first[i] > last[i]) continue;
-      plan.slot_buffers[i] = std::max(plan.slot_buffers[i], last[i] - first[i] + 2);
-      extra += (plan.slot_buffers[i] - static_cast<size_t>(plan.buffers)) *
-               width_bytes(plan.slots[i].wide, plan.chunk, plan.slots[i].dtype);
-    }
-    if (extra <= spare) return;
+    if (fit_stages(p, plan,
+                   attempt == 0   ? stage_bounds(p, plan, true, n)
+                   : attempt == 1 ? stage_bounds(p, plan, true, buffers)
+                   : attempt == 2 ? stage_bounds(p, plan, false, buffers)
+                                  : Stages{{0, n}, false}))
+      return;
   }
 }
 
@@ -921,6 +932,45 @@ class Emitter {
 
 }  // namespace
 
+// The loop's modeled time run alone on a core of `spec`: its operands in HBM tensors of their own and
+// its result in a contiguous one, simulated for timing only.
+double time_alone(const device::Spec& spec, const RowProgram& program, const Plan& plan) {
+  KernelBuilder kb(spec, "row_loop_trial");
+  RowProgram alone = program;
+  std::vector<std::pair<uint32_t, int64_t>> extents;  // per I/O tensor of the program: elements used
+  for (const RowOperand& in : program.inputs) {
+    const int64_t end = in.offset + kernels::tensor_extent(in.desc);
+    auto it = std::find_if(extents.begin(), extents.end(), [&](const auto& e) { return e.first == in.io; });
+    if (it == extents.end()) {
+      extents.emplace_back(in.io, end);
+    } else {
+      it->second = std::max(it->second, end);
+    }
+  }
+  std::vector<uint32_t> io(extents.size());
+  for (size_t i = 0; i < extents.size(); ++i) {
+    const auto in = std::find_if(program.inputs.begin(), program.inputs.end(),
+                                 [&](const RowOperand& o) { return o.io == extents[i].first; });
+    io[i] = kb.input(fmt::format("in{}", i), in->desc.dtype, {std::max<int64_t>(extents[i].second, 1)});
+  }
+  for (RowOperand& in : alone.inputs) {
+    const auto it = std::find_if(extents.begin(), extents.end(), [&](const auto& e) { return e.first == in.io; });
+    in.io = io[static_cast<size_t>(it - extents.begin())];
+  }
+  Dims shape = program.lead;
+  shape.push_back(plan.values.back().wide ? program.cols : 1);
+  const kernels::TensorDesc out_desc = kernels::TensorDesc::contiguous(program.steps.back().meta.dtype, shape);
+  const RowOperand out{kb.output("out", out_desc.dtype, std::vector<int64_t>(shape.begin(), shape.end())), 0, out_desc};
+  Emitter emitter(kb, alone, plan);
+  emitter.run(out);
+  emitter.release();
+  const device::Executable exe = kb.build();
+  device::Core core(spec);
+  std::vector<uint64_t> addresses;
+  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+}
+
 std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
                                                    uint32_t sbuf_bytes) {
   std::variant<Plan, std::string> plan = make_plan(program, spec, sbuf_bytes);
@@ -932,7 +982,30 @@ std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& 
                                             const std::function<RowOperand()>& output) {
   std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
-  const Plan& plan = std::get<Plan>(planned);
+  Plan& plan = std::get<Plan>(planned);
+  // A cut at an engine change lets each engine work on its own tile instead of waiting for another
+  // engine's step of the same tile, and adds a stage to the pipeline's fill and drain; which cuts win
+  // depends on the engines' work per tile. So every subset of the engine changes (up to 2^kMaxCuts) is
+  // timed on the cost model (a timing-only run of the loop alone: deterministic) and the fastest kept,
+  // the stages chosen above on a tie.
+  constexpr size_t kMaxCuts = 6;
+  const Stages every = stage_bounds(program, plan, true, program.steps.size());
+  const size_t cuts = every.within ? 0 : every.bounds.size() - 2;
+  if (cuts > 0 && cuts <= kMaxCuts) {
+    double best = time_alone(b.spec(), program, plan);
+    for (uint32_t mask = 0; mask < (1u << cuts); ++mask) {
+      Stages stages{{0}, false};
+      for (size_t c = 0; c < cuts; ++c) {
+        if (mask & (1u << c)) stages.bounds.push_back(every.bounds[c + 1]);
+      }
+      stages.bounds.push_back(program.steps.size());
+      if (stages.bounds == plan.stages.bounds) continue;
+      Plan candidate = plan;
+      if (!fit_stages(program, candidate, std::move(stages))) continue;
+      const double ns = time_alone(b.spec(), program, candidate);
+      if (ns < best) best = ns, plan = std::move(candidate);
+    }
+  }
   const RowOperand out = output();
   Emitter emitter(b, program, plan);
   emitter.run(out);

@@ -244,12 +244,21 @@ bool on_chip_sbuf(const AccessPattern& a, const AccessPattern& b) {
 
 void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
                                uint16_t p, float eps) {
-  const AccessPattern moments = stats.region(0, p, 0, 2), mean = stats.column(p, 0), var = stats.column(p, 1),
-                      rstd = stats.column(p, 2);
+  emit_layer_norm_center(b, y, x, stats, p);
+  emit_layer_norm_scale(b, y, stats, p, eps);
+}
+
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                            uint16_t p) {
+  const AccessPattern moments = stats.region(0, p, 0, 2), mean = stats.column(p, 0);
   b.bn_stats(moments, x);
-  b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
   const bool narrow = dtype_size(x.dtype) == 2 && on_chip_sbuf(y, x) && mean.memory == Memory::sbuf;
   b.tensor_scalar(AluOp::subtract, y, x, mean, false, narrow ? Engine::gpsimd : Engine::vector);
+}
+
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const Tile& stats, uint16_t p, float eps) {
+  const AccessPattern var = stats.column(p, 1), rstd = stats.column(p, 2);
+  b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
   b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
 }
 

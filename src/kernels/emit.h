@@ -125,5 +125,10 @@ void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const A
                                uint16_t p, float eps);
 void emit_layer_norm_affine(KernelBuilder& b, const AccessPattern& y, const AccessPattern& weight,
                             const AccessPattern& bias);
+// emit_layer_norm_normalize in two halves: _center writes x - mean to y (the moments into stats),
+// _scale multiplies y by rsqrt(var + eps) on the Scalar engine.
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                            uint16_t p);
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const Tile& stats, uint16_t p, float eps);
 
 }  // namespace sightline::kernels

@@ -240,7 +240,7 @@ TEST(RowLoopDeviceTime, NaiveSoftmaxAsFastAsTheBuiltIn) {
 }
 
 // The user's RMSNorm and layer_norm, fused by the compiler from their own ops (no built-in substituted),
-// take no more device time than the hand-written kernels on the same inputs (f32 layer_norm: see below).
+// take no more device time than the hand-written kernels on the same inputs.
 TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   Generator g(37);
   const std::vector<Tensor> args = {randn({4096, 2048}, {}, &g).to(kCore0), randn({2048}, {}, &g).to(kCore0),
@@ -262,12 +262,10 @@ TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   RecordProperty("layer_norm_builtin_ns", std::to_string(ln_builtin[0]));
   RecordProperty("layer_norm_row_loop_ns", std::to_string(ln_fused[0]));
   EXPECT_LE(rms_fused[0], rms_builtin[0]) << "row loop " << rms_fused[0] << " ns, rms_norm " << rms_builtin[0];
-  // layer_norm: the row's mean and variance are one bn_stats pass (find_moments), and the steps go to the
-  // Vector, Scalar and GpSimd engines by the loop's placement (compiler/row_kernel.cpp), which finds the
-  // built-in's split. In f32 the loop cuts one stage more than the built-in (the affine steps apart),
-  // which costs it 0.3% at this shape; in bf16 it is faster than the built-in.
-  EXPECT_LE(ln_fused[0] * 1000, ln_builtin[0] * 1005) << "row loop " << ln_fused[0] << " ns, layer_norm "
-                                                      << ln_builtin[0];
+  // layer_norm: the row's mean and variance are one bn_stats pass (find_moments), the steps go to the
+  // Vector, Scalar and GpSimd engines by the loop's placement and its stage cuts are timed on the cost
+  // model (compiler/row_kernel.cpp), which finds the built-in's schedule in f32 and in bf16.
+  EXPECT_LE(ln_fused[0], ln_builtin[0]) << "row loop " << ln_fused[0] << " ns, layer_norm " << ln_builtin[0];
   // bf16: the row loop keeps 16-bit rows in bf16, so the Vector engine runs at its 16-bit rate too.
   const Tensor x16 = args[0].to(DType::bf16), w16 = args[1].to(DType::bf16), b16 = args[2].to(DType::bf16);
   (void)rms({x16, w16});
