@@ -235,8 +235,8 @@ TEST(RowLoopDeviceTime, NaiveSoftmaxAsFastAsTheBuiltIn) {
   ASSERT_EQ(fused.size(), 1u);
   RecordProperty("builtin_ns", std::to_string(builtin[0]));
   RecordProperty("row_loop_ns", std::to_string(fused[0]));
-  // Within 1%: the loop's fill and drain take about a microsecond longer than the kernel's (0.5% here).
-  EXPECT_LE(fused[0] * 100, builtin[0] * 101) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
+  // No slower: the loop's stage cuts are timed on the cost model, so its fill and drain match the kernel's.
+  EXPECT_LE(fused[0], builtin[0]) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
 }
 
 // The user's RMSNorm and layer_norm, fused by the compiler from their own ops (no built-in substituted),
