@@ -438,15 +438,18 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     // tensor_tensor and tensor_scalar run on GpSimd too (docs/hardware-model.md §1.6); every row-loop
     // operand is in SBUF, which GpSimd reaches.
     const bool binary = kernels::binary_alu(s.op, alu) && wide(y);
-    const double gpsimd_ns = binary ? engine_ns(spec, spec.gpsimd, elements, std::max(tensor_inputs, 1), dtype) : kCannot;
+    const int passes = std::max(tensor_inputs, 1);
+    const double gpsimd_ns = binary ? engine_ns(spec, spec.gpsimd, elements, passes, dtype) : kCannot;
     if ((immediate && wide(y)) || per_row_scale) {
-      choices.push_back({k, {engine_ns(spec, spec.vector, elements, 1, dtype), engine_ns(spec, spec.scalar, elements, 1, dtype),
-                             gpsimd_ns}});
+      choices.push_back({k,
+                         {engine_ns(spec, spec.vector, elements, 1, dtype),
+                          engine_ns(spec, spec.scalar, elements, 1, dtype), gpsimd_ns}});
     } else if (row_sum) {
       const auto c = static_cast<double>(cols);
-      choices.push_back({k, {engine_ns(spec, spec.vector, c, 1, dtype), engine_ns(spec, spec.scalar, c, 1, dtype, true), kCannot}});
+      choices.push_back(
+          {k, {engine_ns(spec, spec.vector, c, 1, dtype), engine_ns(spec, spec.scalar, c, 1, dtype, true), kCannot}});
     } else if (binary) {
-      choices.push_back({k, {engine_ns(spec, spec.vector, elements, std::max(tensor_inputs, 1), dtype), kCannot, gpsimd_ns}});
+      choices.push_back({k, {engine_ns(spec, spec.vector, elements, passes, dtype), kCannot, gpsimd_ns}});
     } else {
       // A row-wide op (softmax, a normalization) makes about two passes over its row; a reduction one.
       const bool composite = kernels::tile_op_needs(s.op).stats;
