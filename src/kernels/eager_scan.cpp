@@ -136,51 +136,75 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
     b.iota(cand_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
     onehot = b.sbuf(DType::f32, chunks * kk, 0, "onehot");
   }
+  struct RowTile {
+    int64_t in_base, out_base;
+    uint16_t p;
+  };
+  std::vector<RowTile> tiles;
   for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    const Tile cand = cand_pool.next(), where = where_pool.next();
-    for (uint32_t j = 0; j < chunks; ++j) {
-      const int64_t j0 = int64_t{j} * chunk;
-      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
-      const AccessPattern x = x_pool.next().region(0, p, 0, f);
-      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
-                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      if (negate) b.tensor_scalar(AluOp::multiply, x, x, -1.0f);
-      const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
-      b.emit(device::max8(value, x));
-      b.emit(device::find_index8(index, x, value));
-      if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
-    }
-    AccessPattern values = cand.region(0, p, 0, kk), positions = where.region(0, p, 0, kk);
-    if (chunks > 1) {
-      // The top k of the candidates, then the index each came from by a one-hot sum.
-      values = pick_pool.next().region(0, p, 0, kk);
-      const Tile pos = pos_pool.next();
-      b.emit(device::max8(values, cand.rows(p)));
-      b.emit(device::find_index8(pos.region(0, p, 0, kk), cand.rows(p), values));
-      for (uint32_t j = 0; j < kk; ++j) {
-        b.tensor_scalar(AluOp::is_equal, onehot.rows(p), cand_ids.rows(p), pos.column(p, j));
-        b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
-        b.reduce(AluOp::add, pos.column(p, j), onehot.rows(p));
-      }
-      positions = pos.region(0, p, 0, kk);
-    }
-    AccessPattern vo;
-    if (values_io) {
-      if (negate) b.tensor_scalar(AluOp::multiply, values, values, -1.0f);
-      vo = value_pool.next().region(0, p, 0, kk);
-      b.copy(vo, values);
-    }
-    const AccessPattern io = index_pool.next().region(0, p, 0, kk);
-    b.copy(io, positions);
-    if (values_io) {
-      b.store(hbm_pattern(*values_io, c.out.dtype, out_base, p, w.out_row_stride,
-                          {{kk, static_cast<int32_t>(w.out_col_stride)}}),
-              vo);
-    }
-    b.store(hbm_pattern(indices_io, DType::i32, out_base, p, w.out_row_stride,
-                        {{kk, static_cast<int32_t>(w.out_col_stride)}}),
-            io);
+    tiles.push_back({in_base, out_base, p});
   });
+  // Software pipeline over (row tile, chunk) items: the chunk loads run two items ahead (pipeline(),
+  // eager_internal.h), so no DMA queue holds a load behind the previous tile's store.
+  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  Tile cand, where;
+  auto chunk_of = [&](size_t i) {
+    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
+    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
+  };
+  pipeline(
+      xs.size(), 2,
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        xs[i] = x_pool.next().region(0, t.p, 0, f);
+        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
+                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      },
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const uint16_t p = t.p;
+        const uint32_t j = static_cast<uint32_t>(i % chunks);
+        const int64_t j0 = chunk_of(i).first;
+        if (j == 0) cand = cand_pool.next(), where = where_pool.next();
+        const AccessPattern& x = xs[i];
+        if (negate) b.tensor_scalar(AluOp::multiply, x, x, -1.0f);
+        const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
+        b.emit(device::max8(value, x));
+        b.emit(device::find_index8(index, x, value));
+        if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
+        if (j + 1 < chunks) return;
+        AccessPattern values = cand.region(0, p, 0, kk), positions = where.region(0, p, 0, kk);
+        if (chunks > 1) {
+          // The top k of the candidates, then the index each came from by a one-hot sum.
+          values = pick_pool.next().region(0, p, 0, kk);
+          const Tile pos = pos_pool.next();
+          b.emit(device::max8(values, cand.rows(p)));
+          b.emit(device::find_index8(pos.region(0, p, 0, kk), cand.rows(p), values));
+          for (uint32_t r = 0; r < kk; ++r) {
+            b.tensor_scalar(AluOp::is_equal, onehot.rows(p), cand_ids.rows(p), pos.column(p, r));
+            b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
+            b.reduce(AluOp::add, pos.column(p, r), onehot.rows(p));
+          }
+          positions = pos.region(0, p, 0, kk);
+        }
+        AccessPattern vo;
+        if (values_io) {
+          if (negate) b.tensor_scalar(AluOp::multiply, values, values, -1.0f);
+          vo = value_pool.next().region(0, p, 0, kk);
+          b.copy(vo, values);
+        }
+        const AccessPattern io = index_pool.next().region(0, p, 0, kk);
+        b.copy(io, positions);
+        if (values_io) {
+          b.store(hbm_pattern(*values_io, c.out.dtype, t.out_base, p, w.out_row_stride,
+                              {{kk, static_cast<int32_t>(w.out_col_stride)}}),
+                  vo);
+        }
+        b.store(hbm_pattern(indices_io, DType::i32, t.out_base, p, w.out_row_stride,
+                            {{kk, static_cast<int32_t>(w.out_col_stride)}}),
+                io);
+      });
 }
 
 }  // namespace
