@@ -84,27 +84,51 @@ void build_cumsum(EagerContext& c) {
   const RowWalk w = row_walk(c, false);
   if (w.cols == 0 || c.out.shape.product() == 0) return;
   const uint32_t chunk = static_cast<uint32_t>(std::min<int64_t>(w.cols, kStreamFree));
-  TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool = b.pool("y", DType::f32, chunk, 3);
+  const uint32_t chunks = static_cast<uint32_t>((w.cols + chunk - 1) / chunk);
+  // An f32 result is scanned straight into the tile that is stored; another dtype is scanned in f32
+  // and converted by a copy.
+  const bool direct = c.out.dtype == DType::f32;
+  TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool;
+  if (!direct) y_pool = b.pool("y", DType::f32, chunk, 3);
   TilePool out_pool = b.pool("out", c.out.dtype, chunk, 3);
+  struct RowTile {
+    int64_t in_base, out_base;
+    uint16_t p;
+  };
+  std::vector<RowTile> tiles;
   for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    AccessPattern carry;
-    for (int64_t j0 = 0; j0 < w.cols; j0 += chunk) {
-      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
-      const AccessPattern x = x_pool.next().region(0, p, 0, f);
-      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
-                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      const Tile yt = y_pool.next();
-      const AccessPattern y = yt.region(0, p, 0, f);
-      b.emit(device::tensor_scan(AluOp::add, y, x));
-      if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
-      carry = yt.region(0, p, f - 1, 1);
-      const AccessPattern o = out_pool.next().region(0, p, 0, f);
-      b.copy(o, y);
-      b.store(hbm_pattern(c.out_io, c.out.dtype, out_base + j0 * w.out_col_stride, p, w.out_row_stride,
-                          {{f, static_cast<int32_t>(w.out_col_stride)}}),
-              o);
-    }
+    tiles.push_back({in_base, out_base, p});
   });
+  // Software pipeline over (row tile, chunk) items, loads two items ahead (pipeline(), eager_internal.h).
+  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  AccessPattern carry;
+  auto chunk_of = [&](size_t i) {
+    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
+    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
+  };
+  pipeline(
+      xs.size(), 2,
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        xs[i] = x_pool.next().region(0, t.p, 0, f);
+        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
+                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      },
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        if (j0 == 0) carry = AccessPattern{};
+        const Tile ot = out_pool.next(), yt = direct ? ot : y_pool.next();
+        const AccessPattern y = yt.region(0, t.p, 0, f), o = ot.region(0, t.p, 0, f);
+        b.emit(device::tensor_scan(AluOp::add, y, xs[i]));
+        if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
+        carry = yt.region(0, t.p, f - 1, 1);
+        if (!direct) b.copy(o, y);
+        b.store(hbm_pattern(c.out_io, c.out.dtype, t.out_base + j0 * w.out_col_stride, t.p, w.out_row_stride,
+                            {{f, static_cast<int32_t>(w.out_col_stride)}}),
+                o);
+      });
 }
 
 namespace {
