@@ -149,9 +149,12 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
                   "fewer than k = {} in the last", op_name(c.op), w.cols, chunk, kk);
   const bool negate = !largest;
   TilePool x_pool = b.pool("x", in.dtype, chunk, 3);
-  TilePool cand_pool = b.pool("cand_value", DType::f32, chunks * kk, 2);
+  // The largest 16-bit floats are some of them, so they are kept in their dtype (exact): max8 then runs
+  // at the Vector engine's 16-bit rate, twice the 32-bit one (as softmax's row max, emit.cpp).
+  const DType value_dtype = dtype_is_floating(in.dtype) && dtype_size(in.dtype) == 2 ? in.dtype : DType::f32;
+  TilePool cand_pool = b.pool("cand_value", value_dtype, chunks * kk, 2);
   TilePool where_pool = b.pool("cand_index", DType::f32, chunks * kk, 2);
-  TilePool pick_pool = b.pool("pick", DType::f32, kk, 2), pos_pool = b.pool("pick_pos", DType::f32, kk, 2);
+  TilePool pick_pool = b.pool("pick", value_dtype, kk, 2), pos_pool = b.pool("pick_pos", DType::f32, kk, 2);
   TilePool value_pool, index_pool = b.pool("indices", DType::i32, kk, 3);
   if (values_io) value_pool = b.pool("values", c.out.dtype, kk, 3);
   Tile cand_ids, onehot;
