@@ -199,8 +199,9 @@ void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per
 // ---- the schedule ----
 
 // A step's time on an engine for one row tile, by the rule the simulator charges
-// (src/device/cost_model.h): access and static overhead + inputs * elements / rate cycles, plus the accumulate
-// cycles of an activation that sums its row. Partitions run in parallel, so the row length decides.
+// (src/device/cost_model.h): access and static overhead + inputs * elements / rate cycles, plus the
+// accumulate cycles of an activation that sums its row. Partitions run in parallel, so the row length
+// decides.
 double engine_ns(const device::Spec& spec, const device::EngineSpec& e, double elements, int inputs, DType dtype,
                  bool accumulate = false) {
   const double rate = dtype_size(dtype) == 2 ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit;
@@ -222,12 +223,12 @@ struct Choice {
 // for a loop of `tiles` row tiles. The tiles pipeline across the engines (each engine works on its own
 // tile, pipeline_staged), so the busiest engine sets the pace of all but one tile, and the last tile's
 // chain of steps, at most the sum of their times, drains after it: the placement minimizing
-// (tiles - 1) x the busiest engine's work per tile + the work of all engines, then the one whose steps
-// change engine fewest times in step order (fewer pipeline stages). A loop of one tile thus runs each step
-// on its fastest engine, and a long loop balances the engines. `engine_of` holds the engine of every
-// running step with one engine (-1 for the others). Exhaustive up to kExhaustive choices (3^8
-// placements), else longest first onto the engine that ends least loaded (list scheduling); both
-// deterministic. Returns each choice's engine.
+// (tiles - 1) x max(the busiest engine's work per tile, `pace_floor`) + the work of all engines, then the
+// one whose steps change engine fewest times in step order (fewer pipeline stages). A loop of one tile
+// thus runs each step on its fastest engine, and a long loop balances the engines. `engine_of` holds
+// the engine of every running step with one engine (-1 for the others). Exhaustive up to kExhaustive
+// choices (3^8 placements), else longest first onto the engine that ends least loaded (list
+// scheduling); both deterministic. Returns each choice's engine.
 std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, std::vector<int> engine_of,
                        double tiles, double pace_floor) {
   constexpr size_t kExhaustive = 8;
@@ -508,11 +509,10 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
 // half (its sum of squares and rsqrt on the Scalar engine) runs in stage 0 and its scaling (Vector) in
 // stage 1. A cut goes where the engine changes (folded and elided steps belong to the step before
 // them), so that each engine, which runs its instructions in order, works on a neighbouring tile instead
-// of waiting for this tile's other engine: layer_norm's user ops cut into mean and centring | variance,
-// rsqrt and scaling | the affine step, as the hand-written kernel does. `both_ways` false: only where a
-// Vector step follows a step on another engine (softmax: max, shift and exp | the division). Only the
-// first stage may read the loaded row tiles (the next loads run ahead into their buffers), and there are
-// at most `max_stages` stages.
+// of waiting for this tile's other engine (emit_row_program then times the subsets of these cuts and
+// keeps the fastest). `both_ways` false: only where a Vector step follows a step on another engine
+// (softmax: max, shift and exp | the division). Only the first stage may read the loaded row tiles (the
+// next loads run ahead into their buffers), and there are at most `max_stages` stages.
 Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways, size_t max_stages) {
   const size_t n = p.steps.size();
   Stages one{{0, n}, false};
