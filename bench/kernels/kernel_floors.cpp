@@ -90,6 +90,8 @@ void print_builtins(const device::Spec& spec) {
     cases.push_back({"exp " + w, OpId::exp, {dense(dt, {n, n})}});
     cases.push_back({"gelu " + w, OpId::gelu, {dense(dt, {n, n})}});
     cases.push_back({"sum(-1) " + w, OpId::sum, {dense(dt, {n, n})}, sum_last});
+    cases.push_back({"argmax(-1) " + w, OpId::argmax, {dense(dt, {n, n})}, last});
+    cases.push_back({"cumsum(-1) " + w, OpId::cumsum, {dense(dt, {n, n})}, last});
   }
   for (int64_t m : {512, 1024, 2048, 4096}) {
     cases.push_back({fmt::format("matmul bf16 {}^3", m), OpId::matmul, {dense(bf16, {m, m}), dense(bf16, {m, m})}});

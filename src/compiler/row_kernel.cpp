@@ -1,11 +1,16 @@
 #include "compiler/row_kernel.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <limits>
 #include <optional>
+#include <tuple>
 #include <variant>
 
 #include <fmt/format.h>
 
+#include "device/core.h"
 #include "kernels/eager_internal.h"
 #include "kernels/emit.h"
 #include "kernels/layout.h"
@@ -75,6 +80,7 @@ struct ValueInfo {
   int slot = -1;                  // step values: their tile slot
   std::vector<int64_t> strides;   // inputs: element strides over [lead..., width]
   OpId first_reader = OpId::add;  // inputs: for profiler attribution of the load
+  int moment = -1;  // a column of the tile's bn_stats moments (0 mean, 1 variance) instead of a slot
 };
 
 // How one step runs (schedule()). By default a step is its op's tile-level emitter (kernels/emit.h);
@@ -84,6 +90,7 @@ struct StepPlan {
   std::vector<int> args;    // the values it reads (an activation reads the start of the chain it absorbed)
   bool elided = false;      // computed by its reader's activation (as its scale or bias): emits nothing
   bool on_scalar = false;   // one Scalar-engine activation
+  kernels::Engine engine = kernels::Engine::vector;  // else where it runs: Vector, or GpSimd (a binary op)
   kernels::ActFunc func = kernels::ActFunc::identity;
   float scale = 1.0f, bias = 0.0f;
   int scale_by = -1;         // a per-row value that replaces `scale`
@@ -92,6 +99,7 @@ struct StepPlan {
   bool folded = false;       // a sum / mean that the previous step's activation accumulated
   bool raw_sum = false;      // a mean whose 1 / n its reader's activation applies: its value holds the sum
   bool to_scratch = false;   // its row is read by no step (only its folded sum is): written to scratch
+  bool moments = false;      // a mean whose bn_stats pass also gives a variance step's value (find_moments)
 };
 
 // Where the row loop cuts a tile's steps into stages (stage_bounds).
@@ -117,6 +125,7 @@ struct Plan {
   bool stats = false;
   int64_t chunk = 0;  // columns per tile
   int buffers = 1;
+  uint64_t spare = 0;  // SBUF bytes per partition the row tiles leave (choose_stages)
 };
 
 uint64_t width_bytes(bool wide, int64_t chunk, DType dtype) {
@@ -141,7 +150,7 @@ void assign_slots(const RowProgram& p, Plan& plan) {
   plan.work_slot.assign(p.steps.size(), -1);
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const StepPlan& sp = plan.steps[k];
-    if (sp.elided) continue;
+    if (sp.elided || sp.moments) continue;
     ValueInfo& out = plan.values[inputs + k];
     const SlotKey key{out.wide, out.dtype};
     // An elementwise step may write the row it reads for the last time (the engines read each element
@@ -190,24 +199,137 @@ void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per
 // ---- the schedule ----
 
 // A step's time on an engine for one row tile, by the rule the simulator charges
-// (src/device/cost_model.h): static overhead + inputs * elements / rate cycles, plus the accumulate
-// cycles of an activation that sums its row. Partitions run in parallel, so the row length decides.
-double engine_ns(const device::EngineSpec& e, double elements, int inputs, DType dtype, bool accumulate = false) {
+// (src/device/cost_model.h): access and static overhead + inputs * elements / rate cycles, plus the
+// accumulate cycles of an activation that sums its row. Partitions run in parallel, so the row length
+// decides.
+double engine_ns(const device::Spec& spec, const device::EngineSpec& e, double elements, int inputs, DType dtype,
+                 bool accumulate = false) {
   const double rate = dtype_size(dtype) == 2 ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit;
-  return e.cycles_to_ns(e.static_overhead_cycles + inputs * elements / rate +
+  return e.cycles_to_ns(spec.access_overhead_cycles + e.static_overhead_cycles + inputs * elements / rate +
                         (accumulate ? e.accumulate_extra_cycles : 0));
 }
 
+// The engines a row step may run on, as indices into Loads.
+constexpr int kOnVector = 0, kOnScalar = 1, kOnGpSimd = 2;
+constexpr double kCannot = std::numeric_limits<double>::infinity();
+using Loads = std::array<double, 3>;  // ns per row tile on the Vector, Scalar and GpSimd engines
+
+struct Choice {
+  size_t k;  // the step
+  Loads ns;  // its time on each engine, kCannot where it cannot run
+};
+
+// Places the steps that more than one engine can run (`choices`, in step order) beside the `fixed` loads,
+// for a loop of `tiles` row tiles. The tiles pipeline across the engines (each engine works on its own
+// tile, pipeline_staged), so the busiest engine sets the pace of all but one tile, and the last tile's
+// chain of steps, at most the sum of their times, drains after it: the placement minimizing
+// (tiles - 1) x max(the busiest engine's work per tile, `pace_floor`) + the work of all engines, then the
+// one whose steps change engine fewest times in step order (fewer pipeline stages). A loop of one tile
+// thus runs each step on its fastest engine, and a long loop balances the engines. `engine_of` holds
+// the engine of every running step with one engine (-1 for the others). Exhaustive up to kExhaustive
+// choices (3^8 placements), else longest first onto the engine that ends least loaded (list
+// scheduling); both deterministic. Returns each choice's engine.
+std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, std::vector<int> engine_of,
+                       double tiles, double pace_floor) {
+  constexpr size_t kExhaustive = 8;
+  const size_t m = choices.size();
+  std::vector<int> best(m, kOnVector), trial(m, kOnVector);
+  if (m > kExhaustive) {
+    std::vector<size_t> order(m);
+    for (size_t i = 0; i < m; ++i) order[i] = i;
+    auto fastest = [&](size_t i) { return *std::min_element(choices[i].ns.begin(), choices[i].ns.end()); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fastest(a) > fastest(b); });
+    Loads load = fixed;
+    for (size_t i : order) {
+      int pick = kOnVector;
+      double pick_end = kCannot;
+      for (int e = 0; e < 3; ++e) {
+        const double end = load[static_cast<size_t>(e)] + choices[i].ns[static_cast<size_t>(e)];
+        if (end < pick_end) pick = e, pick_end = end;
+      }
+      load[static_cast<size_t>(pick)] = pick_end;
+      best[i] = pick;
+    }
+    return best;
+  }
+  double best_time = kCannot;
+  int best_changes = std::numeric_limits<int>::max();
+  std::function<void(size_t, Loads, double)> visit = [&](size_t i, Loads load, double sum) {
+    if (i == m) {
+      const double peak = *std::max_element(load.begin(), load.end());
+      for (size_t c = 0; c < m; ++c) engine_of[choices[c].k] = trial[c];
+      int changes = 0, last = -1;
+      for (int e : engine_of) {
+        if (e < 0) continue;
+        changes += last >= 0 && e != last;
+        last = e;
+      }
+      const double time = (tiles - 1) * std::max(peak, pace_floor) + sum;
+      if (std::tie(time, changes) < std::tie(best_time, best_changes)) {
+        best_time = time, best_changes = changes;
+        best = trial;
+      }
+      return;
+    }
+    for (int e = 0; e < 3; ++e) {
+      const double ns = choices[i].ns[static_cast<size_t>(e)];
+      if (ns == kCannot) continue;
+      trial[i] = e;
+      Loads next = load;
+      next[static_cast<size_t>(e)] += ns;
+      visit(i + 1, next, sum + ns);
+    }
+  };
+  visit(0, fixed, 0.0);
+  return best;
+}
+
+// The mean and variance of a row, written as the user's ops m = mean(x), d = x - m, v = mean(d * d)
+// (layer_norm's), are one Vector-engine bn_stats pass over x, as torch inductor fuses a var_mean into one
+// Welford reduction: the mean's step writes both moments (f32, as every per-row value of the loop), the
+// square and the variance's mean emit nothing, and their readers read the tile's moments. The square must
+// have no other reader, and neither mean may be the program's result (whose dtype is the output's).
+void find_moments(const RowProgram& p, Plan& plan, const std::vector<int>& uses) {
+  const int inputs = static_cast<int>(p.inputs.size()), n = static_cast<int>(p.steps.size());
+  auto step = [&](int v) -> const RowStep* {
+    return v >= inputs && v < inputs + n ? &p.steps[static_cast<size_t>(v - inputs)] : nullptr;
+  };
+  auto row_mean = [&](const RowStep& s) {
+    return s.op == OpId::mean && s.args.size() == 1 && plan.values[static_cast<size_t>(s.args[0])].wide;
+  };
+  for (int d = 0; d + 1 < n; ++d) {
+    const RowStep& var = p.steps[static_cast<size_t>(d)];
+    if (!row_mean(var)) continue;
+    const RowStep* sq = step(var.args[0]);
+    if (!sq || sq->op != OpId::mul || sq->attrs.has_scalar || sq->args.size() != 2 || sq->args[0] != sq->args[1] ||
+        uses[static_cast<size_t>(var.args[0])] != 1)
+      continue;
+    const RowStep* centred = step(sq->args[0]);
+    if (!centred || centred->op != OpId::sub || centred->attrs.has_scalar || centred->args.size() != 2) continue;
+    const RowStep* mean = step(centred->args[1]);
+    const int m = centred->args[1] - inputs;
+    if (!mean || !row_mean(*mean) || mean->args[0] != centred->args[0] || plan.steps[static_cast<size_t>(m)].moments)
+      continue;
+    plan.steps[static_cast<size_t>(m)].moments = true;
+    plan.steps[static_cast<size_t>(var.args[0] - inputs)].elided = true;
+    plan.steps[static_cast<size_t>(d)].elided = true;
+    plan.values[static_cast<size_t>(inputs + m)].moment = 0;
+    plan.values[static_cast<size_t>(inputs + d)].moment = 1;
+    plan.stats = true;
+  }
+}
+
 // Decides how each step runs, from the user's ops alone (no op is replaced by a built-in):
+//  0. a row's mean and variance are one bn_stats pass (find_moments);
 //  1. a unary activation absorbs the scalar affine chain it reads, act((x * c) + d) -> one activation
 //     with scale c and bias d (the Scalar engine computes func(x * scale + bias), rounding the product
 //     and the sum as the separate ops do), and a mean read only there leaves its 1 / n to that scale;
 //     x * x is the activation square;
 //  2. a sum / mean of the previous step's activated row is that activation's accumulate output;
-//  3. the steps either engine can compute (a row scaled by a per-row value or an immediate, an
-//     immediate added, a row sum) go to the engine that is less loaded after them, largest first (list
-//     scheduling), so that neither the Vector nor the Scalar engine becomes the loop's bottleneck;
-//     the rest run where their op's emitter puts them.
+//  3. the steps more than one engine can compute (a row scaled by a per-row value or an immediate, an
+//     immediate added: Vector, Scalar or GpSimd; a row sum: Vector or Scalar; any other binary
+//     elementwise op: Vector or GpSimd) are placed by place(), so that no engine becomes the loop's
+//     bottleneck; the rest run where their op's emitter puts them.
 void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
   const int64_t cols = p.cols;
@@ -223,12 +345,15 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   auto single_use_step = [&](int v, auto pred) {
     if (v < static_cast<int>(inputs) || uses[static_cast<size_t>(v)] != 1) return -1;
     const int j = v - static_cast<int>(inputs);
-    return !plan.steps[static_cast<size_t>(j)].elided && pred(p.steps[static_cast<size_t>(j)]) ? j : -1;
+    const StepPlan& sj = plan.steps[static_cast<size_t>(j)];
+    return !sj.elided && !sj.moments && pred(p.steps[static_cast<size_t>(j)]) ? j : -1;
   };
   auto wide = [&](int v) { return plan.values[static_cast<size_t>(v)].wide; };
+  find_moments(p, plan, uses);
   for (size_t k = 0; k < n; ++k) {
     const RowStep& s = p.steps[k];
     StepPlan& sp = plan.steps[k];
+    if (sp.elided) continue;
     kernels::ActFunc func{};
     if (s.op != OpId::to_copy && kernels::unary_activation(s.op, s.attrs, func)) {
       sp.on_scalar = true;
@@ -267,7 +392,8 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   auto fold_sum = [&](size_t k) {
     const RowStep& s = p.steps[k];
     const int prev = static_cast<int>(inputs + k) - 1;
-    if (k == 0 || k + 1 >= n || plan.steps[k].folded || (s.op != OpId::sum && s.op != OpId::mean) ||
+    const StepPlan& sk = plan.steps[k];
+    if (k == 0 || k + 1 >= n || sk.folded || sk.elided || sk.moments || (s.op != OpId::sum && s.op != OpId::mean) ||
         s.args.size() != 1 || s.args[0] != prev || !wide(prev))
       return false;
     StepPlan& producer = plan.steps[k - 1];
@@ -277,12 +403,10 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     plan.steps[k].on_scalar = plan.steps[k].reduces = false;
     return true;
   };
-  struct Choice {
-    size_t k;
-    double vector_ns, scalar_ns;
-  };
-  std::vector<Choice> flexible;
-  double vector_load = 0, scalar_load = 0;
+  // Each running step's time per row tile on every engine that can run it (kCannot elsewhere).
+  std::vector<Choice> choices;  // the steps with more than one engine
+  Loads fixed{};                // the steps with one
+  std::vector<int> engine_of(n, -1);
   for (size_t k = 0; k < n; ++k) {
     const RowStep& s = p.steps[k];
     const StepPlan& sp = plan.steps[k];
@@ -295,40 +419,69 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
       if (a != kNoValue && wide(a)) narrow = narrow && dtype_size(plan.values[static_cast<size_t>(a)].dtype) == 2;
     }
     const DType dtype = narrow ? DType::bf16 : DType::f32;
+    if (sp.moments) {  // one bn_stats pass over the row, at the 32-bit rate of its f32 output
+      fixed[kOnVector] += engine_ns(spec, spec.vector, static_cast<double>(cols), 1, DType::f32);
+      engine_of[k] = kOnVector;
+      continue;
+    }
     if (sp.on_scalar) {
-      scalar_load += engine_ns(spec.scalar, elements, 1, dtype);
+      fixed[kOnScalar] += engine_ns(spec, spec.scalar, elements, 1, dtype);
+      engine_of[k] = kOnScalar;
       continue;
     }
     const bool immediate = s.attrs.has_scalar && (s.op == OpId::mul || s.op == OpId::add || s.op == OpId::sub);
     const bool per_row_scale = s.op == OpId::mul && !s.attrs.has_scalar && s.args.size() == 2 &&
                                wide(s.args[0]) != wide(s.args[1]) && wide(y);
     const bool row_sum = (s.op == OpId::sum || s.op == OpId::mean) && s.args.size() == 1 && wide(s.args[0]);
+    int tensor_inputs = 0;
+    for (int a : s.args) tensor_inputs += a != kNoValue && wide(a);
+    kernels::BinaryAlu alu;
+    // tensor_tensor and tensor_scalar run on GpSimd too (docs/hardware-model.md §1.6); every row-loop
+    // operand is in SBUF, which GpSimd reaches.
+    const bool binary = kernels::binary_alu(s.op, alu) && wide(y);
+    const int passes = std::max(tensor_inputs, 1);
+    const double gpsimd_ns = binary ? engine_ns(spec, spec.gpsimd, elements, passes, dtype) : kCannot;
     if ((immediate && wide(y)) || per_row_scale) {
-      flexible.push_back({k, engine_ns(spec.vector, elements, 1, dtype), engine_ns(spec.scalar, elements, 1, dtype)});
+      choices.push_back({k,
+                         {engine_ns(spec, spec.vector, elements, 1, dtype),
+                          engine_ns(spec, spec.scalar, elements, 1, dtype), gpsimd_ns}});
     } else if (row_sum) {
       const auto c = static_cast<double>(cols);
-      flexible.push_back({k, engine_ns(spec.vector, c, 1, dtype), engine_ns(spec.scalar, c, 1, dtype, true)});
+      choices.push_back(
+          {k, {engine_ns(spec, spec.vector, c, 1, dtype), engine_ns(spec, spec.scalar, c, 1, dtype, true), kCannot}});
+    } else if (binary) {
+      choices.push_back({k, {engine_ns(spec, spec.vector, elements, passes, dtype), kCannot, gpsimd_ns}});
     } else {
-      int tensor_inputs = 0;
-      for (int a : s.args) tensor_inputs += a != kNoValue && wide(a);
       // A row-wide op (softmax, a normalization) makes about two passes over its row; a reduction one.
       const bool composite = kernels::tile_op_needs(s.op).stats;
       const bool whole_row = composite || kernels::tile_op_needs(s.op).row_wide || wide(y);
-      vector_load += engine_ns(spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
-                               composite ? 2 : std::max(tensor_inputs, 1), dtype);
+      fixed[kOnVector] += engine_ns(spec, spec.vector, whole_row ? static_cast<double>(cols) : 1.0,
+                                    composite ? 2 : std::max(tensor_inputs, 1), dtype);
+      engine_of[k] = kOnVector;
     }
   }
-  std::stable_sort(flexible.begin(), flexible.end(), [](const Choice& a, const Choice& b) {
-    return std::min(a.vector_ns, a.scalar_ns) > std::min(b.vector_ns, b.scalar_ns);
-  });
-  for (const Choice& c : flexible) {
-    if (scalar_load + c.scalar_ns >= vector_load + c.vector_ns) {
-      vector_load += c.vector_ns;
-      continue;
-    }
-    scalar_load += c.scalar_ns;
-    const RowStep& s = p.steps[c.k];
-    StepPlan& sp = plan.steps[c.k];
+  int64_t rows = 1;
+  for (int64_t d : p.lead) rows *= d;
+  const double tiles = static_cast<double>(std::max<int64_t>(1, (rows + spec.partitions - 1) / spec.partitions));
+  // A row tile's HBM time: its per-tile inputs in, its result out, at the core's HBM bandwidth.
+  double tile_bytes = dtype_size(p.steps.back().meta.dtype) * (wide(static_cast<int>(inputs + n) - 1) ? cols : 1);
+  for (size_t i = 0; i < inputs; ++i) {
+    const ValueInfo& v = plan.values[i];
+    if (std::any_of(v.strides.begin(), v.strides.end() - 1, [](int64_t st) { return st != 0; }))
+      tile_bytes += static_cast<double>(dtype_size(v.dtype) * (v.wide ? cols : 1));
+  }
+  const double dma_ns =
+      static_cast<double>(std::min<int64_t>(rows, spec.partitions)) * tile_bytes / spec.hbm.bytes_per_ns;
+  // A loop no longer than its pipeline (kMaxBuffers tiles in flight) is paced by its loads: no tile waits
+  // for an engine to finish the tile before it. In a longer one the busiest engine sets the pace even
+  // below the HBM time, since a tile's store waits for its chain and the loads behind that store in
+  // their queues wait with it (measured: softmax's division moved to GpSimd is faster at 4096 x 4096).
+  const std::vector<int> placed = place(choices, fixed, engine_of, tiles, tiles <= kMaxBuffers ? dma_ns : 0.0);
+  for (size_t c = 0; c < choices.size(); ++c) {
+    const RowStep& s = p.steps[choices[c].k];
+    StepPlan& sp = plan.steps[choices[c].k];
+    if (placed[c] == kOnGpSimd) sp.engine = kernels::Engine::gpsimd;
+    if (placed[c] != kOnScalar) continue;
     sp.on_scalar = true;
     sp.func = kernels::ActFunc::identity;
     if (s.op == OpId::sum || s.op == OpId::mean) {
@@ -356,12 +509,11 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
 // half (its sum of squares and rsqrt on the Scalar engine) runs in stage 0 and its scaling (Vector) in
 // stage 1. A cut goes where the engine changes (folded and elided steps belong to the step before
 // them), so that each engine, which runs its instructions in order, works on a neighbouring tile instead
-// of waiting for this tile's other engine: layer_norm's user ops cut into mean and centring | variance,
-// rsqrt and scaling | the affine step, as the hand-written kernel does. `both_ways` false: only where a
-// Vector step follows a Scalar one (softmax: max, shift and exp | the division). Only the first stage
-// may read the loaded row tiles (the next loads run ahead into their buffers), and there are at most
-// `buffers` stages.
-Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
+// of waiting for this tile's other engine (emit_row_program then times the subsets of these cuts and
+// keeps the fastest). `both_ways` false: only where a Vector step follows a step on another engine
+// (softmax: max, shift and exp | the division). Only the first stage may read the loaded row tiles (the
+// next loads run ahead into their buffers), and there are at most `max_stages` stages.
+Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways, size_t max_stages) {
   const size_t n = p.steps.size();
   Stages one{{0, n}, false};
   if (plan.buffers < 2) return one;
@@ -378,13 +530,13 @@ Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
     if (p.steps[k].op == OpId::rms_norm && !plan.steps[k].elided) return {{0, k, n}, true};
   }
   Stages staged{{0}, false};
-  int engine = -1;  // of the last step that runs: 0 Vector, 1 Scalar
+  int engine = -1;  // of the last step that runs
   for (size_t k = 0; k < n; ++k) {
     const StepPlan& sp = plan.steps[k];
     if (sp.elided || sp.folded) continue;
-    const int here = sp.on_scalar ? 1 : 0;
-    if (engine >= 0 && here != engine && (both_ways || here == 0) && k >= inputs_read_until &&
-        staged.bounds.size() < static_cast<size_t>(plan.buffers))
+    const int here = sp.on_scalar ? kOnScalar : sp.engine == kernels::Engine::gpsimd ? kOnGpSimd : kOnVector;
+    if (engine >= 0 && here != engine && (both_ways || here == kOnVector) && k >= inputs_read_until &&
+        staged.bounds.size() < max_stages)
       staged.bounds.push_back(k);
     engine = here;
   }
@@ -392,43 +544,57 @@ Stages stage_bounds(const RowProgram& p, const Plan& plan, bool both_ways) {
   return staged;
 }
 
-// The stages and each slot's ring: a slot used from stage a to stage b of a tile rotates over
+// Sets `stages` and each slot's ring: a slot used from stage a to stage b of a tile rotates over
 // max(buffers, b - a + 2) buffers, so that a tile's first use of a buffer comes two steps of the
 // pipeline after the last use by the tile before it in the ring (one for its store or last reader to
-// drain). Cutting at every engine change first, then only after the Scalar engine, then not at all,
-// whichever first fits the `spare` bytes of SBUF the row tiles leave.
-void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
+// drain). False when the longer rings do not fit the plan's spare SBUF.
+bool fit_stages(const RowProgram& p, Plan& plan, Stages stages) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    plan.stages = attempt < 2 ? stage_bounds(p, plan, attempt == 0) : Stages{{0, n}, false};
-    std::vector<size_t> lo(n), hi(n);
-    for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
-      for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
+  plan.stages = std::move(stages);
+  std::vector<size_t> lo(n), hi(n);
+  for (size_t st = 0; st + 1 < plan.stages.bounds.size(); ++st) {
+    for (size_t k = plan.stages.bounds[st]; k < plan.stages.bounds[st + 1]; ++k) lo[k] = hi[k] = st;
+  }
+  if (plan.stages.within) lo[plan.stages.bounds[1]] = 0;
+  std::vector<size_t> first(plan.slots.size(), n), last(plan.slots.size(), 0);
+  auto use = [&](int slot, size_t k) {
+    if (slot < 0) return;
+    first[static_cast<size_t>(slot)] = std::min(first[static_cast<size_t>(slot)], lo[k]);
+    last[static_cast<size_t>(slot)] = std::max(last[static_cast<size_t>(slot)], hi[k]);
+  };
+  for (size_t k = 0; k < n; ++k) {
+    if (plan.steps[k].elided) continue;
+    use(plan.values[inputs + k].slot, k);
+    use(plan.work_slot[k], k);
+    for (int a : plan.steps[k].args) {
+      if (a >= static_cast<int>(inputs)) use(plan.values[static_cast<size_t>(a)].slot, k);
     }
-    if (plan.stages.within) lo[plan.stages.bounds[1]] = 0;
-    std::vector<size_t> first(plan.slots.size(), n), last(plan.slots.size(), 0);
-    auto use = [&](int slot, size_t k) {
-      if (slot < 0) return;
-      first[static_cast<size_t>(slot)] = std::min(first[static_cast<size_t>(slot)], lo[k]);
-      last[static_cast<size_t>(slot)] = std::max(last[static_cast<size_t>(slot)], hi[k]);
-    };
-    for (size_t k = 0; k < n; ++k) {
-      if (plan.steps[k].elided) continue;
-      use(plan.values[inputs + k].slot, k);
-      use(plan.work_slot[k], k);
-      for (int a : plan.steps[k].args) {
-        if (a >= static_cast<int>(inputs)) use(plan.values[static_cast<size_t>(a)].slot, k);
-      }
-    }
-    uint64_t extra = 0;
-    plan.slot_buffers.assign(plan.slots.size(), static_cast<size_t>(plan.buffers));
-    for (size_t i = 0; i < plan.slots.size(); ++i) {
-      if (first[i] > last[i]) continue;
-      plan.slot_buffers[i] = std::max(plan.slot_buffers[i], last[i] - first[i] + 2);
-      extra += (plan.slot_buffers[i] - static_cast<size_t>(plan.buffers)) *
-               width_bytes(plan.slots[i].wide, plan.chunk, plan.slots[i].dtype);
-    }
-    if (extra <= spare) return;
+  }
+  uint64_t extra = 0;
+  plan.slot_buffers.assign(plan.slots.size(), static_cast<size_t>(plan.buffers));
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    if (first[i] > last[i]) continue;
+    plan.slot_buffers[i] = std::max(plan.slot_buffers[i], last[i] - first[i] + 2);
+    extra += (plan.slot_buffers[i] - static_cast<size_t>(plan.buffers)) *
+             width_bytes(plan.slots[i].wide, plan.chunk, plan.slots[i].dtype);
+  }
+  return extra <= plan.spare;
+}
+
+// The stages of a plan before any is timed: cutting at every engine change first (as many stages as
+// that makes), then at the first `buffers` - 1 of them, then only before a Vector step, then not at
+// all, whichever first fits the `spare` bytes of SBUF the row tiles leave.
+void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
+  const size_t n = p.steps.size();
+  const auto buffers = static_cast<size_t>(plan.buffers);
+  plan.spare = spare;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (fit_stages(p, plan,
+                   attempt == 0   ? stage_bounds(p, plan, true, n)
+                   : attempt == 1 ? stage_bounds(p, plan, true, buffers)
+                   : attempt == 2 ? stage_bounds(p, plan, false, buffers)
+                                  : Stages{{0, n}, false}))
+      return;
   }
 }
 
@@ -602,8 +768,10 @@ class Emitter {
     const Stages& split = plan_.stages;
     const size_t stages = split.bounds.size() - 1;
     split_stats_.assign(tiles.size(), Tile{});
+    moments_.assign(tiles.size(), Tile{});
     auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
+      tile_ = t;
       if (st == 0) {
         for (TilePool& pool : slot_pools_) slots[t].push_back(pool.next());
       }
@@ -670,6 +838,7 @@ class Emitter {
   AccessPattern value(size_t v, uint16_t p, uint32_t f) const {
     const ValueInfo& info = plan_.values[v];
     const uint32_t w = info.wide ? f : 1;
+    if (info.moment >= 0) return moments_[tile_].column(p, static_cast<uint32_t>(info.moment));
     switch (info.source) {
       case Source::invariant:
         return invariant_[static_cast<size_t>(invariant_index_[v])].region(0, p, 0, w);
@@ -693,6 +862,11 @@ class Emitter {
     if (sp.elided) return;  // its reader's activation applies it
     b_.set_source_op(op_name(s.op));
     const size_t y = p_.inputs.size() + k;
+    if (sp.moments) {  // the mean and the variance (find_moments)
+      moments_[tile_] = stats_.next();
+      b_.bn_stats(moments_[tile_].region(0, p, 0, 2), value(static_cast<size_t>(s.args[0]), p, f));
+      return;
+    }
     if (sp.folded) {  // summed by step k - 1
       if (!sp.raw_sum) kernels::emit_reduce_finish(b_, s.op, value(y, p, f), p_.cols);
       return;
@@ -734,6 +908,7 @@ class Emitter {
     t.y = value(p_.inputs.size() + k, p, f);
     t.p = p;
     t.n = static_cast<uint32_t>(p_.cols);
+    t.engine = sp.engine;
     for (int a : s.args) {
       t.args.push_back(a == kNoValue ? kernels::TileArg{}
                                      : kernels::TileArg{value(static_cast<size_t>(a), p, f), !wide(a)});
@@ -753,10 +928,51 @@ class Emitter {
   TilePool stats_, scratch_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
   std::vector<Tile> split_stats_;          // per tile: the statistics of a split rms_norm step
+  std::vector<Tile> moments_;              // per tile: its bn_stats moments (find_moments)
+  size_t tile_ = 0;                        // the tile being emitted
   std::vector<AccessPattern> tile_input_;  // this tile's loaded per-tile inputs
 };
 
 }  // namespace
+
+// The loop's modeled time run alone on a core of `spec`: its operands in HBM tensors of their own and
+// its result in a contiguous one, simulated for timing only.
+double time_alone(const device::Spec& spec, const RowProgram& program, const Plan& plan) {
+  KernelBuilder kb(spec, "row_loop_trial");
+  RowProgram alone = program;
+  std::vector<std::pair<uint32_t, int64_t>> extents;  // per I/O tensor of the program: elements used
+  for (const RowOperand& in : program.inputs) {
+    const int64_t end = in.offset + kernels::tensor_extent(in.desc);
+    auto it = std::find_if(extents.begin(), extents.end(), [&](const auto& e) { return e.first == in.io; });
+    if (it == extents.end()) {
+      extents.emplace_back(in.io, end);
+    } else {
+      it->second = std::max(it->second, end);
+    }
+  }
+  std::vector<uint32_t> io(extents.size());
+  for (size_t i = 0; i < extents.size(); ++i) {
+    const auto in = std::find_if(program.inputs.begin(), program.inputs.end(),
+                                 [&](const RowOperand& o) { return o.io == extents[i].first; });
+    io[i] = kb.input(fmt::format("in{}", i), in->desc.dtype, {std::max<int64_t>(extents[i].second, 1)});
+  }
+  for (RowOperand& in : alone.inputs) {
+    const auto it = std::find_if(extents.begin(), extents.end(), [&](const auto& e) { return e.first == in.io; });
+    in.io = io[static_cast<size_t>(it - extents.begin())];
+  }
+  Dims shape = program.lead;
+  shape.push_back(plan.values.back().wide ? program.cols : 1);
+  const kernels::TensorDesc out_desc = kernels::TensorDesc::contiguous(program.steps.back().meta.dtype, shape);
+  const RowOperand out{kb.output("out", out_desc.dtype, std::vector<int64_t>(shape.begin(), shape.end())), 0, out_desc};
+  Emitter emitter(kb, alone, plan);
+  emitter.run(out);
+  emitter.release();
+  const device::Executable exe = kb.build();
+  device::Core core(spec);
+  std::vector<uint64_t> addresses;
+  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+}
 
 std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
                                                    uint32_t sbuf_bytes) {
@@ -769,7 +985,30 @@ std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& 
                                             const std::function<RowOperand()>& output) {
   std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
-  const Plan& plan = std::get<Plan>(planned);
+  Plan& plan = std::get<Plan>(planned);
+  // A cut at an engine change lets each engine work on its own tile instead of waiting for another
+  // engine's step of the same tile, and adds a stage to the pipeline's fill and drain; which cuts win
+  // depends on the engines' work per tile. So every subset of the engine changes (up to 2^kMaxCuts) is
+  // timed on the cost model (a timing-only run of the loop alone: deterministic) and the fastest kept,
+  // the stages chosen above on a tie.
+  constexpr size_t kMaxCuts = 6;
+  const Stages every = stage_bounds(program, plan, true, program.steps.size());
+  const size_t cuts = every.within ? 0 : every.bounds.size() - 2;
+  if (cuts > 0 && cuts <= kMaxCuts) {
+    double best = time_alone(b.spec(), program, plan);
+    for (uint32_t mask = 0; mask < (1u << cuts); ++mask) {
+      Stages stages{{0}, false};
+      for (size_t c = 0; c < cuts; ++c) {
+        if (mask & (1u << c)) stages.bounds.push_back(every.bounds[c + 1]);
+      }
+      stages.bounds.push_back(program.steps.size());
+      if (stages.bounds == plan.stages.bounds) continue;
+      Plan candidate = plan;
+      if (!fit_stages(program, candidate, std::move(stages))) continue;
+      const double ns = time_alone(b.spec(), program, candidate);
+      if (ns < best) best = ns, plan = std::move(candidate);
+    }
+  }
   const RowOperand out = output();
   Emitter emitter(b, program, plan);
   emitter.run(out);

@@ -25,10 +25,11 @@
 // The loop is scheduled from the program's own ops, so a user's RMSNorm or layer_norm runs as fast as
 // the hand-written kernels without being replaced by them: a unary activation absorbs the scalar
 // affine chain it reads (rsqrt(mean(x * x) + eps) is one Scalar-engine activation with scale 1 / n and
-// bias eps), a row sum of an activated row is that activation's accumulate output, the steps either
-// engine can run (scaling by a per-row value or an immediate, adding an immediate, a row sum) go to
-// the less loaded of the Vector and Scalar engines by the spec's rates, and the steps are cut into
-// pipeline stages where the engine changes.
+// bias eps), a row sum of an activated row is that activation's accumulate output, a row's mean and
+// variance written as mean(x) and mean((x - mean)^2) are one bn_stats pass, the steps more than one
+// engine can run (scaling by a per-row value or an immediate, adding an immediate, a row sum; a binary
+// op on Vector or GpSimd) are placed over the Vector, Scalar and GpSimd engines by the spec's rates,
+// and the steps are cut into pipeline stages where the engine changes.
 //
 // Rows longer than fit SBUF: a program of elementwise steps only is also tiled along the row (column
 // chunks); a program with a row-wide step (reduction, softmax, normalization) needs its whole row on

@@ -2,10 +2,8 @@
 //   cumsum:  per tile of rows, chunks of up to kStreamFree along the dim: tensor_scan (add) of the chunk,
 //            plus the previous chunk's last column (the carry) as a per-partition scalar. The engines
 //            compute in f32, so an i32 cumsum is exact while its partial sums stay within 2^24.
-//   argmax:  per chunk, max8 (k = 1) and find_index8 give the chunk's largest value and its first index;
-//            with more than one chunk, max8 / find_index8 over the chunk maxima pick the first chunk
-//            holding the overall maximum and a one-hot sum picks its index. NaN ranks above every number
-//            throughout (max8's order), so the first NaN wins, as in torch.
+//   argmax:  topk's kernel with k = 1 and only the indices written (build_top, one loop for both); NaN
+//            ranks above every number (max8's order), so the first NaN wins, as in torch.
 //   topk:    per chunk, max8 (the k <= 8 largest, descending) and find_index8 (their indices, equal values
 //            in ascending index) give the chunk's candidates; with more than one chunk, max8 / find_index8
 //            over the candidates (in chunk order, so equal values stay in ascending index) pick the top k
@@ -15,6 +13,7 @@
 //            largest = false runs on -x and negates the values back (so a NaN ranks first there, where
 //            torch puts it last).
 #include <algorithm>
+#include <optional>
 
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
@@ -85,146 +84,173 @@ void build_cumsum(EagerContext& c) {
   const RowWalk w = row_walk(c, false);
   if (w.cols == 0 || c.out.shape.product() == 0) return;
   const uint32_t chunk = static_cast<uint32_t>(std::min<int64_t>(w.cols, kStreamFree));
-  TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool = b.pool("y", DType::f32, chunk, 3);
-  TilePool out_pool = b.pool("out", c.out.dtype, chunk, 3);
-  for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    AccessPattern carry;
-    for (int64_t j0 = 0; j0 < w.cols; j0 += chunk) {
-      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
-      const AccessPattern x = x_pool.next().region(0, p, 0, f);
-      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
-                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      const Tile yt = y_pool.next();
-      const AccessPattern y = yt.region(0, p, 0, f);
-      b.emit(device::tensor_scan(AluOp::add, y, x));
-      if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
-      carry = yt.region(0, p, f - 1, 1);
-      const AccessPattern o = out_pool.next().region(0, p, 0, f);
-      b.copy(o, y);
-      b.store(hbm_pattern(c.out_io, c.out.dtype, out_base + j0 * w.out_col_stride, p, w.out_row_stride,
-                          {{f, static_cast<int32_t>(w.out_col_stride)}}),
-              o);
-    }
-  });
-}
-
-void build_argmax(EagerContext& c) {
-  KernelBuilder& b = c.b;
-  const TensorDesc& in = c.inputs[0];
-  const RowWalk w = row_walk(c, true);
-  if (c.out.shape.product() == 0) return;
-  const uint32_t chunk = static_cast<uint32_t>(std::min<int64_t>(w.cols, kStreamFree));
   const uint32_t chunks = static_cast<uint32_t>((w.cols + chunk - 1) / chunk);
-  TilePool x_pool = b.pool("x", in.dtype, chunk, 3);
-  TilePool best_pool = b.pool("chunk_max", DType::f32, chunks, 2), where_pool = b.pool("chunk_index", DType::f32, chunks, 2);
-  TilePool pick_pool = b.pool("pick", DType::f32, 2, 3), out_pool = b.pool("index", DType::i32, 1, 3);
-  Tile chunk_ids, onehot;
-  if (chunks > 1) {
-    chunk_ids = b.sbuf(DType::f32, chunks, 0, "chunk_ids");
-    b.iota(chunk_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
-    onehot = b.sbuf(DType::f32, chunks, 0, "onehot");
-  }
+  // An f32 result is scanned straight into the tile that is stored; another dtype is scanned in f32
+  // and converted by a copy.
+  const bool direct = c.out.dtype == DType::f32;
+  TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool;
+  if (!direct) y_pool = b.pool("y", DType::f32, chunk, 3);
+  TilePool out_pool = b.pool("out", c.out.dtype, chunk, 3);
+  struct RowTile {
+    int64_t in_base, out_base;
+    uint16_t p;
+  };
+  std::vector<RowTile> tiles;
   for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    const Tile best = best_pool.next(), where = where_pool.next();
-    for (uint32_t j = 0; j < chunks; ++j) {
-      const int64_t j0 = int64_t{j} * chunk;
-      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
-      const AccessPattern x = x_pool.next().region(0, p, 0, f);
-      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
-                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      const AccessPattern value = best.column(p, j), index = where.column(p, j);
-      b.emit(device::max8(value, x));
-      b.emit(device::find_index8(index, x, value));
-      if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
-    }
-    const Tile pick = pick_pool.next();
-    AccessPattern result = where.column(p, 0);
-    if (chunks > 1) {
-      // The first chunk holding the overall maximum, then its index by a one-hot sum.
-      const AccessPattern top = pick.column(p, 0), first = pick.column(p, 1);
-      b.emit(device::max8(top, best.rows(p)));
-      b.emit(device::find_index8(first, best.rows(p), top));
-      b.tensor_scalar(AluOp::is_equal, onehot.rows(p), chunk_ids.rows(p), first);
-      b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
-      b.reduce(AluOp::add, top, onehot.rows(p));
-      result = top;
-    }
-    const AccessPattern o = out_pool.next().column(p, 0);
-    b.copy(o, result);
-    b.store(hbm_pattern(c.out_io, DType::i32, out_base, p, w.out_row_stride, {{1, 1}}), o);
+    tiles.push_back({in_base, out_base, p});
   });
+  // Software pipeline over (row tile, chunk) items, loads two items ahead (pipeline(), eager_internal.h).
+  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  AccessPattern carry;
+  auto chunk_of = [&](size_t i) {
+    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
+    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
+  };
+  pipeline(
+      xs.size(), 2,
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        xs[i] = x_pool.next().region(0, t.p, 0, f);
+        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
+                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      },
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        if (j0 == 0) carry = AccessPattern{};
+        const Tile ot = out_pool.next(), yt = direct ? ot : y_pool.next();
+        const AccessPattern y = yt.region(0, t.p, 0, f), o = ot.region(0, t.p, 0, f);
+        b.emit(device::tensor_scan(AluOp::add, y, xs[i]));
+        if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
+        carry = yt.region(0, t.p, f - 1, 1);
+        if (!direct) b.copy(o, y);
+        b.store(hbm_pattern(c.out_io, c.out.dtype, t.out_base + j0 * w.out_col_stride, t.p, w.out_row_stride,
+                            {{f, static_cast<int32_t>(w.out_col_stride)}}),
+                o);
+      });
 }
 
-void build_topk(EagerContext& c) {
+namespace {
+
+// The k <= 8 largest along the dim and their indices, one loop for topk (values and indices) and argmax
+// (k = 1, the indices only, the dim dropped unless keepdim): `values_io` is the values' output or
+// absent, `indices` / `indices_io` the indices' output.
+void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_t> values_io, const TensorDesc& indices,
+               uint32_t indices_io, bool drop_dim) {
   KernelBuilder& b = c.b;
   const TensorDesc& in = c.inputs[0];
-  SIGHTLINE_CHECK(c.more_out.size() == 1 && c.more_out_io.size() == 1, "aten::topk: needs the indices output");
-  const TensorDesc& idx = c.more_out[0];
-  SIGHTLINE_CHECK(idx.shape == c.out.shape && idx.strides == c.out.strides,
-                  "aten::topk: the values {} and indices {} must have one layout", c.out.shape, idx.shape);
-  const RowWalk w = row_walk(c, false);
-  const int64_t k = c.attrs.k;
-  SIGHTLINE_CHECK(k <= 8,
-                  "aten::topk on the device: k = {} but the Vector engine's max8 finds at most 8 per pass (rounds "
-                  "that replace the found values are not modeled); use k <= 8, or run topk on cpu", k);
-  if (k == 0 || c.out.shape.product() == 0) return;
-  const uint32_t kk = static_cast<uint32_t>(k);
+  const RowWalk w = row_walk(c, drop_dim);
+  if (kk == 0 || w.cols == 0 || indices.shape.product() == 0) return;
   // Chunks of equal size, so that each holds at least k elements.
   const uint32_t chunks = static_cast<uint32_t>((w.cols + kStreamFree - 1) / kStreamFree);
   const uint32_t chunk = static_cast<uint32_t>((w.cols + chunks - 1) / chunks);
-  SIGHTLINE_CHECK(w.cols - int64_t{chunks - 1} * chunk >= k, "aten::topk: rows of {} split into chunks of {} leave "
-                  "fewer than k = {} in the last", w.cols, chunk, k);
-  const bool negate = !c.attrs.largest;
+  SIGHTLINE_CHECK(w.cols - int64_t{chunks - 1} * chunk >= kk, "{}: rows of {} split into chunks of {} leave "
+                  "fewer than k = {} in the last", op_name(c.op), w.cols, chunk, kk);
+  const bool negate = !largest;
   TilePool x_pool = b.pool("x", in.dtype, chunk, 3);
-  TilePool cand_pool = b.pool("cand_value", DType::f32, chunks * kk, 2);
+  // The largest 16-bit floats are some of them, so they are kept in their dtype (exact): max8 then runs
+  // at the Vector engine's 16-bit rate, twice the 32-bit one (as softmax's row max, emit.cpp).
+  const DType value_dtype = dtype_is_floating(in.dtype) && dtype_size(in.dtype) == 2 ? in.dtype : DType::f32;
+  TilePool cand_pool = b.pool("cand_value", value_dtype, chunks * kk, 2);
   TilePool where_pool = b.pool("cand_index", DType::f32, chunks * kk, 2);
-  TilePool pick_pool = b.pool("pick", DType::f32, kk, 2), pos_pool = b.pool("pick_pos", DType::f32, kk, 2);
-  TilePool value_pool = b.pool("values", c.out.dtype, kk, 3), index_pool = b.pool("indices", DType::i32, kk, 3);
+  TilePool pick_pool = b.pool("pick", value_dtype, kk, 2), pos_pool = b.pool("pick_pos", DType::f32, kk, 2);
+  TilePool value_pool, index_pool = b.pool("indices", DType::i32, kk, 3);
+  if (values_io) value_pool = b.pool("values", c.out.dtype, kk, 3);
   Tile cand_ids, onehot;
   if (chunks > 1) {
     cand_ids = b.sbuf(DType::f32, chunks * kk, 0, "cand_ids");
     b.iota(cand_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
     onehot = b.sbuf(DType::f32, chunks * kk, 0, "onehot");
   }
+  struct RowTile {
+    int64_t in_base, out_base;
+    uint16_t p;
+  };
+  std::vector<RowTile> tiles;
   for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    const Tile cand = cand_pool.next(), where = where_pool.next();
-    for (uint32_t j = 0; j < chunks; ++j) {
-      const int64_t j0 = int64_t{j} * chunk;
-      const uint32_t f = static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0));
-      const AccessPattern x = x_pool.next().region(0, p, 0, f);
-      b.load(x, hbm_pattern(c.input_io[0], in.dtype, in_base + j0 * w.in_col_stride, p, w.in_row_stride,
-                            {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      if (negate) b.tensor_scalar(AluOp::multiply, x, x, -1.0f);
-      const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
-      b.emit(device::max8(value, x));
-      b.emit(device::find_index8(index, x, value));
-      if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
-    }
-    AccessPattern values = cand.region(0, p, 0, kk), indices = where.region(0, p, 0, kk);
-    if (chunks > 1) {
-      // The top k of the candidates, then the index each came from by a one-hot sum.
-      values = pick_pool.next().region(0, p, 0, kk);
-      const Tile pos = pos_pool.next();
-      b.emit(device::max8(values, cand.rows(p)));
-      b.emit(device::find_index8(pos.region(0, p, 0, kk), cand.rows(p), values));
-      for (uint32_t j = 0; j < kk; ++j) {
-        b.tensor_scalar(AluOp::is_equal, onehot.rows(p), cand_ids.rows(p), pos.column(p, j));
-        b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
-        b.reduce(AluOp::add, pos.column(p, j), onehot.rows(p));
-      }
-      indices = pos.region(0, p, 0, kk);
-    }
-    if (negate) b.tensor_scalar(AluOp::multiply, values, values, -1.0f);
-    const AccessPattern vo = value_pool.next().region(0, p, 0, kk), io = index_pool.next().region(0, p, 0, kk);
-    b.copy(vo, values);
-    b.copy(io, indices);
-    b.store(hbm_pattern(c.out_io, c.out.dtype, out_base, p, w.out_row_stride,
-                        {{kk, static_cast<int32_t>(w.out_col_stride)}}),
-            vo);
-    b.store(hbm_pattern(c.more_out_io[0], DType::i32, out_base, p, w.out_row_stride,
-                        {{kk, static_cast<int32_t>(w.out_col_stride)}}),
-            io);
+    tiles.push_back({in_base, out_base, p});
   });
+  // Software pipeline over (row tile, chunk) items: the chunk loads run two items ahead (pipeline(),
+  // eager_internal.h), so no DMA queue holds a load behind the previous tile's store.
+  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  Tile cand, where;
+  auto chunk_of = [&](size_t i) {
+    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
+    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
+  };
+  pipeline(
+      xs.size(), 2,
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const auto [j0, f] = chunk_of(i);
+        xs[i] = x_pool.next().region(0, t.p, 0, f);
+        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
+                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
+      },
+      [&](size_t i) {
+        const RowTile& t = tiles[i / chunks];
+        const uint16_t p = t.p;
+        const uint32_t j = static_cast<uint32_t>(i % chunks);
+        const int64_t j0 = chunk_of(i).first;
+        if (j == 0) cand = cand_pool.next(), where = where_pool.next();
+        const AccessPattern& x = xs[i];
+        if (negate) b.tensor_scalar(AluOp::multiply, x, x, -1.0f);
+        const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
+        b.emit(device::max8(value, x));
+        b.emit(device::find_index8(index, x, value));
+        if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
+        if (j + 1 < chunks) return;
+        AccessPattern values = cand.region(0, p, 0, kk), positions = where.region(0, p, 0, kk);
+        if (chunks > 1) {
+          // The top k of the candidates, then the index each came from by a one-hot sum.
+          values = pick_pool.next().region(0, p, 0, kk);
+          const Tile pos = pos_pool.next();
+          b.emit(device::max8(values, cand.rows(p)));
+          b.emit(device::find_index8(pos.region(0, p, 0, kk), cand.rows(p), values));
+          for (uint32_t r = 0; r < kk; ++r) {
+            b.tensor_scalar(AluOp::is_equal, onehot.rows(p), cand_ids.rows(p), pos.column(p, r));
+            b.tensor_tensor(AluOp::multiply, onehot.rows(p), onehot.rows(p), where.rows(p));
+            b.reduce(AluOp::add, pos.column(p, r), onehot.rows(p));
+          }
+          positions = pos.region(0, p, 0, kk);
+        }
+        AccessPattern vo;
+        if (values_io) {
+          if (negate) b.tensor_scalar(AluOp::multiply, values, values, -1.0f);
+          vo = value_pool.next().region(0, p, 0, kk);
+          b.copy(vo, values);
+        }
+        const AccessPattern io = index_pool.next().region(0, p, 0, kk);
+        b.copy(io, positions);
+        if (values_io) {
+          b.store(hbm_pattern(*values_io, c.out.dtype, t.out_base, p, w.out_row_stride,
+                              {{kk, static_cast<int32_t>(w.out_col_stride)}}),
+                  vo);
+        }
+        b.store(hbm_pattern(indices_io, DType::i32, t.out_base, p, w.out_row_stride,
+                            {{kk, static_cast<int32_t>(w.out_col_stride)}}),
+                io);
+      });
+}
+
+}  // namespace
+
+void build_argmax(EagerContext& c) {
+  build_top(c, 1, /*largest=*/true, std::nullopt, c.out, c.out_io, /*drop_dim=*/true);
+}
+
+void build_topk(EagerContext& c) {
+  SIGHTLINE_CHECK(c.more_out.size() == 1 && c.more_out_io.size() == 1, "aten::topk: needs the indices output");
+  const TensorDesc& idx = c.more_out[0];
+  SIGHTLINE_CHECK(idx.shape == c.out.shape && idx.strides == c.out.strides,
+                  "aten::topk: the values {} and indices {} must have one layout", c.out.shape, idx.shape);
+  const int64_t k = c.attrs.k;
+  SIGHTLINE_CHECK(k <= 8,
+                  "aten::topk on the device: k = {} but the Vector engine's max8 finds at most 8 per pass (rounds "
+                  "that replace the found values are not modeled); use k <= 8, or run topk on cpu", k);
+  if (k <= 0) return;
+  build_top(c, static_cast<uint32_t>(k), c.attrs.largest, c.out_io, idx, c.more_out_io[0], /*drop_dim=*/false);
 }
 
 }  // namespace sightline::kernels

@@ -97,23 +97,25 @@ TileOpNeeds tile_op_needs(OpId op) {
   return needs;
 }
 
-void emit_binary(KernelBuilder& b, OpId op, const AccessPattern& y, const TileArg& a, const TileArg& b_arg) {
+void emit_binary(KernelBuilder& b, OpId op, const AccessPattern& y, const TileArg& a, const TileArg& b_arg,
+                 Engine on) {
   BinaryAlu mapped;
   SIGHTLINE_CHECK(binary_alu(op, mapped), "{} is not a binary elementwise op", op_name(op));
   const bool sw = mapped.swapped;  // alu(b, a)
   if (a.per_row == b_arg.per_row) {
-    b.tensor_tensor(mapped.alu, y, sw ? b_arg.ap : a.ap, sw ? a.ap : b_arg.ap);
+    b.tensor_tensor(mapped.alu, y, sw ? b_arg.ap : a.ap, sw ? a.ap : b_arg.ap, on);
   } else if (b_arg.per_row) {
-    b.tensor_scalar(mapped.alu, y, a.ap, b_arg.ap, /*reverse=*/sw);
+    b.tensor_scalar(mapped.alu, y, a.ap, b_arg.ap, /*reverse=*/sw, on);
   } else {
-    b.tensor_scalar(mapped.alu, y, b_arg.ap, a.ap, /*reverse=*/!sw);
+    b.tensor_scalar(mapped.alu, y, b_arg.ap, a.ap, /*reverse=*/!sw, on);
   }
 }
 
-void emit_binary_scalar(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& a, float scalar) {
+void emit_binary_scalar(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& a, float scalar,
+                        Engine on) {
   BinaryAlu mapped;
   SIGHTLINE_CHECK(binary_alu(op, mapped), "{} is not a binary elementwise op", op_name(op));
-  b.tensor_scalar(mapped.alu, y, a, scalar, /*reverse=*/mapped.swapped);
+  b.tensor_scalar(mapped.alu, y, a, scalar, /*reverse=*/mapped.swapped, on);
 }
 
 void emit_unary(KernelBuilder& b, OpId op, const OpAttrs& attrs, const AccessPattern& y, const AccessPattern& x) {
@@ -242,12 +244,21 @@ bool on_chip_sbuf(const AccessPattern& a, const AccessPattern& b) {
 
 void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
                                uint16_t p, float eps) {
-  const AccessPattern moments = stats.region(0, p, 0, 2), mean = stats.column(p, 0), var = stats.column(p, 1),
-                      rstd = stats.column(p, 2);
+  emit_layer_norm_center(b, y, x, stats, p);
+  emit_layer_norm_scale(b, y, stats, p, eps);
+}
+
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                            uint16_t p) {
+  const AccessPattern moments = stats.region(0, p, 0, 2), mean = stats.column(p, 0);
   b.bn_stats(moments, x);
-  b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
   const bool narrow = dtype_size(x.dtype) == 2 && on_chip_sbuf(y, x) && mean.memory == Memory::sbuf;
   b.tensor_scalar(AluOp::subtract, y, x, mean, false, narrow ? Engine::gpsimd : Engine::vector);
+}
+
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const Tile& stats, uint16_t p, float eps) {
+  const AccessPattern var = stats.column(p, 1), rstd = stats.column(p, 2);
+  b.activate(ActFunc::rsqrt, rstd, var, 1.0f, eps);
   b.activate(ActFunc::identity, y, y, 1.0f, 0.0f, {}, rstd);
 }
 
@@ -273,10 +284,10 @@ void emit_tile_op(KernelBuilder& b, const TileOp& t) {
   BinaryAlu alu;
   if (binary_alu(t.op, alu)) {
     if (t.scalar) {
-      emit_binary_scalar(b, t.op, t.y, arg(0), *t.scalar);
+      emit_binary_scalar(b, t.op, t.y, arg(0), *t.scalar, t.engine);
     } else {
       arg(1);
-      emit_binary(b, t.op, t.y, t.args[0], t.args[1]);
+      emit_binary(b, t.op, t.y, t.args[0], t.args[1], t.engine);
     }
     return;
   }

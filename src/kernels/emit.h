@@ -74,6 +74,9 @@ struct TileOp {
   Tile stats;          // see TileOpNeeds: a tile of at least kTileStatColumns f32 columns
   uint16_t p = 1;      // partitions of the tile
   uint32_t n = 1;      // the row length the row-wide ops reduce over (mean's count, rms_norm's n)
+  // Where a binary elementwise op runs: the Vector engine or GpSimd (both run tensor_tensor and
+  // tensor_scalar, docs/hardware-model.md §1.6; GpSimd only on SBUF operands). Other ops ignore it.
+  Engine engine = Engine::vector;
 };
 
 // Emits the instructions that compute t.y from t.args. Throws sightline::Error naming the op when it
@@ -81,8 +84,11 @@ struct TileOp {
 void emit_tile_op(KernelBuilder& b, const TileOp& t);
 
 // The emitters emit_tile_op dispatches to, for callers that know their op's kind.
-void emit_binary(KernelBuilder& b, OpId op, const AccessPattern& y, const TileArg& a, const TileArg& b_arg);
-void emit_binary_scalar(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& a, float scalar);
+// Binary elementwise ops run on `on`: Engine::vector or Engine::gpsimd (SBUF operands only).
+void emit_binary(KernelBuilder& b, OpId op, const AccessPattern& y, const TileArg& a, const TileArg& b_arg,
+                 Engine on = Engine::vector);
+void emit_binary_scalar(KernelBuilder& b, OpId op, const AccessPattern& y, const AccessPattern& a, float scalar,
+                        Engine on = Engine::vector);
 void emit_unary(KernelBuilder& b, OpId op, const OpAttrs& attrs, const AccessPattern& y, const AccessPattern& x);
 // where(cond, a, b) / masked_fill(x, mask, value): `picked` is an f32 scratch tile shaped like y.
 void emit_select(KernelBuilder& b, OpId op, const OpAttrs& attrs, const AccessPattern& y,
@@ -119,5 +125,10 @@ void emit_layer_norm_normalize(KernelBuilder& b, const AccessPattern& y, const A
                                uint16_t p, float eps);
 void emit_layer_norm_affine(KernelBuilder& b, const AccessPattern& y, const AccessPattern& weight,
                             const AccessPattern& bias);
+// emit_layer_norm_normalize in two halves: _center writes x - mean to y (the moments into stats),
+// _scale multiplies y by rsqrt(var + eps) on the Scalar engine.
+void emit_layer_norm_center(KernelBuilder& b, const AccessPattern& y, const AccessPattern& x, const Tile& stats,
+                            uint16_t p);
+void emit_layer_norm_scale(KernelBuilder& b, const AccessPattern& y, const Tile& stats, uint16_t p, float eps);
 
 }  // namespace sightline::kernels

@@ -235,12 +235,12 @@ TEST(RowLoopDeviceTime, NaiveSoftmaxAsFastAsTheBuiltIn) {
   ASSERT_EQ(fused.size(), 1u);
   RecordProperty("builtin_ns", std::to_string(builtin[0]));
   RecordProperty("row_loop_ns", std::to_string(fused[0]));
-  // Within 1%: the loop's fill and drain take about a microsecond longer than the kernel's (0.5% here).
-  EXPECT_LE(fused[0] * 100, builtin[0] * 101) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
+  // No slower: the loop's stage cuts are timed on the cost model, so its fill and drain match the kernel's.
+  EXPECT_LE(fused[0], builtin[0]) << "row loop " << fused[0] << " ns, softmax " << builtin[0] << " ns";
 }
 
 // The user's RMSNorm and layer_norm, fused by the compiler from their own ops (no built-in substituted),
-// take no more device time than the hand-written rms_norm kernel on the same inputs (layer_norm: see below).
+// take no more device time than the hand-written kernels on the same inputs.
 TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   Generator g(37);
   const std::vector<Tensor> args = {randn({4096, 2048}, {}, &g).to(kCore0), randn({2048}, {}, &g).to(kCore0),
@@ -262,12 +262,10 @@ TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   RecordProperty("layer_norm_builtin_ns", std::to_string(ln_builtin[0]));
   RecordProperty("layer_norm_row_loop_ns", std::to_string(ln_fused[0]));
   EXPECT_LE(rms_fused[0], rms_builtin[0]) << "row loop " << rms_fused[0] << " ns, rms_norm " << rms_builtin[0];
-  // The built-in layer_norm runs its bias pass (and, for 16-bit x, x - mean) on GpSimd; the row loop
-  // schedules the Vector and Scalar engines only, so it trails the built-in by the work GpSimd takes
-  // (docs/architecture.md, what is open in the compiler): 1.09x in f32, 1.36x in bf16 at this shape.
-  // Bounded here, so that the gap cannot grow.
-  EXPECT_LE(ln_fused[0] * 100, ln_builtin[0] * 110) << "row loop " << ln_fused[0] << " ns, layer_norm "
-                                                    << ln_builtin[0];
+  // layer_norm: the row's mean and variance are one bn_stats pass (find_moments), the steps go to the
+  // Vector, Scalar and GpSimd engines by the loop's placement and its stage cuts are timed on the cost
+  // model (compiler/row_kernel.cpp), which finds the built-in's schedule in f32 and in bf16.
+  EXPECT_LE(ln_fused[0], ln_builtin[0]) << "row loop " << ln_fused[0] << " ns, layer_norm " << ln_builtin[0];
   // bf16: the row loop keeps 16-bit rows in bf16, so the Vector engine runs at its 16-bit rate too.
   const Tensor x16 = args[0].to(DType::bf16), w16 = args[1].to(DType::bf16), b16 = args[2].to(DType::bf16);
   (void)rms({x16, w16});
@@ -280,8 +278,30 @@ TEST(RowLoopDeviceTime, NaiveNormalizationsAsFastAsTheBuiltIns) {
   ASSERT_EQ(ln16_fused.size(), 1u);
   EXPECT_LE(rms16_fused[0], rms16_builtin[0]) << "bf16 row loop " << rms16_fused[0] << " ns, rms_norm "
                                               << rms16_builtin[0];
-  EXPECT_LE(ln16_fused[0] * 100, ln16_builtin[0] * 140) << "bf16 row loop " << ln16_fused[0] << " ns, layer_norm "
-                                                        << ln16_builtin[0];
+  EXPECT_LE(ln16_fused[0], ln16_builtin[0]) << "bf16 row loop " << ln16_fused[0] << " ns, layer_norm "
+                                            << ln16_builtin[0];
+}
+
+TEST(RowLoopSchedule, NaiveLayerNormTakesOneMomentsPassAndUsesGpSimd) {
+  // mean(x) and mean((x - mean)^2) are one bn_stats pass per row tile (labelled with the user's mean), no
+  // Scalar-engine square is left, and the placement puts binary steps on GpSimd.
+  const int64_t rows = 4096, cols = 2048;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const device::Executable exe =
+        lower(optimized(kPrograms[4], {{rows, cols}, {cols}, {cols}}, dtype), device::Spec::builtin("trn2"), "ln");
+    int moments = 0, squares = 0;
+    for (const device::Instruction& in : exe.stream(device::Engine::vector)) {
+      if (in.opcode != device::Opcode::bn_stats) continue;
+      ++moments;
+      EXPECT_EQ(exe.source_ops[in.source_op], "aten::mean");
+    }
+    for (const device::Instruction& in : exe.stream(device::Engine::scalar))
+      squares += in.opcode == device::Opcode::activate && in.act() == device::ActFunc::square;
+    EXPECT_EQ(moments, rows / 128);
+    EXPECT_EQ(squares, 0);
+    EXPECT_FALSE(exe.stream(device::Engine::gpsimd).empty());
+  }
 }
 
 TEST(RowLoopDeviceTime, FasterThanTheOpByOpKernels) {
