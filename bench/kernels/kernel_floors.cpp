@@ -20,7 +20,8 @@
 // block's), for the default compile() ("discovered": the row loop fuses the function's own ops) and
 // with CompileOptions::substitute_builtins ("substituted": naive forms of built-ins replaced by them): neuron::last_trace_summary, the one definition the examples print. The decoder block's floor is
 // max(weights + input + output bytes / HBM bandwidth, the block's FLOPs / Tensor fp32 roof) with the
-// FLOPs summed from the profiler's with_flops rows (the op table's rule again).
+// FLOPs summed from the profiler's with_flops rows (the op table's rule again): examples/common/roofline_floor.h,
+// the definition the model examples print too.
 //
 // Every figure printed is modeled and deterministic; only the last line (the simulator's wall time) is
 // measured.
@@ -35,6 +36,7 @@
 
 #include "analysis/roofline.h"
 #include "decoder_block.h"
+#include "roofline_floor.h"
 #include "device/core.h"
 #include "kernels/eager.h"
 #include "sightline/compile.h"
@@ -167,12 +169,7 @@ Measured profile_busy(const std::function<void()>& call, bool with_flops = false
   prof.stop();
   const neuron::TraceSummary s = neuron::last_trace_summary();
   Measured m{s.busy_us, s.executions, 0};
-  if (with_flops) {
-    const profiler::KeyAverages averages = prof.key_averages();
-    for (const profiler::FunctionEventAvg& row : averages.rows()) {
-      if (row.key.rfind("aten::", 0) == 0) m.flops += static_cast<double>(row.flops);
-    }
-  }
+  if (with_flops) m.flops = examples::aten_flops(prof.key_averages());
   return m;
 }
 
@@ -189,7 +186,7 @@ Tensor softmax_naive(const Tensor& x) {
   return e / sum(e, {-1}, true);
 }
 
-void print_compiled(const device::Spec& spec) {
+void print_compiled() {
   const Device dev = Device::parse("neuron:0");
   Generator g(0);
   const int64_t rows = 4096, cols = 4096;
@@ -242,20 +239,15 @@ void print_compiled(const device::Spec& spec) {
   auto block_compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(block));
   const Measured eager = profile_busy([&] { (void)block(args); }, /*with_flops=*/true);
   const Measured compiled = profile_busy([&] { (void)block_compiled(args); });
-  double bytes = 0;
-  for (const Tensor& t : args) bytes += static_cast<double>(t.nbytes());
-  bytes += static_cast<double>(args[0].nbytes());  // the output, the input's shape
-  const double hbm_floor_us = bytes / spec.hbm.bytes_per_ns / 1e3;
-  const double tensor_floor_us = eager.flops / roof_flops_per_ns(spec, "Tensor fp32") / 1e3;
-  const double floor_us = std::max(hbm_floor_us, tensor_floor_us);
+  // The output has the input's shape.
+  const examples::Floor floor =
+      examples::roofline_floor(examples::bytes_of(args) + static_cast<double>(args[0].nbytes()), eager.flops, DType::f32);
   fmt::print("\n== decoder block (batch {}, seq {}, d_model {}, {} heads, MLP {}, f32), modeled ==\n", dims.batch,
              dims.seq, dims.model, dims.heads, dims.hidden);
   fmt::print("  eager: {} executions, {:.1f} us busy; compiled: {} executions, {:.1f} us busy; compiled/eager "
              "{:.3f}x\n",
              eager.executions, eager.busy_us, compiled.executions, compiled.busy_us, compiled.busy_us / eager.busy_us);
-  fmt::print("  floor: max(HBM {:.1f} us for {:.1f} MB of weights, input and output; Tensor fp32 {:.1f} us for "
-             "{:.2f} GFLOP) = {:.1f} us; compiled = {:.2f}x the floor\n",
-             hbm_floor_us, bytes / 1e6, tensor_floor_us, eager.flops / 1e9, floor_us, compiled.busy_us / floor_us);
+  fmt::print("  floor: {}; compiled = {:.2f}x the floor\n", floor.text(), compiled.busy_us / floor.us());
 }
 
 }  // namespace
@@ -275,7 +267,7 @@ int main(int argc, char** argv) {
     const device::Spec spec = spec_name == "trn2" || spec_name == "trn1" ? device::Spec::builtin(spec_name)
                                                                          : device::Spec::load(spec_name);
     print_builtins(spec);
-    print_compiled(spec);
+    print_compiled();
     fmt::print("\nMeasured, not modeled: the whole run took {:.2f} s of wall time.\n",
                static_cast<double>(host_clock::wall_now_ns() - wall_start) / 1e9);
   } catch (const std::exception& e) {

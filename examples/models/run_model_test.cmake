@@ -1,6 +1,7 @@
 # Runs one model example (EXE with ARGS, profiles under OUT) and checks what it must produce: exit status 0,
 # a key_averages table and a comparison row per variant, and a profile directory per variant with its
-# trace.json and manifest.json.
+# trace.json and manifest.json; on a neuron device, the floor of one forward pass and each variant's
+# device busy time over it, never below the floor.
 file(REMOVE_RECURSE ${OUT})
 execute_process(COMMAND ${EXE} ${ARGS} --out ${OUT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}")
@@ -23,4 +24,18 @@ endforeach()
 string(FIND "${out}" "== comparison" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the output has no comparison")
+endif()
+if(NOT "${ARGS}" MATCHES "--device;cpu" AND NOT "${ARGS}" MATCHES "--tp")
+  string(FIND "${out}" "  floor: max(HBM " at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the output has no floor line")
+  endif()
+  foreach(variant eager sdpa compiled)
+    if(NOT "${out}" MATCHES "  ${variant} +[0-9.]+ us busy = ([0-9.]+)x the floor")
+      message(FATAL_ERROR "the output has no time/floor of ${variant}")
+    endif()
+    if(CMAKE_MATCH_1 LESS 1)
+      message(FATAL_ERROR "${variant} runs in ${CMAKE_MATCH_1}x its floor: below the floor, the floor is wrong")
+    endif()
+  endforeach()
 endif()

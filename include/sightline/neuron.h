@@ -68,6 +68,8 @@ struct DeviceInfo {
   uint64_t hbm_bytes_per_core = 0;
   double hbm_bytes_per_ns = 0;  // per core
   bool functional = true;
+  double tensor_flops_per_ns = 0;       // the Tensor engine's peak with 16-bit operands, per core
+  double tensor_fp32_flops_per_ns = 0;  // and with fp32 operands (device::TensorEngineSpec::peak_flops_per_ns)
 };
 DeviceInfo device_info();
 // Device memory of `core` allocated now, and free.

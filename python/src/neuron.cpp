@@ -32,6 +32,8 @@ void init_neuron(py::module_& m) {
       .def_readonly("hbm_bytes_per_core", &neuron::DeviceInfo::hbm_bytes_per_core)
       .def_readonly("hbm_bytes_per_ns", &neuron::DeviceInfo::hbm_bytes_per_ns)
       .def_readonly("functional", &neuron::DeviceInfo::functional)
+      .def_readonly("tensor_flops_per_ns", &neuron::DeviceInfo::tensor_flops_per_ns)
+      .def_readonly("tensor_fp32_flops_per_ns", &neuron::DeviceInfo::tensor_fp32_flops_per_ns)
       .def("__repr__", [](const neuron::DeviceInfo& d) {
         return "DeviceInfo(spec_name='" + d.spec_name + "', core_version='" + d.core_version +
                "', cores=" + std::to_string(d.cores) + ", functional=" + (d.functional ? "True" : "False") + ")";

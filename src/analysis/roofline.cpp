@@ -75,14 +75,14 @@ void place_under_roofs(RooflinePoint& point, const RoofTally& tally, const Roofl
 }  // namespace
 
 std::vector<Roof> compute_roofs(const device::Spec& spec) {
-  const double tensor = SummaryBuilder(spec).finish("").peak_flops_per_s;  // the one definition of the peak
+  const double tensor = spec.tensor.peak_flops_per_ns() * 1e9;  // the one definition of the peak
   const double partitions = spec.partitions;
   auto rate = [&](const device::EngineSpec& e, bool narrow) {
     return partitions * (narrow ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit) * e.clock_ghz * 1e9;
   };
   std::vector<Roof> roofs = {
       {"Tensor bf16/fp16", tensor},
-      {"Tensor fp32", spec.tensor.fp32_cost_factor > 0 ? tensor / spec.tensor.fp32_cost_factor : tensor},
+      {"Tensor fp32", spec.tensor.peak_flops_per_ns(/*fp32=*/true) * 1e9},
       {"Vector bf16/fp16", rate(spec.vector, true)},
       {"Vector fp32", rate(spec.vector, false)},
       {"Scalar bf16/fp16", rate(spec.scalar, true)},

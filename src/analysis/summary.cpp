@@ -102,7 +102,7 @@ std::optional<double> op_table_flops(const device::Executable& exe) {
 }
 
 SummaryBuilder::SummaryBuilder(const device::Spec& spec) : spec_(spec) {
-  sum_.peak_flops_per_s = double(spec.tensor.array_rows) * spec.tensor.array_cols * 2.0 * spec.tensor.clock_ghz * 1e9;
+  sum_.peak_flops_per_s = spec.tensor.peak_flops_per_ns() * 1e9;
   sum_.hbm_bytes_per_s = spec.hbm.bytes_per_ns * 1e9;
 }
 

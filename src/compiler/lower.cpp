@@ -137,6 +137,7 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.kernels", fmt::format("{}", kernel_count_));
     exe.metadata.emplace_back("compiled.row_loops", fmt::format("{}", row_loops_));
     exe.metadata.emplace_back("compiled.fused_epilogues", fmt::format("{}", epilogues_));
+    exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
     for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
     }
@@ -478,11 +479,190 @@ class Lowerer {
     return out;
   }
 
+  // Attention as the user writes it, softmax(q @ k^T [* scale] [+ mask]) @ v: the scores' matmul
+  // epilogue (matmul, an optional multiply by a host scalar, an optional add of a mask tensor, softmax
+  // along the last dim) read only by a matmul with v. It runs as one attention kernel (the one
+  // scaled_dot_product_attention lowers to: q k^T into PSUM, scale, mask and softmax in SBUF, P v
+  // accumulated in PSUM, per head and 128-query tile), so the scores never reach HBM; each phase's
+  // instructions carry the name of the user's op it computes.
+  struct AttentionMatch {
+    const Node* scores = nullptr;  // the fused.matmul_epilogue node
+    const Node* scale = nullptr;   // aten::mul by a host scalar, or none
+    const Node* mask = nullptr;    // aten::add of a mask tensor, or none
+    const Node* softmax = nullptr;
+    const Node* cast = nullptr;    // a _to_copy of the probabilities to the operands' dtype (autocast), or none
+    int q = 0, k_t = 0, mask_input = -1;  // body input indices
+  };
+
+  static std::optional<AttentionMatch> match_attention_scores(const Node& epilogue) {
+    if (epilogue.kind != NodeKind::fused || epilogue.fusion != FusionKind::matmul_epilogue) return std::nullopt;
+    const Graph& body = *epilogue.body;
+    std::vector<const Node*> chain;
+    for (const Node& m : body.nodes) {
+      if (m.kind == NodeKind::op) chain.push_back(&m);
+    }
+    if (chain.size() < 2 || chain[0]->op != OpId::matmul || chain.back()->op != OpId::softmax) return std::nullopt;
+    AttentionMatch match;
+    match.scores = &epilogue;
+    match.softmax = chain.back();
+    const Node& mm = *chain[0];
+    const int rank = mm.meta.shape.size();
+    const DType dtype = mm.meta.dtype;
+    if (rank < 2 || !dtype_is_floating(dtype)) return std::nullopt;
+    auto input_of = [&](int v) {
+      const Node& in = body.nodes[static_cast<size_t>(v)];
+      return in.kind == NodeKind::input ? in.input_index : -1;
+    };
+    if (mm.inputs.size() != 2) return std::nullopt;
+    match.q = input_of(mm.inputs[0]);
+    match.k_t = input_of(mm.inputs[1]);
+    if (match.q < 0 || match.k_t < 0) return std::nullopt;
+    auto index_of = [&](const Node* node) { return static_cast<int>(node - body.nodes.data()); };
+    int previous = index_of(chain[0]);
+    for (size_t k = 1; k + 1 < chain.size(); ++k) {
+      const Node& e = *chain[k];
+      if (e.meta.dtype != dtype || e.meta.shape != mm.meta.shape) return std::nullopt;
+      if (e.op == OpId::mul && e.attrs.has_scalar && !match.scale && !match.mask && e.inputs[0] == previous) {
+        match.scale = &e;
+      } else if (e.op == OpId::add && !e.attrs.has_scalar && !match.mask && e.inputs.size() == 2) {
+        const int other = e.inputs[0] == previous ? e.inputs[1] : e.inputs[1] == previous ? e.inputs[0] : kNoValue;
+        if (other == kNoValue || input_of(other) < 0) return std::nullopt;
+        if (body.nodes[static_cast<size_t>(other)].meta.dtype != dtype) return std::nullopt;
+        match.mask = &e;
+        match.mask_input = input_of(other);
+      } else {
+        return std::nullopt;
+      }
+      previous = index_of(&e);
+    }
+    const int dim = static_cast<int>(match.softmax->attrs.dim);
+    if (match.softmax->inputs[0] != previous || (dim != -1 && dim != rank - 1)) return std::nullopt;
+    return match;
+  }
+
+  // The attention matches of `graph`: for each matmul node that reads such scores (and is their only
+  // reader) as its first operand, the match; the scores node is then not lowered on its own.
+  std::map<size_t, AttentionMatch> find_attention(const Graph& graph) const {
+    std::vector<int> uses(graph.nodes.size(), 0);
+    for (const Node& n : graph.nodes) {
+      for (int v : n.inputs) {
+        if (v != kNoValue) ++uses[static_cast<size_t>(v)];
+      }
+    }
+    for (int v : graph.outputs) ++uses[static_cast<size_t>(v)];
+    std::map<size_t, AttentionMatch> found;
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const Node& n = graph.nodes[i];
+      if (n.kind != NodeKind::op || n.op != OpId::matmul || n.inputs.size() != 2) continue;
+      auto scores = static_cast<size_t>(n.inputs[0]);
+      if (uses[scores] != 1 || !dtype_is_floating(n.meta.dtype)) continue;
+      // Under autocast the probabilities reach the matmul through a cast to its operands' dtype.
+      const Node* cast = nullptr;
+      if (const Node& c = graph.nodes[scores]; c.kind == NodeKind::op && c.op == OpId::to_copy) {
+        cast = &c;
+        scores = static_cast<size_t>(c.inputs[0]);
+        if (uses[scores] != 1) continue;
+      }
+      if (std::optional<AttentionMatch> m = match_attention_scores(graph.nodes[scores])) {
+        m->cast = cast;
+        found.emplace(i, *m);
+      }
+    }
+    return found;
+  }
+
+  // The attention kernel for `pv` = matmul(scores, v) with the scores' operands at `scores_operands`;
+  // nullopt (nothing emitted) when the kernel does not take these shapes.
+  std::optional<Place> attention(const AttentionMatch& match, const Node& pv, std::span<const Place> scores_operands,
+                                 const Place& v, const std::optional<Place>& dst) {
+    const Place& q = scores_operands[static_cast<size_t>(match.q)];
+    const Place& k_t = scores_operands[static_cast<size_t>(match.k_t)];
+    // k is k^T's view with its last two dims swapped back: the kernel reads k^T from k's strides.
+    TensorDesc k = k_t.desc;
+    const int rank = k.shape.size();
+    if (rank < 2 || q.desc.shape.size() != rank || v.desc.shape.size() != rank) return std::nullopt;
+    std::swap(k.shape[rank - 1], k.shape[rank - 2]);
+    std::swap(k.strides[rank - 1], k.strides[rank - 2]);
+    // Leading (batch, head) dims as the kernel indexes them: q's, with k and v the same or one per group.
+    for (int d = 0; d + 2 < rank; ++d) {
+      if (k.shape[d] != q.desc.shape[d] || v.desc.shape[d] != q.desc.shape[d]) return std::nullopt;
+    }
+    // The kernel computes the scores and the softmax in f32 and rounds P once to the operands' dtype:
+    // the graph's own numerics when the scores are in that dtype, or f32 scores with a cast of P to it.
+    const DType dtype = q.desc.dtype;
+    const DType scores_dtype = match.softmax->meta.dtype;
+    if (k.dtype != dtype || v.desc.dtype != dtype) return std::nullopt;
+    if (match.cast ? (match.cast->meta.dtype != dtype || scores_dtype != DType::f32) : scores_dtype != dtype) {
+      return std::nullopt;
+    }
+    if (pv.meta.dtype != dtype && pv.meta.dtype != DType::f32) return std::nullopt;
+    if (kernels::attention_unsupported(spec_, q.desc, k, v.desc)) return std::nullopt;
+    std::vector<Place> operands = {q, {k_t.io, k_t.offset, k}, v};
+    if (match.mask) operands.push_back(scores_operands[static_cast<size_t>(match.mask_input)]);
+    OpAttrs attrs;
+    attrs.scalar = match.scale ? match.scale->attrs.scalar : 1.0;
+    attrs.is_causal = false;
+    const Place out = dst ? *dst : scratch(pv.meta);
+    std::vector<TensorDesc> descs;
+    std::vector<uint32_t> tensors;
+    for (const Place& p : operands) {
+      descs.push_back(p.desc);
+      tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
+    }
+    const Node& scores_mm = *std::find_if(match.scores->body->nodes.begin(), match.scores->body->nodes.end(),
+                                          [](const Node& m) { return m.kind == NodeKind::op; });
+    kernels::EagerHooks hooks;
+    hooks.attention_phase = [&](kernels::AttentionPhase phase) {
+      switch (phase) {
+        case kernels::AttentionPhase::scores: builder_.set_source_op(op_name(scores_mm.op)); break;
+        case kernels::AttentionPhase::scale:
+          builder_.set_source_op(op_name(match.scale ? match.scale->op : scores_mm.op));
+          break;
+        case kernels::AttentionPhase::mask:
+          if (match.mask) builder_.set_source_op(op_name(match.mask->op));
+          break;
+        case kernels::AttentionPhase::softmax: builder_.set_source_op(op_name(match.softmax->op)); break;
+        case kernels::AttentionPhase::values: builder_.set_source_op(op_name(pv.op)); break;
+      }
+    };
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    kernels::emit_eager_kernel(builder_, OpId::scaled_dot_product_attention, descs, tensors, attrs, out.desc,
+                               builder_.view(out.io, out.offset, out.desc.dtype), &hooks);
+    builder_.end_kernel(scope);
+    ++kernel_count_;
+    ++attentions_;
+    return out;
+  }
+
   Place scratch(const TensorMeta& meta) {
     const uint32_t io =
         builder_.output(fmt::format("scratch{}", scratch_ios_.size()), meta.dtype, to_vector(meta.shape));
     scratch_ios_.push_back(io);
     return {io, 0, TensorDesc::contiguous(meta.dtype, meta.shape)};
+  }
+
+  // Lowers one fused or op node whose operands are at `operands`, into `dst` when that is set.
+  Place lower_node(const Node& n, std::vector<Place> operands, const std::optional<Place>& dst) {
+    if (n.kind == NodeKind::fused) {
+      if (n.fusion == FusionKind::rows) {
+        if (std::optional<Place> fused = row_group(n, operands, dst)) return *fused;
+      }
+      if (n.fusion == FusionKind::matmul_epilogue) {
+        if (std::optional<Place> fused = epilogue_group(n, operands, dst)) return *fused;
+      }
+      const std::optional<Place> body_result[] = {dst};
+      if (n.fusion == FusionKind::matmul_epilogue) {
+        if (std::optional<Graph> split = epilogue_before_row_wide(*n.body)) {
+          return lower_graph(*split, operands, body_result).front();
+        }
+      }
+      return lower_graph(*n.body, operands, body_result).front();
+    }
+    if (!op_info(n.op).is_view) return kernel(n.op, std::move(operands), n.attrs, n.meta, dst);
+    if (std::optional<Place> view = apply_view(n.op, n.attrs, operands.front())) return *view;
+    const Place& source = operands.front();
+    const Place dense = kernel(OpId::contiguous, {source}, {}, {source.desc.shape, source.desc.dtype}, std::nullopt);
+    return *apply_view(n.op, n.attrs, dense);
   }
 
   // Lowers `graph` with its inputs at `inputs`. Output k is written to `results[k]` when that is set
@@ -498,54 +678,46 @@ class Lowerer {
       if (results[k] && produces) destination.emplace(graph.outputs[k], *results[k]);
     }
     std::vector<Place> values(graph.nodes.size());
+    // Attention's scores are lowered with the matmul that reads them (one kernel), not before it.
+    const std::map<size_t, AttentionMatch> attention_at = find_attention(graph);
+    std::vector<bool> deferred(graph.nodes.size(), false);
+    std::map<size_t, std::vector<Place>> deferred_operands;
+    for (const auto& [at, match] : attention_at) {
+      deferred[static_cast<size_t>(match.scores - graph.nodes.data())] = true;
+      if (match.cast) deferred[static_cast<size_t>(match.cast - graph.nodes.data())] = true;
+    }
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& n = graph.nodes[i];
+      if (deferred[i]) {
+        for (int v : n.inputs) {
+          if (v != kNoValue) deferred_operands[i].push_back(values[static_cast<size_t>(v)]);
+        }
+        continue;
+      }
+      if (auto it = attention_at.find(i); it != attention_at.end()) {
+        const size_t scores = static_cast<size_t>(it->second.scores - graph.nodes.data());
+        std::optional<Place> at_dst;
+        if (auto d = destination.find(static_cast<int>(i)); d != destination.end()) at_dst = d->second;
+        if (std::optional<Place> fused = attention(it->second, n, deferred_operands.at(scores),
+                                                   values[static_cast<size_t>(n.inputs[1])], at_dst)) {
+          values[i] = *fused;
+          continue;
+        }
+        // The kernel does not take these shapes: the scores' group (and its cast), then this matmul.
+        values[scores] = lower_node(graph.nodes[scores], deferred_operands.at(scores), std::nullopt);
+        if (const Node* cast = it->second.cast) {
+          const auto c = static_cast<size_t>(cast - graph.nodes.data());
+          values[c] = lower_node(*cast, {values[scores]}, std::nullopt);
+        }
+      }
       std::optional<Place> dst;
       if (auto it = destination.find(static_cast<int>(i)); it != destination.end()) dst = it->second;
       std::vector<Place> operands;
       for (int v : n.inputs) {
         if (v != kNoValue) operands.push_back(values[static_cast<size_t>(v)]);
       }
-      switch (n.kind) {
-        case NodeKind::input:
-          values[i] = inputs[static_cast<size_t>(n.input_index)];
-          break;
-        case NodeKind::fused: {
-          if (n.fusion == FusionKind::rows) {
-            if (std::optional<Place> fused = row_group(n, operands, dst)) {
-              values[i] = *fused;
-              break;
-            }
-          }
-          if (n.fusion == FusionKind::matmul_epilogue) {
-            if (std::optional<Place> fused = epilogue_group(n, operands, dst)) {
-              values[i] = *fused;
-              break;
-            }
-          }
-          const std::optional<Place> body_result[] = {dst};
-          if (n.fusion == FusionKind::matmul_epilogue) {
-            if (std::optional<Graph> split = epilogue_before_row_wide(*n.body)) {
-              values[i] = lower_graph(*split, operands, body_result).front();
-              break;
-            }
-          }
-          values[i] = lower_graph(*n.body, operands, body_result).front();
-          break;
-        }
-        case NodeKind::op:
-          if (!op_info(n.op).is_view) {
-            values[i] = kernel(n.op, std::move(operands), n.attrs, n.meta, dst);
-          } else if (std::optional<Place> view = apply_view(n.op, n.attrs, operands.front())) {
-            values[i] = *view;
-          } else {
-            const Place& source = operands.front();
-            const Place dense =
-                kernel(OpId::contiguous, {source}, {}, {source.desc.shape, source.desc.dtype}, std::nullopt);
-            values[i] = *apply_view(n.op, n.attrs, dense);
-          }
-          break;
-      }
+      values[i] = n.kind == NodeKind::input ? inputs[static_cast<size_t>(n.input_index)]
+                                            : lower_node(n, std::move(operands), dst);
     }
     std::vector<Place> out;
     for (size_t k = 0; k < graph.outputs.size(); ++k) {
@@ -603,6 +775,7 @@ class Lowerer {
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
+  int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
 };

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -60,12 +61,25 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 // kernel has allocated its tiles, before its first instruction (room for the caller's own tiles above
 // them); `before_store` runs for each result tile once it is in SBUF (`y`), right before the kernel
 // stores it to `dst` (an HBM pattern of the output): the compiler's matmul epilogue.
+// The phases of the attention kernel: q k^T (and its operand loads), the scale, the mask, the softmax,
+// and P v (the transposes of P, v's loads, the store).
+enum class AttentionPhase { scores, scale, mask, softmax, values };
+
+// Whether the attention kernel takes these shapes (head dims within the Tensor engine's rows and a
+// PSUM bank, one query tile's scores in PSUM); the reason when it does not.
+std::optional<std::string> attention_unsupported(const device::Spec& spec, const TensorDesc& q, const TensorDesc& k,
+                                                 const TensorDesc& v);
+
 struct EagerHooks {
   std::function<void()> allocated;
   std::function<void(const AccessPattern& y, const AccessPattern& dst)> before_store;
   // before_store needs each result tile's whole rows (a row-wide epilogue such as softmax): the kernel
   // keeps its tiles whole instead of storing its last one in column pieces.
   bool whole_rows = false;
+  // scaled_dot_product_attention: called as the kernel moves to each phase of its work, so that a
+  // caller that fused the user's ops into it (compile()'s fused attention) labels each phase's
+  // instructions with the op it comes from.
+  std::function<void(AttentionPhase)> attention_phase;
 };
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,

@@ -200,7 +200,7 @@ DeviceInfo device_info() {
   runtime::Runtime& rt = runtime();
   const device::Spec& spec = rt.spec();
   return {spec.name, spec.core_version, rt.core_count(), spec.hbm.capacity_bytes, spec.hbm.bytes_per_ns,
-          rt.functional()};
+          rt.functional(), spec.tensor.peak_flops_per_ns(), spec.tensor.peak_flops_per_ns(/*fp32=*/true)};
 }
 
 uint64_t memory_free(int core) { return runtime().free_bytes(core); }

@@ -2,6 +2,8 @@
 // kernel's device time, one compiled-region row in the profiler.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
 #include "sightline/profiler/profile.h"
@@ -53,6 +55,37 @@ TEST(CompiledOnNeuron, DecoderBlockMatchesEagerInOneExecutionPerCall) {
     }
   }
   EXPECT_EQ(compiled.stats().device_calls, 4);
+}
+
+// softmax(q k^T * scale + mask) v compiles to one attention kernel (tests/compiler/lower_test.cpp);
+// against the same function on the cpu reference. f32: the kernel sums q k^T and P v in f32 as the
+// reference does, in another order, so it agrees to f32 rounding (1e-5 on outputs of order 1). bf16:
+// the kernel keeps the scores and the softmax in f32 and rounds P once to bf16 (the reference rounds
+// the scores after the matmul, the scale and the mask too: up to 3 bf16 roundings of |score| <~ 4, so
+// exp(score) moves by up to ~3 * 2^-8 * 4 = 5%, averaged over the keys), hence 5e-2.
+TEST(CompiledOnNeuron, FusedAttentionMatchesTheCpuReference) {
+  auto attention = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{matmul(softmax(matmul(in[0], in[1].transpose(-2, -1)) * 0.2 + in[3], -1), in[2])};
+  };
+  auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(attention));
+  Generator g(26);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const int64_t s : {40, 200}) {
+      std::vector<Tensor> host;
+      for (int i = 0; i < 3; ++i) host.push_back(randn({2, 3, s, 24}, {}, &g).to(dtype));
+      // Padding: the last quarter of the keys of batch 1 masked out with a large negative value.
+      std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
+      for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
+      host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
+      std::vector<Tensor> reference_args;
+      for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
+      const Tensor expected = attention(reference_args)[0];
+      std::vector<Tensor> actual;
+      EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+      const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
+      expect_close(actual[0], expected, tolerance, tolerance);
+    }
+  }
 }
 
 TEST(CompiledOnNeuron, ViewsScalarsAndReturnedViews) {

@@ -104,6 +104,37 @@ TEST(Lowering, DecoderBlockIsOneProgramWithScratchAndSourceOps) {
       exe, [&](const device::Instruction& in) { EXPECT_LT(in.source_op, exe.source_ops.size()); });
 }
 
+// softmax(q k^T * scale + mask) v, as a user writes it: one attention kernel (the scores never reach
+// HBM), every instruction labelled with the user's op (no aten::scaled_dot_product_attention).
+Graph attention_graph(bool masked, DType dtype) {
+  const int64_t b = 2, h = 3, s = 40, e = 24;
+  std::vector<TensorMeta> metas = {{{b, h, s, e}, dtype}, {{b, h, s, e}, dtype}, {{b, h, s, e}, dtype}};
+  if (masked) metas.push_back({{b, 1, 1, s}, dtype});
+  return optimized(
+      [masked](const std::vector<Tensor>& in) {
+        Tensor scores = matmul(in[0], in[1].transpose(-2, -1)) * 0.2;
+        if (masked) scores = scores + in[3];
+        return std::vector<Tensor>{matmul(softmax(scores, -1), in[2])};
+      },
+      metas);
+}
+
+TEST(Lowering, AttentionIsOneKernelLabelledWithTheUsersOps) {
+  for (const bool masked : {false, true}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const device::Executable exe = lower(attention_graph(masked, dtype), device::Spec::builtin("trn2"), "attention");
+      EXPECT_EQ(metadata(exe, "compiled.fused_attention"), "1") << masked << dtype_name(dtype);
+      EXPECT_EQ(metadata(exe, "compiled.kernels"), "1") << masked << dtype_name(dtype);
+      const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
+      std::set<std::string> expected = {"aten::matmul", "aten::mul", "aten::softmax"};
+      if (masked) expected.insert("aten::add");
+      EXPECT_EQ(ops, expected) << masked << dtype_name(dtype);
+    }
+  }
+  const device::Executable decoder = lower(decoder_graph(), device::Spec::builtin("trn2"), "decoder");
+  EXPECT_EQ(metadata(decoder, "compiled.fused_attention"), "1");
+}
+
 TEST(Lowering, ScratchTensorsSurviveANeffRoundTrip) {
   const device::Executable exe = lower(decoder_graph(), device::Spec::builtin("trn2"), "decoder");
   const device::Executable back = formats::neff_parse(formats::neff_serialize(exe));

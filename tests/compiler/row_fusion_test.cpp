@@ -401,11 +401,14 @@ TEST(MatmulEpilogue, SoftmaxOfRowsLongerThanATileRunsAfterTheFusedScale) {
   expect_close(compile(&scores_softmax)(args)[0], scores_softmax(args)[0]);
 }
 
-TEST(MatmulEpilogue, DecoderBlockFusesAllFourEpilogues) {
+// Four epilogues: the scores' (scale, softmax) is part of the fused attention kernel, the other three
+// (o_proj + residual, silu * up, down + residual) run on the linears' result tiles.
+TEST(MatmulEpilogue, DecoderBlockFusesItsEpiloguesAndTheAttention) {
   const std::vector<TensorMeta> metas = testing::decoder_block_metas();
   const device::Executable exe = lower(optimize(capture_graph(&testing::decoder_block, metas, Device::cpu())),
                                        device::Spec::builtin("trn2"), "decoder");
-  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "4");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "3");
+  EXPECT_EQ(metadata(exe, "compiled.fused_attention"), "1");
 }
 
 }  // namespace

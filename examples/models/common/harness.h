@@ -25,6 +25,8 @@
 #include "sightline/safetensors.h"
 #include "sightline/sightline.h"
 
+#include "../../common/roofline_floor.h"
+
 namespace models {
 
 using namespace sightline;
@@ -259,6 +261,34 @@ inline void print_comparison(const std::vector<VariantResult>& results, const Ru
   if (o.timing_only) {
     fmt::print("  results not computed (--timing-only): modeled times are the same as a functional run\n");
   }
+}
+
+// The roofline floor of one forward pass (examples/common/roofline_floor.h: every argument read once
+// and the output written once, corrected by `more_bytes`; the FLOPs of one eager call at the Tensor
+// engine's peak for `dtype`), and each variant's device busy time over it. `more_bytes` is what the
+// model reads beyond its arguments once each: an embedding table counts only the rows the batch
+// gathers (embedding_correction), layers that share one layer's weights read them once per layer.
+// The eager call that counts the FLOPs runs after the profiles, so it changes none of their times.
+inline void print_floor(const std::vector<VariantResult>& results, const ModelFn& eager,
+                        const std::vector<Tensor>& args, DType dtype, double more_bytes = 0) {
+  if (results.empty() || !results.front().has_device) return;
+  const double flops = sightline::examples::call_flops([&] { (void)eager(args); });
+  const double bytes =
+      sightline::examples::bytes_of(args) + more_bytes + static_cast<double>(results.front().output.nbytes());
+  const sightline::examples::Floor floor = sightline::examples::roofline_floor(bytes, flops, dtype);
+  fmt::print("\n== floor of one forward pass (max of HBM and Tensor-engine time; device busy over it) ==\n");
+  fmt::print("  floor: {}\n", floor.text("weights, inputs and output"));
+  for (const VariantResult& r : results) {
+    fmt::print("  {:<9} {:>10.1f} us busy = {:.2f}x the floor\n", r.name, r.busy_us, r.busy_us / floor.us());
+  }
+}
+
+// An embedding lookup reads the table's rows the batch names, not the whole table: the bytes to take
+// off a floor that counts `table` once.
+inline double embedding_correction(const Tensor& table, const Tensor& ids) {
+  const double rows = static_cast<double>(std::min(ids.numel(), table.size(0)));
+  return (rows - static_cast<double>(table.size(0))) * static_cast<double>(table.nbytes()) /
+         static_cast<double>(table.size(0));
 }
 
 // Tolerance of an output against the f32 cpu reference: f32 accumulates in a different order on the

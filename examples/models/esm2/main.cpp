@@ -239,7 +239,10 @@ int main(int argc, char** argv) {
       if (v == "compiled") fn = [&compiled](const std::vector<Tensor>& a) { return compiled(a); };
       results.push_back(models::profile_variant(v, fn, args, o, device));
     }
-    if (!device.is_cpu()) models::print_comparison(results, o);
+    if (!device.is_cpu()) {
+      models::print_comparison(results, o);
+      models::print_floor(results, eager, args, dtype, models::embedding_correction(args[4], args[0]));
+    }
     bool ok = true;
     if (o.check_cpu) {
       std::vector<Tensor> cpu_args;

@@ -492,6 +492,13 @@ int main(int argc, char** argv) {
       results.push_back(models::profile_variant(v, fn, args, o, device));
     }
     if (!device.is_cpu()) models::print_comparison(results, o);
+    if (!device.is_cpu() && tp == 1) {
+      // Shared layers: every layer reads layer 0's weights, which the arguments hold once.
+      double layer_bytes = 0;
+      for (size_t i = 1; i <= kParamsPerLayer; ++i) layer_bytes += static_cast<double>(args[4 + i].nbytes());
+      const double shared = shared_layers ? layer_bytes * static_cast<double>(c.layers - 1) : 0;
+      models::print_floor(results, eager, args, dtype, shared + models::embedding_correction(args[4], args[0]));
+    }
     bool ok = true;
     if (o.check_cpu) {
       std::vector<Tensor> cpu_args;

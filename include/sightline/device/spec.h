@@ -41,6 +41,13 @@ struct TensorEngineSpec {
   uint32_t fp32_cost_factor = 0;         // fp32 operands run this many times slower
 
   double cycles_to_ns(double cycles) const { return cycles / clock_ghz; }
+  // The one definition of the Tensor engine's peak: rows x cols multiply-adds (2 FLOPs) per cycle
+  // with 16-bit operands; fp32 operands run fp32_cost_factor times slower. The roofline's roofs, the
+  // summary's MFU and the floors the examples print all read it.
+  double peak_flops_per_ns(bool fp32 = false) const {
+    const double peak = double(array_rows) * array_cols * 2.0 * clock_ghz;
+    return fp32 && fp32_cost_factor > 0 ? peak / fp32_cost_factor : peak;
+  }
 };
 
 struct DmaSpec {
