@@ -174,53 +174,77 @@ float reduce_identity(AluOp op) {
   }
 }
 
+// out[i] = f(in[i] * scale + bias); with `sum`, also *sum = their sum the way an 8-lane accumulator
+// adds: lane l takes elements l, l + 8, ...; the tail and then the lanes are added last. Independent
+// lanes let the loop vectorize instead of waiting on one serial chain of additions (the rounding differs
+// from a serial sum by a few ulps at most), and summing in the same loop overlaps the lanes' chains of
+// additions with the computing. `out` may be `in` itself.
 template <typename F>
-void map_unary(const float* in, float scale, float bias, float* out, size_t n, F f) {
-  for (size_t i = 0; i < n; ++i) out[i] = f(in[i] * scale + bias);
+void map_unary(const float* in, float scale, float bias, float* out, size_t n, float* sum, F f) {
+  if (sum == nullptr) {
+    for (size_t i = 0; i < n; ++i) out[i] = f(in[i] * scale + bias);
+    return;
+  }
+  float lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t l = 0; l < 8; ++l) {
+      const float y = f(in[i + l] * scale + bias);
+      out[i + l] = y;
+      lanes[l] += y;
+    }
+  }
+  float total = 0;
+  for (; i < n; ++i) {
+    out[i] = f(in[i] * scale + bias);
+    total += out[i];
+  }
+  for (float lane : lanes) total += lane;
+  *sum = total;
 }
 
-void apply_activation(ActFunc func, const float* in, float scale, float bias, float* out, size_t n) {
+void apply_activation(ActFunc func, const float* in, float scale, float bias, float* out, size_t n, float* sum) {
   switch (func) {
     case ActFunc::identity:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x; });
     case ActFunc::exp:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::exp(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::exp(x); });
     case ActFunc::log:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::log(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::log(x); });
     case ActFunc::sqrt:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::sqrt(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::sqrt(x); });
     case ActFunc::rsqrt:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / std::sqrt(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / std::sqrt(x); });
     case ActFunc::reciprocal:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / x; });
     case ActFunc::tanh:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::tanh(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::tanh(x); });
     case ActFunc::sigmoid:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
     case ActFunc::relu:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x > 0 ? x : 0.0f; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x > 0 ? x : 0.0f; });
     case ActFunc::silu:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x / (1.0f + std::exp(-x)); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x / (1.0f + std::exp(-x)); });
     case ActFunc::gelu_tanh:
-      return map_unary(in, scale, bias, out, n, [](float x) {
+      return map_unary(in, scale, bias, out, n, sum, [](float x) {
         const float k = std::sqrt(2.0f / 3.14159265358979f);
         return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
       });
     case ActFunc::square:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x * x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x * x; });
     case ActFunc::abs:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::fabs(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::fabs(x); });
     case ActFunc::neg:
-      return map_unary(in, scale, bias, out, n, [](float x) { return -x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return -x; });
     case ActFunc::erf:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::erf(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::erf(x); });
     case ActFunc::gelu:  // the exact (erf) form
-      return map_unary(in, scale, bias, out, n,
+      return map_unary(in, scale, bias, out, n, sum,
                        [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); });
     case ActFunc::sin:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::sin(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::sin(x); });
     case ActFunc::cos:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::cos(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::cos(x); });
   }
 }
 
@@ -238,21 +262,6 @@ void copy_elements(uint8_t* dst, int64_t dst_stride, const uint8_t* src, int64_t
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<size_t>(width));
   }
-}
-
-// Sum of x[0..n) the way an 8-lane accumulator adds: lane l takes elements l, l + 8, ...; the tail and
-// then the lanes are added last. Independent lanes let the loop vectorize instead of waiting on one
-// serial chain of additions (the rounding differs from a serial sum by a few ulps at most).
-float sum_lanes(const float* x, size_t n) {
-  float lanes[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t l = 0; l < 8; ++l) lanes[l] += x[i + l];
-  }
-  float sum = 0;
-  for (; i < n; ++i) sum += x[i];
-  for (float lane : lanes) sum += lane;
-  return sum;
 }
 
 bool ranges_overlap(const uint8_t* a, int64_t a_min, int64_t a_max, const uint8_t* b, int64_t b_min,
@@ -810,6 +819,7 @@ void FunctionalExecutor::run_group(const ErrorHandler& on_error) {
   if (group_.empty()) return;
   uint32_t lo = group_.front().first, hi = 0;
   bool stream = false;
+  int64_t widest = 4;  // bytes of the longest operand row
   lanes_.clear();  // each member's lanes, apart from the steps so that the lane loop's scan stays in L1
   for (const Step& s : group_) {
     lo = std::min(lo, s.first);
@@ -817,34 +827,46 @@ void FunctionalExecutor::run_group(const ErrorHandler& on_error) {
     stream = stream || s.stream;
     reserve_scratch(s);
     lanes_.push_back({s.first, s.first + s.rows});
+    for (const View& v : s.v) widest = std::max(widest, v.extent_max - v.extent_min);
   }
-  for (uint32_t c = lo; c < hi; ++c) {
+  // Lanes go in blocks: each member runs the block's lanes, then the next member. Any split of the
+  // lanes is as good for the results (lanes are independent); blocks of about kBlockBytes of rows per
+  // operand keep a block's rows of the few operands in flight inside L2 while a member's HBM rows for
+  // the block are one run of adjacent rows (a tile's rows are its partitions), which the hardware
+  // prefetcher follows.
+  constexpr int64_t kBlockBytes = int64_t{128} << 10;
+  const uint32_t block = static_cast<uint32_t>(std::clamp<int64_t>(kBlockBytes / widest, 1, 128));
+  for (uint32_t b0 = lo; b0 < hi; b0 += block) {
+    const uint32_t b1 = std::min(hi, b0 + block);
     for (size_t k = 0; k < group_.size(); ++k) {
-      if (c < lanes_[k].first || c >= lanes_[k].second) continue;
+      const uint32_t from = std::max(b0, lanes_[k].first), to = std::min(b1, lanes_[k].second);
       const Step& s = group_[k];
-      try {
-        run_row(s, c - s.first);
-      } catch (const Error& e) {
-        // Instruction k failed at lane c, after lanes below c of every member and lane c of those before
-        // it. One after another, a member before k would have run all its rows first: finish them, in
-        // order (each sees what it would have seen then: its lanes above c are touched by no later
-        // member yet). The first of them that fails is the error of the one-after-another order; if
-        // none does, k's is (its lane c read what it would have read then).
-        const Error failure = e;
-        for (size_t j = 0; j < k; ++j) {
-          const Step& before = group_[j];
-          for (uint32_t lane = std::max(c + 1, before.first); lane < before.first + before.rows; ++lane) {
-            try {
-              run_row(before, lane - before.first);
-            } catch (const Error& again) {
-              group_.clear();
-              on_error(before.position, again);
+      for (uint32_t c = from; c < to; ++c) {
+        try {
+          run_row(s, c - s.first);
+        } catch (const Error& e) {
+          // Member k failed at lane c, after every member ran the lanes below b0, the members before k
+          // the block's lanes, and k the block's lanes below c. One after another, a member before k
+          // would have run all its rows first: finish them, in order (each sees what it would have seen
+          // then: no later member has touched its lanes from b1 on). The first of them that fails is the
+          // error of the one-after-another order; if none does, k's is (its lane c read what it would
+          // have read then).
+          const Error failure = e;
+          for (size_t j = 0; j < k; ++j) {
+            const Step& before = group_[j];
+            for (uint32_t lane = std::max(b1, lanes_[j].first); lane < lanes_[j].second; ++lane) {
+              try {
+                run_row(before, lane - before.first);
+              } catch (const Error& again) {
+                group_.clear();
+                on_error(before.position, again);
+              }
             }
           }
+          const size_t position = s.position;
+          group_.clear();
+          on_error(position, failure);
         }
-        const size_t position = s.position;
-        group_.clear();
-        on_error(position, failure);
       }
     }
   }
@@ -917,12 +939,10 @@ void FunctionalExecutor::activation_row(const Step& s, uint32_t p) {
   float factor = in.imm0;
   if (in.src1.present()) load(scale, p, &factor);
   float* out = target(dst, p, c_.data(), {av}, n);
-  apply_activation(in.act(), av, factor, in.imm1, out, n);
+  float sum = 0;
+  apply_activation(in.act(), av, factor, in.imm1, out, n, in.aux.present() ? &sum : nullptr);
   commit(dst, p, out);
-  if (in.aux.present()) {
-    const float sum = sum_lanes(out, n);
-    store(acc, p, &sum);
-  }
+  if (in.aux.present()) store(acc, p, &sum);
 }
 
 void FunctionalExecutor::iota_row(const Step& s, uint32_t p) {
