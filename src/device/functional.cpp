@@ -337,24 +337,38 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
                                                             size_t k, size_t n, size_t i0, size_t i1) {
   using Vec = typename FloatVector<Lanes>::type;
   constexpr size_t kWidth = 2 * Lanes;
-  size_t i = i0;
-  for (; i + 4 <= i1; i += 4) {
-    float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
-    size_t j = 0;
-    for (; j + kWidth <= n; j += kWidth) {
+  // Operand rows are SBUF partition rows, a multiple of 4 KiB apart: a vector from each of k of them
+  // maps every load to one cache set, so neither L1 nor L2 keeps them and each p of the k loop waits on
+  // memory. The stationary columns of these output rows, and each block of kWidth moving columns, are
+  // first copied into contiguous panels (bits moved, not computed: the same products and sums).
+  const size_t rows4 = (i1 - i0) / 4 * 4;
+  thread_local std::vector<float> st_panel, mv_panel;
+  if (st_panel.size() < k * rows4) st_panel.resize(k * rows4);
+  if (mv_panel.size() < k * kWidth) mv_panel.resize(k * kWidth);
+  for (size_t p = 0; p < k; ++p) {
+    std::memcpy(st_panel.data() + p * rows4, stationary[p] + i0, rows4 * sizeof(float));
+  }
+  size_t j = 0;
+  for (; rows4 > 0 && j + kWidth <= n; j += kWidth) {
+    for (size_t p = 0; p < k; ++p) std::memcpy(mv_panel.data() + p * kWidth, moving[p] + j, kWidth * sizeof(float));
+    for (size_t i = i0; i < i0 + rows4; i += 4) {
+      float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
       Vec c[4][2];
       for (int r = 0; r < 4; ++r) {
         std::memcpy(&c[r][0], o[r] + j, sizeof(Vec));
         std::memcpy(&c[r][1], o[r] + j + Lanes, sizeof(Vec));
       }
+      const float* column = st_panel.data() + (i - i0);
       for (size_t p = 0; p < k; ++p) {
         Vec b0, b1;
-        std::memcpy(&b0, moving[p] + j, sizeof(Vec));
-        std::memcpy(&b1, moving[p] + j + Lanes, sizeof(Vec));
-        const float* s = stationary[p] + i;
+        std::memcpy(&b0, mv_panel.data() + p * kWidth, sizeof(Vec));
+        std::memcpy(&b1, mv_panel.data() + p * kWidth + Lanes, sizeof(Vec));
+        const float* s = column + p * rows4;
         for (int r = 0; r < 4; ++r) {
-          Vec w{};  // every lane is set below; initialized for -Wmaybe-uninitialized at -O1
-          for (int l = 0; l < Lanes; ++l) w[l] = s[r];
+          // A scalar times a vector broadcasts it (one vbroadcastss). Setting a vector's lanes one by one
+          // compiled to four 16-byte stores and one 64-byte reload that cannot be forwarded: a stall
+          // per row and p that made the k loop four times slower.
+          const float w = s[r];
           c[r][0] = c[r][0] + w * b0;
           c[r][1] = c[r][1] + w * b1;
         }
@@ -364,9 +378,10 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
         std::memcpy(o[r] + j + Lanes, &c[r][1], sizeof(Vec));
       }
     }
-    if (j < n) matmul_rows(stationary, moving, out, k, n, i, i + 4, j);
   }
-  if (i < i1) matmul_rows(stationary, moving, out, k, n, i, i1, 0);
+  // The columns left (fewer than a block) of the groups of four rows, then the last rows, every column.
+  if (rows4 > 0 && j < n) matmul_rows(stationary, moving, out, k, n, i0, i0 + rows4, j);
+  if (i0 + rows4 < i1) matmul_rows(stationary, moving, out, k, n, i0 + rows4, i1, 0);
 }
 
 __attribute__((target("avx2"))) void matmul_rows_avx2(const float* const* stationary,
