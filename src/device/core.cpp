@@ -42,19 +42,47 @@ RunResult Core::run(const Executable& exe, std::span<const uint64_t> io_addresse
   sbuf_.reset();
   psum_.reset();
 
-  FunctionalExecutor executor(exe, sbuf_, psum_, std::move(io));
+  // The timing simulation records the issue order; the functional model then runs that order (its
+  // result is what one instruction after another in that order computes, so a program whose semaphores
+  // are right computes the same result whatever the costs are). Nothing the timing does depends on data.
+  struct Issued {
+    Engine engine;
+    uint32_t queue;
+    uint32_t index;
+  };
+  std::vector<const Instruction*> order;
+  std::vector<Issued> issued;
+  if (options.functional) {
+    order.reserve(exe.instruction_count());
+    issued.reserve(exe.instruction_count());
+  }
   const IssueCallback on_issue = [&](const Instruction& in, Engine engine, uint32_t queue, uint32_t index) {
     if (!options.functional) return;
-    try {
-      executor.execute(in);
-    } catch (const Error& e) {
-      const std::string stream =
-          engine == Engine::dma ? fmt::format("dma queue {}", queue) : std::string(engine_name(engine));
-      fail("executable '{}': {} instruction {} ({}): {}", exe.name, stream, index, opcode_name(in.opcode),
-           e.what());
-    }
+    order.push_back(&in);
+    issued.push_back({engine, queue, index});
   };
-  return simulate(exe, spec_, on_issue, options.record);
+  const auto run_functional = [&] {
+    if (!options.functional) return;
+    FunctionalExecutor executor(exe, sbuf_, psum_, std::move(io));
+    executor.run(order, [&](size_t position, const Error& e) {
+      const Issued& at = issued[position];
+      const std::string stream =
+          at.engine == Engine::dma ? fmt::format("dma queue {}", at.queue) : std::string(engine_name(at.engine));
+      fail("executable '{}': {} instruction {} ({}): {}", exe.name, stream, at.index,
+           opcode_name(order[position]->opcode), e.what());
+    });
+  };
+  RunResult result;
+  try {
+    result = simulate(exe, spec_, on_issue, options.record);
+  } catch (const Error&) {
+    // The timing stopped the run (a deadlock, say): what was issued before it still ran, one instruction
+    // at a time, and its first failure is the error of the run.
+    run_functional();
+    throw;
+  }
+  run_functional();
+  return result;
 }
 
 double dma_copy_ns(const Spec& spec, uint64_t bytes, uint32_t queues) {

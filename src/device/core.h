@@ -1,13 +1,14 @@
 // The simulated NeuronCore: memories plus an executor that runs an Executable.
 //
-// Core::run does two things in one pass over the program:
+// Core::run does two things:
 //   * timing: a deterministic discrete-event simulation of the per-engine in-order streams and the
 //     DMA queues, gated by semaphore waits, with the cost rules of docs/hardware-model.md §1.6 and the
-//     numbers of the Spec (see device/cost_model.h);
+//     numbers of the Spec (see device/cost_model.h); it records the order instructions issue in;
 //   * functional: each instruction really computes its result on host memory standing for the
 //     core's HBM, SBUF and PSUM, in float32 with round-to-nearest-even conversion to the operand dtypes.
-// The functional effect of an instruction happens when the simulation issues it, so a program whose
-// semaphores are right computes the same result whatever the costs are.
+// The functional result is that of the issue order, one instruction after another (FunctionalExecutor
+// runs independent rows in another order with the same bits), so a program whose semaphores are right
+// computes the same result whatever the costs are. The timing reads no data.
 //
 //   Core core(Spec::builtin("trn2"));
 //   uint64_t x = core.hbm_allocate(bytes), y = core.hbm_allocate(bytes);

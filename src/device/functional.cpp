@@ -174,53 +174,77 @@ float reduce_identity(AluOp op) {
   }
 }
 
+// out[i] = f(in[i] * scale + bias); with `sum`, also *sum = their sum the way an 8-lane accumulator
+// adds: lane l takes elements l, l + 8, ...; the tail and then the lanes are added last. Independent
+// lanes let the loop vectorize instead of waiting on one serial chain of additions (the rounding differs
+// from a serial sum by a few ulps at most), and summing in the same loop overlaps the lanes' chains of
+// additions with the computing. `out` may be `in` itself.
 template <typename F>
-void map_unary(const float* in, float scale, float bias, float* out, size_t n, F f) {
-  for (size_t i = 0; i < n; ++i) out[i] = f(in[i] * scale + bias);
+void map_unary(const float* in, float scale, float bias, float* out, size_t n, float* sum, F f) {
+  if (sum == nullptr) {
+    for (size_t i = 0; i < n; ++i) out[i] = f(in[i] * scale + bias);
+    return;
+  }
+  float lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t l = 0; l < 8; ++l) {
+      const float y = f(in[i + l] * scale + bias);
+      out[i + l] = y;
+      lanes[l] += y;
+    }
+  }
+  float total = 0;
+  for (; i < n; ++i) {
+    out[i] = f(in[i] * scale + bias);
+    total += out[i];
+  }
+  for (float lane : lanes) total += lane;
+  *sum = total;
 }
 
-void apply_activation(ActFunc func, const float* in, float scale, float bias, float* out, size_t n) {
+void apply_activation(ActFunc func, const float* in, float scale, float bias, float* out, size_t n, float* sum) {
   switch (func) {
     case ActFunc::identity:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x; });
     case ActFunc::exp:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::exp(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::exp(x); });
     case ActFunc::log:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::log(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::log(x); });
     case ActFunc::sqrt:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::sqrt(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::sqrt(x); });
     case ActFunc::rsqrt:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / std::sqrt(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / std::sqrt(x); });
     case ActFunc::reciprocal:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / x; });
     case ActFunc::tanh:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::tanh(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::tanh(x); });
     case ActFunc::sigmoid:
-      return map_unary(in, scale, bias, out, n, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
     case ActFunc::relu:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x > 0 ? x : 0.0f; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x > 0 ? x : 0.0f; });
     case ActFunc::silu:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x / (1.0f + std::exp(-x)); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x / (1.0f + std::exp(-x)); });
     case ActFunc::gelu_tanh:
-      return map_unary(in, scale, bias, out, n, [](float x) {
+      return map_unary(in, scale, bias, out, n, sum, [](float x) {
         const float k = std::sqrt(2.0f / 3.14159265358979f);
         return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
       });
     case ActFunc::square:
-      return map_unary(in, scale, bias, out, n, [](float x) { return x * x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return x * x; });
     case ActFunc::abs:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::fabs(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::fabs(x); });
     case ActFunc::neg:
-      return map_unary(in, scale, bias, out, n, [](float x) { return -x; });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return -x; });
     case ActFunc::erf:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::erf(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::erf(x); });
     case ActFunc::gelu:  // the exact (erf) form
-      return map_unary(in, scale, bias, out, n,
+      return map_unary(in, scale, bias, out, n, sum,
                        [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); });
     case ActFunc::sin:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::sin(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::sin(x); });
     case ActFunc::cos:
-      return map_unary(in, scale, bias, out, n, [](float x) { return std::cos(x); });
+      return map_unary(in, scale, bias, out, n, sum, [](float x) { return std::cos(x); });
   }
 }
 
@@ -238,21 +262,6 @@ void copy_elements(uint8_t* dst, int64_t dst_stride, const uint8_t* src, int64_t
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<size_t>(width));
   }
-}
-
-// Sum of x[0..n) the way an 8-lane accumulator adds: lane l takes elements l, l + 8, ...; the tail and
-// then the lanes are added last. Independent lanes let the loop vectorize instead of waiting on one
-// serial chain of additions (the rounding differs from a serial sum by a few ulps at most).
-float sum_lanes(const float* x, size_t n) {
-  float lanes[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t l = 0; l < 8; ++l) lanes[l] += x[i + l];
-  }
-  float sum = 0;
-  for (; i < n; ++i) sum += x[i];
-  for (float lane : lanes) sum += lane;
-  return sum;
 }
 
 bool ranges_overlap(const uint8_t* a, int64_t a_min, int64_t a_max, const uint8_t* b, int64_t b_min,
@@ -328,24 +337,38 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
                                                             size_t k, size_t n, size_t i0, size_t i1) {
   using Vec = typename FloatVector<Lanes>::type;
   constexpr size_t kWidth = 2 * Lanes;
-  size_t i = i0;
-  for (; i + 4 <= i1; i += 4) {
-    float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
-    size_t j = 0;
-    for (; j + kWidth <= n; j += kWidth) {
+  // Operand rows are SBUF partition rows, a multiple of 4 KiB apart: a vector from each of k of them
+  // maps every load to one cache set, so neither L1 nor L2 keeps them and each p of the k loop waits on
+  // memory. The stationary columns of these output rows, and each block of kWidth moving columns, are
+  // first copied into contiguous panels (bits moved, not computed: the same products and sums).
+  const size_t rows4 = (i1 - i0) / 4 * 4;
+  thread_local std::vector<float> st_panel, mv_panel;
+  if (st_panel.size() < k * rows4) st_panel.resize(k * rows4);
+  if (mv_panel.size() < k * kWidth) mv_panel.resize(k * kWidth);
+  for (size_t p = 0; p < k; ++p) {
+    std::memcpy(st_panel.data() + p * rows4, stationary[p] + i0, rows4 * sizeof(float));
+  }
+  size_t j = 0;
+  for (; rows4 > 0 && j + kWidth <= n; j += kWidth) {
+    for (size_t p = 0; p < k; ++p) std::memcpy(mv_panel.data() + p * kWidth, moving[p] + j, kWidth * sizeof(float));
+    for (size_t i = i0; i < i0 + rows4; i += 4) {
+      float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
       Vec c[4][2];
       for (int r = 0; r < 4; ++r) {
         std::memcpy(&c[r][0], o[r] + j, sizeof(Vec));
         std::memcpy(&c[r][1], o[r] + j + Lanes, sizeof(Vec));
       }
+      const float* column = st_panel.data() + (i - i0);
       for (size_t p = 0; p < k; ++p) {
         Vec b0, b1;
-        std::memcpy(&b0, moving[p] + j, sizeof(Vec));
-        std::memcpy(&b1, moving[p] + j + Lanes, sizeof(Vec));
-        const float* s = stationary[p] + i;
+        std::memcpy(&b0, mv_panel.data() + p * kWidth, sizeof(Vec));
+        std::memcpy(&b1, mv_panel.data() + p * kWidth + Lanes, sizeof(Vec));
+        const float* s = column + p * rows4;
         for (int r = 0; r < 4; ++r) {
-          Vec w{};  // every lane is set below; initialized for -Wmaybe-uninitialized at -O1
-          for (int l = 0; l < Lanes; ++l) w[l] = s[r];
+          // A scalar times a vector broadcasts it (one vbroadcastss). Setting a vector's lanes one by one
+          // compiled to four 16-byte stores and one 64-byte reload that cannot be forwarded: a stall
+          // per row and p that made the k loop four times slower.
+          const float w = s[r];
           c[r][0] = c[r][0] + w * b0;
           c[r][1] = c[r][1] + w * b1;
         }
@@ -355,9 +378,10 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
         std::memcpy(o[r] + j + Lanes, &c[r][1], sizeof(Vec));
       }
     }
-    if (j < n) matmul_rows(stationary, moving, out, k, n, i, i + 4, j);
   }
-  if (i < i1) matmul_rows(stationary, moving, out, k, n, i, i1, 0);
+  // The columns left (fewer than a block) of the groups of four rows, then the last rows, every column.
+  if (rows4 > 0 && j < n) matmul_rows(stationary, moving, out, k, n, i0, i0 + rows4, j);
+  if (i0 + rows4 < i1) matmul_rows(stationary, moving, out, k, n, i0 + rows4, i1, 0);
 }
 
 __attribute__((target("avx2"))) void matmul_rows_avx2(const float* const* stationary,
@@ -638,25 +662,23 @@ void FunctionalExecutor::store_bytes(const View& v, uint32_t p, const uint8_t* i
 }
 
 void FunctionalExecutor::execute(const Instruction& in) {
+  Step step;
+  if (make_step(in, step)) {
+    reserve_scratch(step);
+    for (uint32_t p = 0; p < step.rows; ++p) run_row(step, p);
+#ifdef SIGHTLINE_AVX2_PATHS
+    if (step.stream) _mm_sfence();  // the streamed rows are visible before the instruction completes
+#endif
+    return;
+  }
   switch (in.opcode) {
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::tensor_copy:
-      return elementwise(in);
-    case Opcode::tensor_reduce:
-      return reduce(in);
-    case Opcode::bn_stats:
-      return stats(in);
-    case Opcode::activate:
-      return activation(in);
-    case Opcode::iota:
-      return iota_fill(in);
     case Opcode::partition_all_reduce:
       return all_reduce(in);
     case Opcode::matmul:
       return matmul_run(in);
-    case Opcode::dma_copy:
-      return dma(in);
+    case Opcode::dma_copy:  // make_step leaves only the transposing copies
+      transpose_rows(view(in.src0, "src0"), view(in.dst, "dst"));
+      return;
     case Opcode::dma_gather:
       return gather(in);
     case Opcode::tensor_scan:
@@ -665,106 +687,286 @@ void FunctionalExecutor::execute(const Instruction& in) {
       return top_values(in);
     case Opcode::find_index8:
       return find_indices(in);
+    default:
+      fail("internal: opcode {} has no functional model", opcode_name(in.opcode));
   }
 }
 
-void FunctionalExecutor::elementwise(const Instruction& in) {
-  const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
-  const bool has_b = in.src1.present();
-  const View b = has_b ? view(in.src1, "src1") : View{};
-  const size_t n = a.elements;
-  a_.resize(n);
-  b_.resize(n);
-  c_.resize(n);
-  for (uint32_t p = 0; p < dst.partitions; ++p) {
-    const float* av = load_f32(a, p, a_.data());
-    if (in.opcode == Opcode::tensor_copy) {
-      if (!dst.direct) {
-        store(dst, p, av);
-        continue;
-      }
-      float* out = target(dst, p, c_.data(), {av}, n);
-      if (out != av) std::memcpy(out, av, n * 4);
-      commit(dst, p, out);
+bool FunctionalExecutor::make_step(const Instruction& in, Step& s) const {
+  s = Step{};
+  s.in = &in;
+  switch (in.opcode) {
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_copy:
+      s.v[0] = view(in.dst, "dst");
+      s.v[1] = view(in.src0, "src0");
+      if (in.src1.present()) s.v[2] = view(in.src1, "src1");
+      s.rows = s.v[0].partitions;
+      return true;
+    case Opcode::tensor_reduce:
+    case Opcode::bn_stats:
+      s.v[0] = view(in.dst, "dst");
+      s.v[1] = view(in.src0, "src0");
+      s.rows = s.v[1].partitions;
+      return true;
+    case Opcode::activate:
+      s.v[0] = view(in.dst, "dst");
+      s.v[1] = view(in.src0, "src0");
+      if (in.src1.present()) s.v[2] = view(in.src1, "src1");
+      if (in.aux.present()) s.v[3] = view(in.aux, "aux");
+      s.rows = s.v[1].partitions;
+      return true;
+    case Opcode::iota:
+      s.v[0] = view(in.dst, "dst");
+      s.rows = s.v[0].partitions;
+      return true;
+    case Opcode::dma_copy: {
+      s.v[0] = view(in.dst, "dst");
+      s.v[1] = view(in.src0, "src0");
+      const View& dst = s.v[0];
+      const View& src = s.v[1];
+      if (in.dst.dtype == in.src0.dtype && transposes(src, dst)) return false;
+      s.rows = src.partitions;
+#ifdef SIGHTLINE_AVX2_PATHS
+      static const bool avx2 = __builtin_cpu_supports("avx2");
+      // On chip to HBM cannot overlap; rows of a few KiB are what streaming stores are for.
+      s.stream = avx2 && in.dst.dtype == in.src0.dtype && src.contiguous && dst.contiguous &&
+                 src.chip != nullptr && dst.chip == nullptr &&
+                 int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype)) >= 4096;
+#endif
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+bool FunctionalExecutor::lane_aligned(Step& s, std::vector<HbmRange>& ranges) const {
+  bool on_chip = false;
+  for (int i = 0; i < 4; ++i) {
+    const View& v = s.v[i];
+    if (v.data == nullptr) continue;
+    if (v.chip != nullptr) {
+      if (on_chip && v.first_partition != s.first) return false;
+      on_chip = true;
+      s.first = v.first_partition;
       continue;
     }
-    if (in.opcode == Opcode::tensor_tensor) {
-      const float* bv = load_f32(b, p, b_.data());
-      float* out = target(dst, p, c_.data(), {av, bv}, n);
-      with_alu(in.alu(), [&](auto op) { map_binary(av, bv, out, n, op); });
-      commit(dst, p, out);
-    } else {
-      float s = in.imm0;
-      if (has_b) load(b, p, &s);
-      const bool reverse = (in.flags & kFlagReverse) != 0;
-      float* out = target(dst, p, c_.data(), {av}, n);
-      with_alu(in.alu(), [&](auto op) { map_scalar(av, s, out, n, reverse, op); });
-      commit(dst, p, out);
+    // An HBM operand: the host bytes its rows touch, widened to whole written-ness granules (a check
+    // or a mark covers the granules it touches, so two operands sharing a granule are not independent).
+    const int64_t last = (int64_t{std::max(v.partitions, s.rows)} - 1) * v.partition_stride;
+    const auto base = static_cast<int64_t>(reinterpret_cast<intptr_t>(v.data));
+    constexpr int64_t kGranule = static_cast<int64_t>(WrittenMap::kGranuleBytes);
+    const int64_t begin = base + std::min<int64_t>(0, last) + v.extent_min;
+    const int64_t end = base + std::max<int64_t>(0, last) + v.extent_max;
+    HbmRange r;
+    r.begin = static_cast<uintptr_t>(begin - begin % kGranule);
+    r.end = static_cast<uintptr_t>(end + (kGranule - end % kGranule) % kGranule);
+    r.write = i == 0 || i == 3;  // dst, and an activation's accumulator
+    ranges.push_back(r);
+  }
+  return on_chip;
+}
+
+void FunctionalExecutor::reserve_scratch(const Step& s) {
+  size_t n = 0;
+  for (const View& v : s.v) n = std::max<size_t>(n, v.elements);
+  if (a_.size() < n) a_.resize(n);
+  if (b_.size() < n) b_.resize(n);
+  if (c_.size() < n) c_.resize(n);
+  if (bytes_.size() < n * 4) bytes_.resize(n * 4);
+}
+
+void FunctionalExecutor::run_row(const Step& s, uint32_t p) {
+  switch (s.in->opcode) {
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_copy:
+      return elementwise_row(s, p);
+    case Opcode::tensor_reduce:
+      return reduce_row(s, p);
+    case Opcode::bn_stats:
+      return stats_row(s, p);
+    case Opcode::activate:
+      return activation_row(s, p);
+    case Opcode::iota:
+      return iota_row(s, p);
+    default:
+      return dma_row(s, p);
+  }
+}
+
+void FunctionalExecutor::run(std::span<const Instruction* const> order, const ErrorHandler& on_error) {
+  // A group's lane loop visits every member once per lane; this bounds that and the range checks.
+  constexpr size_t kMaxGroup = 1024;
+  group_.clear();
+  group_ranges_.clear();
+  for (size_t position = 0; position < order.size(); ++position) {
+    const Instruction& in = *order[position];
+    Step step;
+    step_ranges_.clear();
+    if (!make_step(in, step) || !lane_aligned(step, step_ranges_)) {
+      run_group(on_error);
+      try {
+        execute(in);
+      } catch (const Error& e) {
+        on_error(position, e);
+      }
+      continue;
+    }
+    step.position = position;
+    bool conflict = group_.size() >= kMaxGroup;
+    for (const HbmRange& r : step_ranges_) {
+      for (size_t g = 0; !conflict && g < group_ranges_.size(); ++g) {
+        const HbmRange& o = group_ranges_[g];
+        conflict = (r.write || o.write) && r.begin < o.end && o.begin < r.end;
+      }
+    }
+    if (conflict) run_group(on_error);
+    group_.push_back(step);
+    group_ranges_.insert(group_ranges_.end(), step_ranges_.begin(), step_ranges_.end());
+  }
+  run_group(on_error);
+}
+
+void FunctionalExecutor::run_group(const ErrorHandler& on_error) {
+  if (group_.empty()) return;
+  uint32_t lo = group_.front().first, hi = 0;
+  bool stream = false;
+  int64_t widest = 4;  // bytes of the longest operand row
+  lanes_.clear();  // each member's lanes, apart from the steps so that the lane loop's scan stays in L1
+  for (const Step& s : group_) {
+    lo = std::min(lo, s.first);
+    hi = std::max(hi, s.first + s.rows);
+    stream = stream || s.stream;
+    reserve_scratch(s);
+    lanes_.push_back({s.first, s.first + s.rows});
+    for (const View& v : s.v) widest = std::max(widest, v.extent_max - v.extent_min);
+  }
+  // Lanes go in blocks: each member runs the block's lanes, then the next member. Any split of the
+  // lanes is as good for the results (lanes are independent); blocks of about kBlockBytes of rows per
+  // operand keep a block's rows of the few operands in flight inside L2 while a member's HBM rows for
+  // the block are one run of adjacent rows (a tile's rows are its partitions), which the hardware
+  // prefetcher follows.
+  constexpr int64_t kBlockBytes = int64_t{128} << 10;
+  const uint32_t block = static_cast<uint32_t>(std::clamp<int64_t>(kBlockBytes / widest, 1, 128));
+  for (uint32_t b0 = lo; b0 < hi; b0 += block) {
+    const uint32_t b1 = std::min(hi, b0 + block);
+    for (size_t k = 0; k < group_.size(); ++k) {
+      const uint32_t from = std::max(b0, lanes_[k].first), to = std::min(b1, lanes_[k].second);
+      const Step& s = group_[k];
+      for (uint32_t c = from; c < to; ++c) {
+        try {
+          run_row(s, c - s.first);
+        } catch (const Error& e) {
+          // Member k failed at lane c, after every member ran the lanes below b0, the members before k
+          // the block's lanes, and k the block's lanes below c. One after another, a member before k
+          // would have run all its rows first: finish them, in order (each sees what it would have seen
+          // then: no later member has touched its lanes from b1 on). The first of them that fails is the
+          // error of the one-after-another order; if none does, k's is (its lane c read what it would
+          // have read then).
+          const Error failure = e;
+          for (size_t j = 0; j < k; ++j) {
+            const Step& before = group_[j];
+            for (uint32_t lane = std::max(b1, lanes_[j].first); lane < lanes_[j].second; ++lane) {
+              try {
+                run_row(before, lane - before.first);
+              } catch (const Error& again) {
+                group_.clear();
+                on_error(before.position, again);
+              }
+            }
+          }
+          const size_t position = s.position;
+          group_.clear();
+          on_error(position, failure);
+        }
+      }
     }
   }
+#ifdef SIGHTLINE_AVX2_PATHS
+  if (stream) _mm_sfence();  // the streamed rows are visible before anything reads them
+#endif
+  group_.clear();
+  group_ranges_.clear();
 }
 
-void FunctionalExecutor::reduce(const Instruction& in) {
-  const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
+void FunctionalExecutor::elementwise_row(const Step& s, uint32_t p) {
+  const Instruction& in = *s.in;
+  const View &dst = s.v[0], &a = s.v[1], &b = s.v[2];
   const size_t n = a.elements;
-  a_.resize(n);
-  for (uint32_t p = 0; p < a.partitions; ++p) {
-    const float* av = load_f32(a, p, a_.data());
-    float acc = reduce_identity(in.alu());
-    with_alu(in.alu(), [&](auto op) {
-      for (size_t i = 0; i < n; ++i) acc = op(acc, av[i]);
-    });
-    store(dst, p, &acc);
-  }
-}
-
-void FunctionalExecutor::stats(const Instruction& in) {
-  const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
-  const size_t n = a.elements;
-  a_.resize(n);
-  for (uint32_t p = 0; p < a.partitions; ++p) {
-    const float* av = load_f32(a, p, a_.data());
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += av[i];
-    const double mean = sum / static_cast<double>(n);
-    double squares = 0;
-    for (size_t i = 0; i < n; ++i) squares += (av[i] - mean) * (av[i] - mean);
-    const float out[2] = {static_cast<float>(mean), static_cast<float>(squares / static_cast<double>(n))};
-    store(dst, p, out);
-  }
-}
-
-void FunctionalExecutor::activation(const Instruction& in) {
-  const View dst = view(in.dst, "dst"), a = view(in.src0, "src0");
-  const View scale = in.src1.present() ? view(in.src1, "src1") : View{};
-  const View acc = in.aux.present() ? view(in.aux, "aux") : View{};
-  const size_t n = a.elements;
-  a_.resize(n);
-  c_.resize(n);
-  for (uint32_t p = 0; p < a.partitions; ++p) {
-    const float* av = load_f32(a, p, a_.data());
-    float s = in.imm0;
-    if (in.src1.present()) load(scale, p, &s);
+  const float* av = load_f32(a, p, a_.data());
+  if (in.opcode == Opcode::tensor_copy) {
+    if (!dst.direct) {
+      store(dst, p, av);
+      return;
+    }
     float* out = target(dst, p, c_.data(), {av}, n);
-    apply_activation(in.act(), av, s, in.imm1, out, n);
+    if (out != av) std::memcpy(out, av, n * 4);
     commit(dst, p, out);
-    if (in.aux.present()) {
-      const float sum = sum_lanes(out, n);
-      store(acc, p, &sum);
-    }
+    return;
+  }
+  if (in.opcode == Opcode::tensor_tensor) {
+    const float* bv = load_f32(b, p, b_.data());
+    float* out = target(dst, p, c_.data(), {av, bv}, n);
+    with_alu(in.alu(), [&](auto op) { map_binary(av, bv, out, n, op); });
+    commit(dst, p, out);
+  } else {
+    float scalar = in.imm0;
+    if (in.src1.present()) load(b, p, &scalar);
+    const bool reverse = (in.flags & kFlagReverse) != 0;
+    float* out = target(dst, p, c_.data(), {av}, n);
+    with_alu(in.alu(), [&](auto op) { map_scalar(av, scalar, out, n, reverse, op); });
+    commit(dst, p, out);
   }
 }
 
-void FunctionalExecutor::iota_fill(const Instruction& in) {
-  const View dst = view(in.dst, "dst");
+void FunctionalExecutor::reduce_row(const Step& s, uint32_t p) {
+  const View &dst = s.v[0], &a = s.v[1];
+  const size_t n = a.elements;
+  const float* av = load_f32(a, p, a_.data());
+  float acc = reduce_identity(s.in->alu());
+  with_alu(s.in->alu(), [&](auto op) {
+    for (size_t i = 0; i < n; ++i) acc = op(acc, av[i]);
+  });
+  store(dst, p, &acc);
+}
+
+void FunctionalExecutor::stats_row(const Step& s, uint32_t p) {
+  const View &dst = s.v[0], &a = s.v[1];
+  const size_t n = a.elements;
+  const float* av = load_f32(a, p, a_.data());
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += av[i];
+  const double mean = sum / static_cast<double>(n);
+  double squares = 0;
+  for (size_t i = 0; i < n; ++i) squares += (av[i] - mean) * (av[i] - mean);
+  const float out[2] = {static_cast<float>(mean), static_cast<float>(squares / static_cast<double>(n))};
+  store(dst, p, out);
+}
+
+void FunctionalExecutor::activation_row(const Step& s, uint32_t p) {
+  const Instruction& in = *s.in;
+  const View &dst = s.v[0], &a = s.v[1], &scale = s.v[2], &acc = s.v[3];
+  const size_t n = a.elements;
+  const float* av = load_f32(a, p, a_.data());
+  float factor = in.imm0;
+  if (in.src1.present()) load(scale, p, &factor);
+  float* out = target(dst, p, c_.data(), {av}, n);
+  float sum = 0;
+  apply_activation(in.act(), av, factor, in.imm1, out, n, in.aux.present() ? &sum : nullptr);
+  commit(dst, p, out);
+  if (in.aux.present()) store(acc, p, &sum);
+}
+
+void FunctionalExecutor::iota_row(const Step& s, uint32_t p) {
+  const View& dst = s.v[0];
   const size_t n = dst.elements;
-  c_.resize(n);
-  for (uint32_t p = 0; p < dst.partitions; ++p) {
-    const float start = in.imm0 + in.imm1 * static_cast<float>(p);
-    float* out = target(dst, p, c_.data(), {}, n);
-    for (size_t i = 0; i < n; ++i) out[i] = start + static_cast<float>(i);
-    commit(dst, p, out);
-  }
+  const float start = s.in->imm0 + s.in->imm1 * static_cast<float>(p);
+  float* out = target(dst, p, c_.data(), {}, n);
+  for (size_t i = 0; i < n; ++i) out[i] = start + static_cast<float>(i);
+  commit(dst, p, out);
 }
 
 void FunctionalExecutor::all_reduce(const Instruction& in) {
@@ -811,56 +1013,9 @@ void FunctionalExecutor::matmul_run(const Instruction& in) {
   for (uint32_t row = 0; row < m; ++row) commit(dst, row, out_rows_[row]);
 }
 
-void FunctionalExecutor::dma(const Instruction& in) {
-  const View dst = view(in.dst, "dst"), src = view(in.src0, "src0");
-  if (in.dst.dtype == in.src0.dtype) {
-    const int64_t row_bytes = int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype));
-    bytes_.resize(static_cast<size_t>(row_bytes));
-    if (transpose_rows(src, dst)) return;
-#ifdef SIGHTLINE_AVX2_PATHS
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    // On chip to HBM cannot overlap; rows of a few KiB are what streaming stores are for.
-    const bool stream = avx2 && src.chip != nullptr && dst.chip == nullptr && row_bytes >= 4096;
-#else
-    constexpr bool stream = false;
-#endif
-    for (uint32_t p = 0; p < src.partitions; ++p) {
-      uint8_t* from = src.data + p * src.partition_stride;
-      uint8_t* to = dst.data + p * dst.partition_stride;
-      if (src.contiguous && dst.contiguous) {  // one memcpy per descriptor row
-        check(src, p, 0, row_bytes);
-#ifdef SIGHTLINE_AVX2_PATHS
-        if (stream) {
-          copy_streaming(to, from, static_cast<size_t>(row_bytes));
-        } else {
-          std::memmove(to, from, static_cast<size_t>(row_bytes));
-        }
-#else
-        std::memmove(to, from, static_cast<size_t>(row_bytes));
-#endif
-        mark(dst, p, 0, row_bytes);
-        continue;
-      }
-      const bool overlap =
-          ranges_overlap(from, src.extent_min, src.extent_max, to, dst.extent_min, dst.extent_max);
-      if (!overlap && src.contiguous) {
-        check(src, p, 0, row_bytes);
-        store_bytes(dst, p, from);
-      } else if (!overlap && dst.contiguous) {
-        load_bytes(src, p, to);
-        mark(dst, p, 0, row_bytes);
-      } else {
-        load_bytes(src, p, bytes_.data());
-        store_bytes(dst, p, bytes_.data());
-      }
-    }
-#ifdef SIGHTLINE_AVX2_PATHS
-    if (stream) _mm_sfence();  // the streamed rows are visible before the instruction completes
-#endif
-    return;
-  }
-  a_.resize(src.elements);
-  for (uint32_t p = 0; p < src.partitions; ++p) {
+void FunctionalExecutor::dma_row(const Step& s, uint32_t p) {
+  const View &dst = s.v[0], &src = s.v[1];
+  if (s.in->dst.dtype != s.in->src0.dtype) {
     const float* av = load_f32(src, p, a_.data());
     if (av != a_.data() && ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max,
                                           dst.data + p * dst.partition_stride, dst.extent_min, dst.extent_max)) {
@@ -868,10 +1023,39 @@ void FunctionalExecutor::dma(const Instruction& in) {
       av = a_.data();
     }
     store(dst, p, av);
+    return;
+  }
+  const int64_t row_bytes = int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype));
+  uint8_t* from = src.data + p * src.partition_stride;
+  uint8_t* to = dst.data + p * dst.partition_stride;
+  if (src.contiguous && dst.contiguous) {  // one memcpy per descriptor row
+    check(src, p, 0, row_bytes);
+#ifdef SIGHTLINE_AVX2_PATHS
+    if (s.stream) {
+      copy_streaming(to, from, static_cast<size_t>(row_bytes));
+    } else {
+      std::memmove(to, from, static_cast<size_t>(row_bytes));
+    }
+#else
+    std::memmove(to, from, static_cast<size_t>(row_bytes));
+#endif
+    mark(dst, p, 0, row_bytes);
+    return;
+  }
+  const bool overlap = ranges_overlap(from, src.extent_min, src.extent_max, to, dst.extent_min, dst.extent_max);
+  if (!overlap && src.contiguous) {
+    check(src, p, 0, row_bytes);
+    store_bytes(dst, p, from);
+  } else if (!overlap && dst.contiguous) {
+    load_bytes(src, p, to);
+    mark(dst, p, 0, row_bytes);
+  } else {
+    load_bytes(src, p, bytes_.data());
+    store_bytes(dst, p, bytes_.data());
   }
 }
 
-bool FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
+bool FunctionalExecutor::transposes(const View& src, const View& dst) const {
   // A same-dtype copy whose source row is one strided run (a column of a row-major tensor, say) into
   // contiguous destination rows. Row by row, every element would be its own cache line; a block of
   // partitions at a time, the elements of neighbouring partitions share lines.
@@ -887,6 +1071,12 @@ bool FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
       return false;
     }
   }
+  return true;
+}
+
+void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
+  const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
+  const int64_t n = src.sizes[3], stride = src.strides[3];
   // Every read is checked before any write. When the partitions' elements of a source row are adjacent
   // (a column block of a row-major tensor), row i of that block is one run: n range checks instead of
   // one bit per element. Only if one finds a hole does the partition-by-partition check run, to name it.
@@ -904,7 +1094,7 @@ bool FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
   if (avx2 && es == 4 && src.partition_stride == 4) {
     transpose_f32_avx2(dst.data, dst.partition_stride, src.data, stride, src.partitions, n);
     for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, n * es);
-    return true;
+    return;
   }
 #endif
   constexpr uint32_t kBlock = 16;
@@ -919,7 +1109,6 @@ bool FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
     }
   }
   for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, n * es);
-  return true;
 }
 
 void FunctionalExecutor::gather(const Instruction& in) {

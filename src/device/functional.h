@@ -5,11 +5,26 @@
 // operand dtype) and written back with round-to-nearest-even conversion. Either way the results are
 // the same bits. Reads check the written-ness map; writes set it. Same-dtype DMA copies move raw bytes,
 // one memcpy per descriptor row when both sides are contiguous.
-// Used by Core::run; the instruction must already have passed validate_executable.
+//
+// run() executes a whole issue order. Instructions whose every on-chip operand starts at the same
+// partition and whose partition rows are independent of each other (element-wise work, activations,
+// reductions along the free dimension, DMAs that keep a row a row) are run in groups lane by lane:
+// partition row c of every instruction of the group, in issue order, then row c + 1. On-chip rows of
+// different partitions are different bytes, and a group holds no two instructions whose HBM ranges
+// overlap where either writes, so every byte sees the same writes in the same order as one instruction
+// after another: the results and written-ness are the same bits. A tile that is loaded, computed on
+// and stored is then touched while its row is in the cache instead of once per whole-buffer pass.
+// Errors are those of the one-after-another order (same instruction, same row; see run_group).
+// Used by Core::run; the instructions must already have passed validate_executable.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
+#include <span>
+#include <utility>
 #include <vector>
+
+#include "sightline/error.h"
 
 #include "sightline/device/executable.h"
 #include "device/memory.h"
@@ -26,6 +41,11 @@ class FunctionalExecutor {
   // Throws sightline::Error (without the instruction's location; the caller adds it) on reads of
   // never-written bytes.
   void execute(const Instruction& in);
+
+  // The effect of execute() on each of `order` in turn. On an error, calls
+  // on_error(position in `order`, error), which must throw.
+  using ErrorHandler = std::function<void(size_t position, const Error& error)>;
+  void run(std::span<const Instruction* const> order, const ErrorHandler& on_error);
 
   // A resolved operand: host pointers plus byte strides, outer dims padded to 4.
   struct View {
@@ -69,15 +89,42 @@ class FunctionalExecutor {
   void store_bytes(const View& v, uint32_t p, const uint8_t* in) const;
   [[noreturn]] void unwritten(const View& v, uint32_t p, int64_t byte) const;
 
-  void elementwise(const Instruction& in);
-  void reduce(const Instruction& in);
-  void stats(const Instruction& in);
-  void activation(const Instruction& in);
-  void iota_fill(const Instruction& in);
+  // One instruction prepared to run a partition row at a time (see run()).
+  struct Step {
+    const Instruction* in = nullptr;
+    View v[4];                 // operands in the order the row functions use them
+    uint32_t first = 0;        // on-chip partition of row 0
+    uint32_t rows = 0;         // partition rows
+    size_t position = 0;       // in the issue order
+    bool stream = false;       // a DMA into HBM with streaming stores (fenced after the group)
+  };
+  struct HbmRange {
+    uintptr_t begin = 0, end = 0;  // host bytes, widened to written-ness granules
+    bool write = false;
+  };
+  // Fills `step` when `in` runs a partition row at a time (false: matmul, cross-partition work,
+  // gathers, scans, transposing DMAs).
+  bool make_step(const Instruction& in, Step& step) const;
+  // Whether `step` can join a lane-by-lane group: every on-chip operand starts at one partition (set
+  // as step.first) and at least one is on chip; appends the host ranges of its HBM operands.
+  bool lane_aligned(Step& step, std::vector<HbmRange>& ranges) const;
+  void run_row(const Step& step, uint32_t p);
+  void reserve_scratch(const Step& step);
+  // Runs group_ lane by lane and empties it.
+  void run_group(const ErrorHandler& on_error);
+
+  void elementwise_row(const Step& s, uint32_t p);
+  void reduce_row(const Step& s, uint32_t p);
+  void stats_row(const Step& s, uint32_t p);
+  void activation_row(const Step& s, uint32_t p);
+  void iota_row(const Step& s, uint32_t p);
+  void dma_row(const Step& s, uint32_t p);
+  bool transposes(const View& src, const View& dst) const;
+
   void all_reduce(const Instruction& in);
   void matmul_run(const Instruction& in);
-  void dma(const Instruction& in);
-  bool transpose_rows(const View& src, const View& dst);
+  // A same-dtype DMA that transposes() moves blocks of partitions at a time.
+  void transpose_rows(const View& src, const View& dst);
   void gather(const Instruction& in);
   // tensor_scan, max8, find_index8 (functional_scan.cpp).
   void scan(const Instruction& in);
@@ -92,6 +139,9 @@ class FunctionalExecutor {
   std::vector<const float*> st_rows_, mv_rows_;  // matmul operand rows
   std::vector<float*> out_rows_;
   std::vector<uint8_t> bytes_;
+  std::vector<Step> group_;
+  std::vector<HbmRange> group_ranges_, step_ranges_;
+  std::vector<std::pair<uint32_t, uint32_t>> lanes_;  // [first, end) lanes of each group member
 };
 
 }  // namespace sightline::device
