@@ -1,8 +1,10 @@
 #include "sightline/kernels/builder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "device/validate.h"
+#include "kernels/dma_rule.h"
 #include "sightline/error.h"
 
 namespace sightline::kernels {
@@ -261,12 +263,22 @@ void KernelBuilder::dma(const AccessPattern& dst, const AccessPattern& src) {
   emit(device::dma_copy(dst, src));
 }
 
+uint64_t stream_min_piece_bytes(const device::Spec& spec) {
+  // docs/hardware-model.md §1.4, "How a transfer is split": a queue hides the fixed cost of its other
+  // slots' transfers behind one transfer's data only when that data takes at least F / (slots - 1).
+  const uint32_t hiding = spec.dma.transfer_slots > 1 ? spec.dma.transfer_slots - 1 : 1;
+  const double bytes = spec.dma.fixed_cost_ns / hiding * spec.dma.queue_bytes_per_ns;
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(bytes)));
+}
+
 void KernelBuilder::dma_split(const AccessPattern& dst, const AccessPattern& src) {
   SIGHTLINE_CHECK(dst.partition_count == src.partition_count && dst.free_elements() == src.free_elements(),
                   "dma: dst [{}, {}] and src [{}, {}] differ in shape", dst.partition_count,
                   dst.free_elements(), src.partition_count, src.free_elements());
   const uint32_t queues = spec_.dma.queues;
-  // Below a few KiB a transfer is dominated by its fixed cost: do not split it further.
+  // Below a few KiB a transfer is dominated by its fixed cost: do not split it further. Pieces of
+  // stream_min_piece_bytes() would keep a stream of transfers at the queues' peak, but they make a
+  // transfer alone on the queues slower (docs/hardware-model.md §1.4, "How a transfer is split").
   constexpr uint64_t kMinPieceBytes = 4096;
   const uint64_t bytes = std::max(dst.bytes(), src.bytes());
   const uint64_t by_size = std::max<uint64_t>(1, bytes / kMinPieceBytes);

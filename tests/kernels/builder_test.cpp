@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 
 #include "kernel_test_util.h"
+#include "kernels/dma_rule.h"
 #include "sightline/kernels/builder.h"
 
 namespace sightline::kernel_tests {
@@ -90,6 +91,54 @@ TEST(KernelBuilder, BigTransfersSpreadOverAllQueues) {
     ASSERT_EQ(q.size(), 1u);
     EXPECT_EQ(q[0].dst.partition_count, 128u / trn2().dma.queues);
   }
+}
+
+// `loads` loads of [128, cols] f32 rows into their own tiles, each cut into `pieces` partition ranges
+// (0: as dma_split cuts them); returns the modeled time.
+double load_stream_ns(uint32_t loads, uint32_t cols, uint32_t pieces) {
+  KernelBuilder b(trn2(), "stream");
+  const uint32_t x = b.input("x", DType::f32, {loads * 128, cols});
+  for (uint32_t i = 0; i < loads; ++i) {
+    const Tile t = b.sbuf(DType::f32, cols);
+    const int64_t offset = int64_t{i} * 128 * cols;
+    if (pieces == 0) {
+      b.load(t.ap(), hbm_rows(x, DType::f32, offset, 128, cols, cols));
+      continue;
+    }
+    const uint16_t rows = static_cast<uint16_t>(128 / pieces);
+    for (uint32_t p = 0; p < pieces; ++p) {
+      b.dma(t.region(static_cast<uint16_t>(p * rows), rows, 0, cols),
+            hbm_rows(x, DType::f32, offset + int64_t{p} * rows * cols, rows, cols, cols));
+    }
+  }
+  const device::Executable exe = b.build();
+  device::Core core(trn2());
+  std::vector<uint64_t> addresses;
+  for (const auto& t : exe.io) addresses.push_back(core.hbm_allocate(t.bytes()));
+  return core.run(exe, addresses, device::RunOptions{.functional = false}).duration_ns;
+}
+
+// docs/hardware-model.md §1.4, "How a transfer is split": a piece's data must take at least the fixed
+// cost over the queue's other slots to hide the next transfer's fixed cost. A stream cut into pieces of
+// stream_min_piece_bytes() is as fast as any split of it, while dma_split's 4 KiB pieces are not; a
+// transfer alone on the queues, though, is fastest over all of them.
+TEST(KernelBuilder, StreamPiecesHideTheFixedCostAndLonePiecesDoNot) {
+  const device::DmaSpec& dma = trn2().dma;
+  const uint64_t piece = stream_min_piece_bytes(trn2());
+  EXPECT_GE(double(piece) / dma.queue_bytes_per_ns, dma.fixed_cost_ns / (dma.transfer_slots - 1));
+  EXPECT_LT(double(piece - 1) / dma.queue_bytes_per_ns, dma.fixed_cost_ns / (dma.transfer_slots - 1));
+  for (const uint32_t cols : {64u, 256u, 1024u}) {  // 32 KiB, 128 KiB and 512 KiB per load
+    const uint64_t bytes = uint64_t{128} * cols * 4;
+    const uint32_t rule = static_cast<uint32_t>(std::clamp<uint64_t>(bytes / piece, 1, dma.queues));
+    const double by_rule = load_stream_ns(16, cols, rule);
+    for (const uint32_t pieces : {1u, 2u, 4u, 8u, 16u, 32u, 64u, 128u}) {
+      EXPECT_LE(by_rule, load_stream_ns(16, cols, pieces) + 1e-6) << cols << " columns, " << pieces << " pieces";
+    }
+  }
+  // dma_split cuts a 32 KiB load into 8 pieces of 4 KiB, which pay the fixed cost about once per two.
+  EXPECT_GT(load_stream_ns(16, 64, 0), 2 * load_stream_ns(16, 64, 1));
+  // Alone, a 64 KiB load is faster in 16 pieces than in the stream rule's 2.
+  EXPECT_LT(load_stream_ns(1, 128, 16), load_stream_ns(1, 128, 2));
 }
 
 // y = exp(x) * 2 over `tiles` row tiles of [128, cols] that all reuse one buffer: every stage runs on a
