@@ -34,6 +34,30 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Seeded normals: Generator::fill_normal (randn's path, a block of pairs at a time) beside the same
+// values drawn one next_normal() call each, in the same run; items are values, 4 bytes written each.
+void BM_NextNormalLoop(benchmark::State& state) {
+  std::vector<float> out(static_cast<size_t>(kElements));
+  Generator g(1);
+  for (auto _ : state) {
+    for (float& v : out) v = static_cast<float>(g.next_normal());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+BENCHMARK(BM_NextNormalLoop)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_FillNormal(benchmark::State& state) {
+  std::vector<float> out(static_cast<size_t>(kElements));
+  Generator g(1);
+  for (auto _ : state) {
+    g.fill_normal(out.data(), out.size());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+BENCHMARK(BM_FillNormal)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_AddF32(benchmark::State& state) {
   const Tensor a = rand({kElements}), b = rand({kElements});
   for (auto _ : state) {

@@ -201,6 +201,10 @@ class Generator {
   uint64_t next_u64();
   double next_uniform();  // [0, 1)
   double next_normal();   // standard normal (Box-Muller)
+  // The next n values of the normal sequence as floats: out[i] is static_cast<float>(next_normal()) of
+  // the i-th call, and the generator ends in the state those n calls leave; drawn a block of pairs at
+  // a time (the log, sine and cosine vectorized).
+  void fill_normal(float* out, size_t n);
 
  private:
   std::array<uint64_t, 4> s_{};

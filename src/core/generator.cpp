@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numbers>
@@ -112,6 +113,148 @@ double Generator::next_normal() {
   spare_normal_ = second;
   has_spare_ = true;
   return first;
+}
+
+namespace {
+
+// A block of Box-Muller pairs, 4 lanes at a time (n a multiple of 4): first[p], second[p] are the floats
+// of r cos(theta), r sin(theta) for r = sqrt(-2 log u1[p]), theta = 2 pi u2[p], and doubt[p] is nonzero
+// where next_normal's margin test would fall back to libm (the caller then calls exact_pair). The log is
+// musl's / fdlibm's e_log (the argument reduced to [sqrt(2)/2, sqrt(2)) by its exponent bits, then the
+// Lg1-Lg7 polynomial in s = f / (2 + f): error below 1 ulp, as libm's), branch-free for positive normal
+// arguments, which every u1 (a multiple of 2^-53 in (0, 1)) is; the sine and cosine are fast_sincos's,
+// the quadrant's swap and signs done on the bits. One body for every target: inlined into a default and
+// an AVX2 + FMA function, chosen at run time. A fused multiply-add moves these doubles by far less than
+// the 2^-40 margin, so every target gives the same floats: those of exact_pair.
+typedef double Double4 __attribute__((vector_size(32)));
+typedef uint64_t Bits4 __attribute__((vector_size(32)));
+typedef float Float4 __attribute__((vector_size(16)));
+typedef int32_t Mask4 __attribute__((vector_size(16)));
+
+[[gnu::always_inline]] inline void normal_pairs_body(const double* u1, const double* u2, float* first,
+                                                     float* second, int32_t* doubt, size_t n) {
+  for (size_t p = 0; p < n; p += 4) {
+    Double4 x, t;
+    __builtin_memcpy(&x, u1 + p, sizeof x);
+    __builtin_memcpy(&t, u2 + p, sizeof t);
+    // log(x) = k ln 2 + log(m), m = x 2^-k in [sqrt(2)/2, sqrt(2)).
+    Bits4 bits = __builtin_bit_cast(Bits4, x) + ((0x3ff00000ull - 0x3fe6a09eull) << 32);
+    const Bits4 kbits = (bits >> 52) | 0x4330000000000000ull;  // 2^52 + k + 1023
+    const Double4 dk = __builtin_bit_cast(Double4, kbits) - (0x1p52 + 1023.0);
+    bits = (bits & 0x000fffffffffffffull) + (0x3fe6a09eull << 32);
+    const Double4 f = __builtin_bit_cast(Double4, bits) - 1.0;
+    const Double4 hfsq = 0.5 * f * f;
+    const Double4 sr = f / (2.0 + f);
+    const Double4 z = sr * sr, w = z * z;
+    const Double4 t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+    const Double4 t2 =
+        z * (6.666666666666735130e-01 +
+             w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+    const Double4 log_x = sr * (hfsq + (t1 + t2)) + dk * 1.90821492927058770002e-10 - hfsq + f +
+                          dk * 6.93147180369123816490e-01;
+    Double4 r;  // sqrt(-2 log x), lane by lane (the argument is positive: no errno path is taken)
+    for (int l = 0; l < 4; ++l) r[l] = __builtin_sqrt(-2.0 * log_x[l]);
+
+    // fast_sincos, lane by lane the same operations.
+    const Double4 theta = (2.0 * std::numbers::pi) * t;
+    const Double4 shifted = theta * 6.36619772367581382433e-01 + 0x1.8p52;
+    const Double4 fn = shifted - 0x1.8p52;
+    const Bits4 q = __builtin_bit_cast(Bits4, shifted) & 3u;
+    const Double4 y = (theta - fn * 1.57079632673412561417e+00) - fn * 6.07710050650619224932e-11;
+    const Double4 yy = y * y;
+    const Double4 sin_y =
+        y + y * yy *
+                (-1.66666666666666324348e-01 +
+                 yy * (8.33333333332248946124e-03 +
+                       yy * (-1.98412698298579493134e-04 +
+                             yy * (2.75573137070700676789e-06 +
+                                   yy * (-2.50507602534068634195e-08 + yy * 1.58969099521155010221e-10)))));
+    const Double4 cos_y =
+        1.0 - 0.5 * yy +
+        yy * yy *
+            (4.16666666666666019037e-02 +
+             yy * (-1.38888888888741095749e-03 +
+                   yy * (2.48015872894767294178e-05 +
+                         yy * (-2.75573143513906633035e-07 +
+                               yy * (2.08757232129817482790e-09 + yy * -1.13596475577881948265e-11)))));
+    const Bits4 swap = -(q & 1u);  // all ones in odd quadrants
+    const Bits4 sin_bits = __builtin_bit_cast(Bits4, sin_y), cos_bits = __builtin_bit_cast(Bits4, cos_y);
+    const Bits4 c_bits = ((sin_bits & swap) | (cos_bits & ~swap)) ^ (((q + 1u) & 2u) << 62);  // - in 1, 2
+    const Bits4 s_bits = ((cos_bits & swap) | (sin_bits & ~swap)) ^ ((q & 2u) << 62);         // - in 2, 3
+    const Double4 v1 = r * __builtin_bit_cast(Double4, c_bits), v2 = r * __builtin_bit_cast(Double4, s_bits);
+    // rounds_surely of both values, with next_normal's margins.
+    const Double4 margin = r * 0x1p-40;
+    const Double4 e1 = margin + __builtin_bit_cast(Double4, __builtin_bit_cast(Bits4, v1) & 0x7fffffffffffffffull) * 0x1p-40;
+    const Double4 e2 = margin + __builtin_bit_cast(Double4, __builtin_bit_cast(Bits4, v2) & 0x7fffffffffffffffull) * 0x1p-40;
+    const Float4 f1 = __builtin_convertvector(v1, Float4), f2 = __builtin_convertvector(v2, Float4);
+    const Mask4 unsure = (__builtin_convertvector(v1 - e1, Float4) != __builtin_convertvector(v1 + e1, Float4)) |
+                         (__builtin_convertvector(v2 - e2, Float4) != __builtin_convertvector(v2 + e2, Float4));
+    __builtin_memcpy(first + p, &f1, sizeof f1);
+    __builtin_memcpy(second + p, &f2, sizeof f2);
+    __builtin_memcpy(doubt + p, &unsure, sizeof unsure);
+  }
+}
+
+void normal_pairs_default(const double* u1, const double* u2, float* first, float* second, int32_t* doubt,
+                          size_t n) {
+  normal_pairs_body(u1, u2, first, second, doubt, n);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void normal_pairs_avx2(const double* u1, const double* u2, float* first,
+                                                            float* second, int32_t* doubt, size_t n) {
+  normal_pairs_body(u1, u2, first, second, doubt, n);
+}
+#endif
+
+void normal_pairs(const double* u1, const double* u2, float* first, float* second, int32_t* doubt, size_t n) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return normal_pairs_avx2(u1, u2, first, second, doubt, n);
+#endif
+  normal_pairs_default(u1, u2, first, second, doubt, n);
+}
+
+}  // namespace
+
+// The pairs of next_normal() a block at a time: the uniforms drawn in sequence order (the rejection of
+// u1 = 0 included), then normal_pairs, then per pair the square root, the same margin test as
+// next_normal (whose 2^-40 also covers this log's error of an ulp or two against libm's) and exact_pair
+// where the float rounding is in doubt. A spare left by next_normal comes first; an odd last value is
+// next_normal's, which leaves its pair's second value as the spare, as n calls would.
+void Generator::fill_normal(float* out, size_t n) {
+  size_t i = 0;
+  if (n > 0 && has_spare_) {
+    has_spare_ = false;
+    out[i++] = static_cast<float>(spare_normal_);
+  }
+  constexpr size_t kBlock = 512;  // pairs
+  alignas(64) double u1[kBlock], u2[kBlock];
+  alignas(64) float first[kBlock], second[kBlock];
+  alignas(64) int32_t doubt[kBlock];
+  while (n - i >= 2) {
+    const size_t pairs = std::min(kBlock, (n - i) / 2);
+    for (size_t p = 0; p < pairs; ++p) {
+      double a = next_uniform();
+      while (a <= 0.0) a = next_uniform();
+      u1[p] = a;
+      u2[p] = next_uniform();
+    }
+    const size_t padded = (pairs + 3) & ~size_t{3};
+    for (size_t p = pairs; p < padded; ++p) u1[p] = u2[p] = 0.5;
+    normal_pairs(u1, u2, first, second, doubt, padded);
+    for (size_t p = 0; p < pairs; ++p) {
+      if (doubt[p] != 0) {
+        double a = 0, b = 0;
+        exact_pair(u1[p], u2[p], a, b);
+        first[p] = static_cast<float>(a);
+        second[p] = static_cast<float>(b);
+      }
+      out[i++] = first[p];
+      out[i++] = second[p];
+    }
+  }
+  if (i < n) out[i] = static_cast<float>(next_normal());
 }
 
 Generator& default_generator() {

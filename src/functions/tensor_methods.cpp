@@ -1,6 +1,7 @@
 // Factories. Tensors are allocated by the backend of their device; random and arange tensors are
 // generated on the host and copied, so a seed gives the same values on every device (the
 // cross-backend tests rely on it).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -59,7 +60,22 @@ Tensor rand(const Dims& shape, TensorOptions options, Generator* generator) {
 Tensor randn(const Dims& shape, TensorOptions options, Generator* generator) {
   SIGHTLINE_CHECK(dtype_is_floating(options.dtype), "randn: needs a floating dtype, got {}", options.dtype);
   Generator& g = generator ? *generator : default_generator();
-  return generate(shape, options, [&](int64_t) { return g.next_normal(); });
+  Tensor host = empty(shape, TensorOptions(options.dtype, Device::cpu()));
+  const auto n = static_cast<size_t>(host.numel());
+  if (options.dtype == DType::f32) {
+    g.fill_normal(host.data<float>(), n);
+  } else {
+    dtype_visit(options.dtype, [&]<typename T>() {
+      T* p = host.data<T>();
+      std::vector<float> block(std::min<size_t>(n, 4096));
+      for (size_t i = 0; i < n; i += block.size()) {
+        const size_t m = std::min(block.size(), n - i);
+        g.fill_normal(block.data(), m);
+        for (size_t j = 0; j < m; ++j) p[i + j] = from_float<T>(block[j]);
+      }
+    });
+  }
+  return host.to(options.device);
 }
 
 Tensor from_vector(std::span<const float> values, const Dims& shape, DType dtype) {

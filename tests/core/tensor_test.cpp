@@ -87,6 +87,51 @@ TEST(Tensor, NextNormalRoundsAsLibmBoxMuller) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], static_cast<float>(g2.next_normal())) << i;
 }
 
+// Generator::fill_normal draws blocks of pairs with its own vectorized log, sine and cosine: every float
+// must be libm's Box-Muller's on the same uniforms, whatever the block sizes (an odd one leaves a spare
+// that the next call or next_normal returns first), and the generator must end where as many next_normal
+// calls leave it; randn of every floating dtype takes those floats.
+TEST(Tensor, FillNormalIsLibmBoxMullersFloats) {
+  Generator block(11), uniforms(11), calls(11);
+  std::vector<float> reference;  // libm's Box-Muller on `uniforms`, pair by pair
+  size_t k = 0;
+  std::vector<float> out;
+  const size_t sizes[] = {1, 2, 3, 1023, 1024, 1025, 4099, 7, 0, 40000};
+  for (int round = 0; round < 50; ++round) {
+    for (size_t n : sizes) {
+      out.assign(n, 0.0f);
+      block.fill_normal(out.data(), n);
+      for (size_t i = 0; i < n; ++i, ++k) {
+        if (k == reference.size()) {
+          double u1 = uniforms.next_uniform();
+          while (u1 <= 0.0) u1 = uniforms.next_uniform();
+          const double u2 = uniforms.next_uniform();
+          const double r = std::sqrt(-2.0 * std::log(u1));
+          const double theta = 2.0 * std::numbers::pi * u2;
+          reference.push_back(static_cast<float>(r * std::cos(theta)));
+          reference.push_back(static_cast<float>(r * std::sin(theta)));
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(reference[k])) << k;
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(static_cast<float>(calls.next_normal())))
+            << k;
+      }
+    }
+  }
+  EXPECT_GT(k, 2000000u);
+  EXPECT_EQ(static_cast<float>(block.next_normal()), static_cast<float>(calls.next_normal()));  // the spare
+  EXPECT_EQ(block.next_u64(), calls.next_u64());
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    Generator g1(5), g2(5);
+    const Tensor x = randn({3, 4097}, TensorOptions(dtype), &g1).to(DType::f32);
+    const auto v = values(x);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float expected =
+          static_cast<float>(randn({1}, TensorOptions(dtype), &g2).to(DType::f32).item<float>());
+      ASSERT_EQ(v[i], expected) << dtype_name(dtype) << " " << i;
+    }
+  }
+}
+
 TEST(Tensor, ViewsShareStorage) {
   Tensor x = arange(24).view({2, 3, 4});
   Tensor t = x.transpose(0, 2);
