@@ -91,12 +91,28 @@ json key_averages_json(const profiler::KeyAverages& averages, const std::string&
 
 }  // namespace
 
+void ProfileIndex::table_from_runs(const std::vector<formats::TraceRun>& runs, const std::string& origin) {
+  // One reader and one table: the runs the index reads, built into the trace the CLI's `sightline
+  // table` builds of them (analysis/trace_json), averaged by the profiler's own key_averages, so the
+  // Explorer's table is the live one (ProfilerStep#N merged into ProfilerStep*, torch's self times).
+  // A trace the index reads but the analysis reader refuses is the profile's fault (422 on request).
+  try {
+    const std::string device = analysis::trace_json_runs_device_name(runs);
+    const profiler::CollectedTrace trace = analysis::trace_json_build(runs, *trace_file_, origin);
+    key_averages_ = key_averages_json(profiler::key_averages(trace, {.device_name = device}), device);
+  } catch (const Error& error) {
+    key_averages_error_ = fmt::format("the operator table cannot be built: {}", error.what());
+  }
+}
+
 nlohmann::json ProfileIndex::key_averages() const {
-  // One reader and one table: trace.json read back as the CLI's `sightline table` reads it
-  // (analysis/trace_json), averaged by the profiler's own key_averages, so the Explorer's table is
-  // the live one (ProfilerStep#N merged into ProfilerStep*, torch's self times), computed once.
+  if (completion_ != nullptr) {  // a partial index: the complete one's table once it is built
+    if (const ProfileIndex* complete = completed(); complete != nullptr) return complete->key_averages();
+  }
+  if (key_averages_error_) throw RequestError(422, *key_averages_error_);
   std::lock_guard lock(key_averages_mutex_);
   if (key_averages_) return *key_averages_;
+  // A partial index before its whole file is read: the file read here, as the CLI reads it.
   const std::string path = (dir_ / "trace.json").string();
   if (!fs::is_regular_file(path)) throw RequestError(404, fmt::format("{} cannot be read", path));
   // Streamed from the file (memory: the trace's events, not a document of the whole file). A trace
