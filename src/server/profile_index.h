@@ -207,10 +207,9 @@ class ProfileIndex {
   double start_us_ = 0;
   double end_us_ = 0;
   mutable std::mutex device_mutex_;
-  mutable std::mutex key_averages_mutex_;
-  // Built from the runs of the whole file as they are read (table_from_runs), or why it cannot be; a
-  // partial index whose whole file is not read yet computes it from the file on first request.
-  mutable std::optional<nlohmann::json> key_averages_;
+  // Built from the runs of the whole file as they are read (table_from_runs), or why it cannot be
+  // (one of the two is set on a complete index; a partial index asks the complete one).
+  std::optional<nlohmann::json> key_averages_;
   std::optional<std::string> key_averages_error_;
   mutable std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const DeviceTrace>> device_traces_;
 };

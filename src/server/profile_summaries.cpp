@@ -106,27 +106,13 @@ void ProfileIndex::table_from_runs(const std::vector<formats::TraceRun>& runs, c
 }
 
 nlohmann::json ProfileIndex::key_averages() const {
-  if (completion_ != nullptr) {  // a partial index: the complete one's table once it is built
-    if (const ProfileIndex* complete = completed(); complete != nullptr) return complete->key_averages();
+  // A partial index: the complete one's table, built as its runs are read (waiting for them here
+  // instead of reading the file a second time beside them).
+  if (completion_ != nullptr) {
+    wait_complete();
+    return completed()->key_averages();
   }
   if (key_averages_error_) throw RequestError(422, *key_averages_error_);
-  std::lock_guard lock(key_averages_mutex_);
-  if (key_averages_) return *key_averages_;
-  // A partial index before its whole file is read: the file read here, as the CLI reads it.
-  const std::string path = (dir_ / "trace.json").string();
-  if (!fs::is_regular_file(path)) throw RequestError(404, fmt::format("{} cannot be read", path));
-  // Streamed from the file (memory: the trace's events, not a document of the whole file). A trace
-  // the index reads but the analysis reader refuses is the profile's fault (422), not the server's.
-  profiler::CollectedTrace trace;
-  std::string device;
-  try {
-    trace = analysis::trace_json_load(path);
-    device = analysis::trace_json_file_device_name(path);
-  } catch (const Error& error) {
-    throw RequestError(422, fmt::format("the operator table cannot be built: {}", error.what()));
-  }
-  const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
-  key_averages_ = key_averages_json(averages, device);
   return *key_averages_;
 }
 
