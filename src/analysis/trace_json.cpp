@@ -1,6 +1,10 @@
 #include "analysis/trace_json.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
+#include <tuple>
 #include <filesystem>
 #include <functional>
 #include <iterator>
@@ -128,9 +132,20 @@ bool kind_from_category(std::string_view category, EventKind& kind) {
   return true;
 }
 
-// What the reader builds from the events as they stream by. Runtime calls on a core's lane take their
-// host thread from the "fwd" flow that links them to their framework op and their core from the
-// lane's process, which may come later in the file: those are resolved once every event is read.
+// The args keys the builder reads: of a complete event, and of a [memory] event.
+constexpr std::array<std::string_view, 8> kSliceArgs = {"External id", "correlation", "device", "stream",
+                                                        "Input Dims",  "Call stack",  "flops",  "bytes"};
+constexpr std::array<std::string_view, 6> kMemoryArgs = {"Bytes",           "Addr",           "Device Id",
+                                                         "Total Allocated", "Total Reserved", "External id"};
+
+// What the reader builds from the events. They come as the one trace reader's typed runs
+// (formats::TraceRun: exact times, lanes, names; args read from the text only for the keys above), and
+// as documents for the elements those runs cannot hold as typed (a field of another type, a field
+// missing: TraceRun::irregular), which are then checked field by field and named in errors; both
+// end in the same calls (complete, memory, window_end, fwd_flow, process_name), in file order. Runtime
+// calls on a core's lane take their host thread from the "fwd" flow that links them to their
+// framework op and their core from the lane's process, which may come later in the file: those are
+// resolved once every event is read.
 class TraceBuilder final : public formats::TraceDocumentHandler {
  public:
   TraceBuilder(const std::string& origin, bool keep) : origin_(origin), keep_(keep) {}
@@ -147,6 +162,72 @@ class TraceBuilder final : public formats::TraceDocumentHandler {
     }
   }
 
+  // One run of the reader, its first element being traceEvents[base]; `text` gives an args object's
+  // text from its offset and size.
+  template <class Text>
+  void run(const formats::TraceRun& run, std::uint64_t base, const Text& text) {
+    // The typed records and the irregular elements by element, in file order (each list already is).
+    enum class Tag : std::uint8_t { slice, instant, flow, irregular };
+    std::vector<std::tuple<std::uint64_t, Tag, std::size_t>> order;
+    order.reserve(run.slices.size() + run.instants.size() + run.irregular.size());
+    std::vector<std::uint64_t> irregular;  // in order: the reader appends them as it reads
+    irregular.reserve(run.irregular.size());
+    for (const auto& [element, document] : run.irregular) irregular.push_back(element);
+    auto is_irregular = [&](std::uint64_t element) {
+      return std::binary_search(irregular.begin(), irregular.end(), element);
+    };
+    for (std::size_t k = 0; k < run.slices.size(); ++k) {
+      if (!is_irregular(run.slice_elements[k])) order.emplace_back(run.slice_elements[k], Tag::slice, k);
+    }
+    for (std::size_t k = 0; k < run.instants.size(); ++k) {
+      if (!is_irregular(run.instants[k].element)) order.emplace_back(run.instants[k].element, Tag::instant, k);
+    }
+    for (std::size_t k = 0; k < run.flow_points.size(); ++k) {
+      const auto& [category, id, point] = run.flow_points[k];
+      if (point.start && run.names[category] == "fwd" && !is_irregular(run.flow_elements[k])) {
+        order.emplace_back(run.flow_elements[k], Tag::flow, k);
+      }
+    }
+    for (std::size_t k = 0; k < irregular.size(); ++k) order.emplace_back(irregular[k], Tag::irregular, k);
+    std::sort(order.begin(), order.end());
+    auto args_of_text = [&](std::uint64_t offset, std::uint32_t bytes, std::span<const std::string_view> keys) {
+      if (bytes == 0) return json::object();
+      return formats::read_trace_args(text(offset, bytes), keys, origin_);
+    };
+    for (const auto& [element, tag, k] : order) {
+      const std::size_t i = base + element;
+      switch (tag) {
+        case Tag::slice: {
+          const formats::TraceSlice& slice = run.slices[k];
+          const formats::TraceLane& lane = run.slice_lanes[k];
+          complete(i, kind_of(run.names[slice.category], i), run.names[slice.name], slice.ts_ns, slice.dur_ns,
+                   lane.first, lane.second, args_of_text(slice.args_offset, slice.args_bytes, kSliceArgs));
+          break;
+        }
+        case Tag::instant: {
+          const formats::TraceInstant& instant = run.instants[k];
+          const std::string& name = run.names[instant.name];
+          if (name == "Record Window End") window_end(instant.ts_ns);
+          if (name == "[memory]") {
+            memory(i, instant.ts_ns, instant.lane.second,
+                   args_of_text(instant.args_offset, instant.args_bytes, kMemoryArgs));
+          }
+          break;
+        }
+        case Tag::flow: {
+          const auto& [category, id, point] = run.flow_points[k];
+          fwd_flow(id, point.lane.second);
+          break;
+        }
+        case Tag::irregular:
+          event(run.irregular[k].second, i);
+          break;
+      }
+    }
+    for (const auto& [pid, name] : run.process_names) process_name(pid, name);
+  }
+
+  // One element as a document: every field checked and named in errors.
   void event(const json& event, std::size_t i) {
     SIGHTLINE_CHECK(event.is_object(), "{}: traceEvents[{}] is not an object", origin_, i);
     const Where where{origin_, i, ""};
@@ -154,51 +235,75 @@ class TraceBuilder final : public formats::TraceDocumentHandler {
     const std::string ph = string_or(event, "ph", where);
     if (ph == "M") {
       if (string_or(event, "name", where) == "process_name" && event.contains("args")) {
-        process_names_[integer_or<std::int64_t>(event, "pid", 0, where)] =
-            string_or(args_of(event, where), "name", in_args);
+        process_name(integer_or<std::int64_t>(event, "pid", 0, where), string_or(args_of(event, where), "name", in_args));
       }
       return;
     }
     if (ph == "s") {
       if (string_or(event, "cat", where) == "fwd") {
         const auto id = integer_or<std::uint64_t>(event, "id", 0, where);
-        const auto tid = integer_or<std::int64_t>(event, "tid", 0, where);
-        if (keep_) fwd_flow_thread_[id ^ kOpToRuntimeFlowBit] = tid;
+        fwd_flow(id, integer_or<std::int64_t>(event, "tid", 0, where));
       }
       return;
     }
     if (ph == "i" && string_or(event, "name", where) == "Record Window End") {
-      window_end_ = time_field(event, "ts", where);
+      window_end(time_field(event, "ts", where));
     }
     if (ph == "i" && string_or(event, "name", where) == "[memory]") {
       const json& args = args_of(event, where);
-      profiler::MemoryEvent memory;
-      memory.ts_ns = time_field(event, "ts", where);
-      memory.thread = integer_field<std::int64_t>(event, "tid", where);
-      memory.bytes = integer_field<std::int64_t>(args, "Bytes", in_args);
-      memory.address = integer_or<std::uint64_t>(args, "Addr", 0, in_args);
-      memory.device_index = integer_or<int>(args, "Device Id", -1, in_args);
-      memory.total_allocated = integer_or<std::int64_t>(args, "Total Allocated", 0, in_args);
-      memory.total_reserved = integer_or<std::int64_t>(args, "Total Reserved", 0, in_args);
-      memory.scope_known = args.contains("External id");
-      memory.scope_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
-      if (keep_) batch_.memory.push_back(memory);
+      const std::int64_t ts = time_field(event, "ts", where);
+      memory(i, ts, integer_field<std::int64_t>(event, "tid", where), args);
       return;
     }
     if (ph != "X") return;
-    profiler::FunctionEvent e;
-    const std::string category = string_field(event, "cat", where);
-    SIGHTLINE_CHECK(kind_from_category(category, e.kind), "{}: traceEvents[{}] has unknown category \"{}\"",
-                    origin_, i, category);
-    e.name = string_field(event, "name", where);
-    e.start_ns = time_field(event, "ts", where);
+    const EventKind kind = kind_of(string_field(event, "cat", where), i);
+    std::string name = string_field(event, "name", where);
+    const std::int64_t ts = time_field(event, "ts", where);
     const std::int64_t duration_ns = time_field(event, "dur", where);
     SIGHTLINE_CHECK(duration_ns >= 0, "{} is negative ({} ns); an event cannot end before it starts", where("dur"),
                     duration_ns);
-    e.end_ns = e.start_ns + duration_ns;  // both within kMaxTimeNs: no overflow
     const std::int64_t pid = integer_field<std::int64_t>(event, "pid", where);
     const std::int64_t tid = integer_field<std::int64_t>(event, "tid", where);
-    const json& args = args_of(event, where);
+    complete(i, kind, std::move(name), ts, duration_ns, pid, tid, args_of(event, where));
+  }
+
+  EventKind kind_of(std::string_view category, std::size_t i) const {
+    EventKind kind{};
+    SIGHTLINE_CHECK(kind_from_category(category, kind), "{}: traceEvents[{}] has unknown category \"{}\"", origin_, i,
+                    category);
+    return kind;
+  }
+
+  void process_name(std::int64_t pid, std::string name) { process_names_[pid] = std::move(name); }
+  void fwd_flow(std::uint64_t id, std::int64_t tid) {
+    if (keep_) fwd_flow_thread_[id ^ kOpToRuntimeFlowBit] = tid;
+  }
+  void window_end(std::int64_t ts_ns) { window_end_ = ts_ns; }
+
+  void memory(std::size_t i, std::int64_t ts_ns, std::int64_t tid, const json& args) {
+    const Where in_args{origin_, i, "args"};
+    profiler::MemoryEvent memory;
+    memory.ts_ns = ts_ns;
+    memory.thread = tid;
+    memory.bytes = integer_field<std::int64_t>(args, "Bytes", in_args);
+    memory.address = integer_or<std::uint64_t>(args, "Addr", 0, in_args);
+    memory.device_index = integer_or<int>(args, "Device Id", -1, in_args);
+    memory.total_allocated = integer_or<std::int64_t>(args, "Total Allocated", 0, in_args);
+    memory.total_reserved = integer_or<std::int64_t>(args, "Total Reserved", 0, in_args);
+    memory.scope_known = args.contains("External id");
+    memory.scope_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
+    if (keep_) batch_.memory.push_back(memory);
+  }
+
+  // A complete event: times within kMaxTimeNs (no overflow), duration not negative.
+  void complete(std::size_t i, EventKind kind, std::string name, std::int64_t ts_ns, std::int64_t duration_ns,
+                std::int64_t pid, std::int64_t tid, const json& args) {
+    const Where in_args{origin_, i, "args"};
+    profiler::FunctionEvent e;
+    e.kind = kind;
+    e.name = std::move(name);
+    e.start_ns = ts_ns;
+    e.end_ns = ts_ns + duration_ns;
     e.external_id = integer_or<std::uint64_t>(args, "External id", 0, in_args);
     e.id = profiler::opens_correlation(e.kind) ? e.external_id
                                                : integer_or<std::uint64_t>(args, "correlation", 0, in_args);
@@ -298,27 +403,33 @@ class TraceBuilder final : public formats::TraceDocumentHandler {
   std::int64_t window_end_ = 0;
 };
 
-// Every event the reader keeps has a "ph" key, so the times "ph" occurs in the text bound their
-// number (an escaped key only makes the bound low, and the vector then grows as usual).
-std::size_t count_ph(std::string_view text) {
-  std::size_t count = 0;
-  for (std::size_t at = text.find("\"ph\""); at != std::string_view::npos; at = text.find("\"ph\"", at + 4)) ++count;
-  return count;
+// The runs of the one trace reader into the builder, in file order; `text` gives an args object's
+// text. `keep` false: every check, nothing kept (validation).
+template <class Text>
+profiler::CollectedTrace build_from_runs(const std::vector<formats::TraceRun>& runs, const std::string& origin,
+                                         bool keep, const Text& text, const ProgressCallback& progress = {},
+                                         std::uint64_t total_bytes = 0) {
+  TraceBuilder builder(origin, keep);
+  std::size_t slices = 0;
+  for (const formats::TraceRun& run : runs) slices += run.slices.size() + run.irregular.size();
+  builder.expect_at_most(slices);
+  std::uint64_t base = 0;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    builder.run(runs[r], base, text);
+    base += runs[r].element_count;
+    if (progress) progress(total_bytes * (r + 1) / runs.size(), total_bytes);
+  }
+  return builder.finish(runs.empty() ? json::object() : runs.front().top_level);
 }
 
-// A complete event with the fields the reader requires takes this many bytes at least
-// ({"ph":"X","cat":"kernel","name":"","ts":0,"dur":0,"pid":0,"tid":0}): a second bound, for text
-// made of "ph" alone.
-constexpr std::size_t kMinEventBytes = 60;
-
-// The text through the one trace reader (formats/trace_reader.h), event by event into the builder.
-// `keep` false: every check, nothing kept (validation).
+// Text in memory through the one trace reader.
 profiler::CollectedTrace read_trace(std::string_view text, const std::string& origin, bool keep,
                                     const ProgressCallback& progress = {}) {
-  TraceBuilder builder(origin, keep);
-  if (keep) builder.expect_at_most(std::min(count_ph(text), text.size() / kMinEventBytes + 1));
-  const json root = formats::read_trace_documents(text, origin, builder, progress);
-  return builder.finish(root);
+  formats::TraceReadOptions options;
+  options.refuse_bad_complete_events = false;  // the builder names the event and the field
+  const std::vector<formats::TraceRun> runs = formats::read_trace_text(text, origin, options);
+  auto args_text = [&](std::uint64_t offset, std::uint32_t bytes) { return text.substr(offset, bytes); };
+  return build_from_runs(runs, origin, keep, args_text, progress, text.size());
 }
 
 }  // namespace
@@ -331,6 +442,20 @@ std::string hardware_lane_device(const json& name) {
   if (!name.is_string()) return {};
   const profiler::LaneName lane = profiler::parse_lane_name(name.get_ref<const std::string&>());
   return lane.layer == profiler::LaneLayer::hardware ? std::string(lane.device) : std::string();
+}
+
+// No lane event names one: the device lanes listed in deviceProperties, as the exporters name them.
+std::string device_of_properties(const json& root) {
+  if (root.is_object()) {
+    const auto properties = root.find("deviceProperties");
+    if (properties != root.end() && properties->is_array()) {
+      for (const json& device : *properties) {
+        if (!device.is_object() || !device.contains("name")) continue;
+        if (std::string name = hardware_lane_device(device["name"]); !name.empty()) return name;
+      }
+    }
+  }
+  return "privateuseone";
 }
 
 // Reads the lanes' names off the metadata events (ph "M": process_name, thread_name) and stops the read
@@ -361,24 +486,15 @@ std::string device_name_of(Read&& read) {
   } catch (const DeviceNameReader::Found&) {
     return reader.device;
   }
-  // No lane event names one: the device lanes listed in deviceProperties, as the exporters name them.
-  if (root.is_object()) {
-    const auto properties = root.find("deviceProperties");
-    if (properties != root.end() && properties->is_array()) {
-      for (const json& device : *properties) {
-        if (!device.is_object() || !device.contains("name")) continue;
-        if (std::string name = hardware_lane_device(device["name"]); !name.empty()) return name;
-      }
-    }
-  }
-  return "privateuseone";
+  return device_of_properties(root);
 }
 
 }  // namespace
 
 std::string trace_json_device_name(std::string_view text) {
-  return device_name_of(
-      [&](DeviceNameReader& reader) { return formats::read_trace_documents(text, "trace.json", reader); });
+  formats::TraceReadOptions options;
+  options.refuse_bad_complete_events = false;  // the lanes' names are all this reads
+  return trace_json_runs_device_name(formats::read_trace_text(text, "trace.json", options));
 }
 
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
@@ -386,13 +502,31 @@ profiler::CollectedTrace trace_json_parse(std::string_view text, const std::stri
   return read_trace(text, origin, true, progress);
 }
 
+profiler::CollectedTrace trace_json_build(const std::vector<formats::TraceRun>& runs,
+                                          const formats::MappedTrace& file, const std::string& origin) {
+  auto args_text = [&](std::uint64_t offset, std::uint32_t bytes) { return file.text(offset, bytes); };
+  return build_from_runs(runs, origin, true, args_text);
+}
+
+std::string trace_json_runs_device_name(const std::vector<formats::TraceRun>& runs) {
+  for (const formats::TraceRun& run : runs) {
+    for (const auto& [pid, name] : run.process_names) {
+      if (std::string device = hardware_lane_device(json(name)); !device.empty()) return device;
+    }
+    for (const auto& [lane, name] : run.thread_names) {
+      if (std::string device = hardware_lane_device(json(name)); !device.empty()) return device;
+    }
+  }
+  return runs.empty() ? "privateuseone" : device_of_properties(runs.front().top_level);
+}
+
 profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress) {
-  TraceBuilder builder(path, true);
-  std::error_code ignored;
-  // One event takes kMinEventBytes at least: a bound that needs no pass over the text.
-  builder.expect_at_most(std::filesystem::file_size(path, ignored) / kMinEventBytes + 1);
-  const json root = formats::read_trace_documents_file(path, path, builder, progress);
-  return builder.finish(root);
+  const formats::MappedTrace file(path);
+  formats::TraceReadOptions options;
+  options.refuse_bad_complete_events = false;  // the builder names the event and the field
+  const std::vector<formats::TraceRun> runs = formats::read_trace(file, path, options);
+  auto args_text = [&](std::uint64_t offset, std::uint32_t bytes) { return file.text(offset, bytes); };
+  return build_from_runs(runs, path, true, args_text, progress, file.size());
 }
 
 void trace_json_validate_file(const std::string& path, const std::string& origin) {

@@ -12,15 +12,20 @@
 // host thread comes back from the "fwd" flow that links it to its framework op. The CPU tree, the
 // attribution of device events and the self/total times are then rebuilt by profiler::build_trace.
 // The file is read by the one trace reader (formats/trace_reader.h: simdjson On-Demand, times as
-// exact nanoseconds), which hands this reader one event's document at a time, never a document of
-// the whole file: memory is what the trace holds plus the text read once into a padded buffer, not
-// ten times the file; validation reads runs of about a MiB (bounded memory, for uploads).
+// exact nanoseconds, large files on several threads) into its typed runs, the ones the Explorer's
+// index reads; each event's args are read from the mapped file only for the keys used here, and only
+// the elements the runs cannot hold as typed (a field of another type or missing) come as documents,
+// to be named in errors. Memory: the file mapped, the runs and the trace. Validating a file (uploads)
+// streams it through formats::validate_trace_file a run of about a MiB at a time (bounded memory).
 #pragma once
 
 #include <string>
 #include <string_view>
 
+#include <vector>
+
 #include "analysis/profile_dir.h"
+#include "formats/trace_reader.h"
 #include "sightline/profiler/events.h"
 
 namespace sightline::analysis {
@@ -30,6 +35,15 @@ namespace sightline::analysis {
 profiler::CollectedTrace trace_json_load(const std::string& path, const ProgressCallback& progress = {});
 profiler::CollectedTrace trace_json_parse(std::string_view text, const std::string& origin,
                                           const ProgressCallback& progress = {});
+
+// The CollectedTrace of the runs the one reader made of `file` (formats::read_trace; with
+// refuse_bad_complete_events false the bad events are named here): what trace_json_load does after
+// reading, for a caller that read the runs already (the Explorer's index builds its operator table
+// from the runs it indexes). Throws as trace_json_load does.
+profiler::CollectedTrace trace_json_build(const std::vector<formats::TraceRun>& runs,
+                                          const formats::MappedTrace& file, const std::string& origin);
+// The backend name of the runs' device lanes, as trace_json_device_name gives it of their file.
+std::string trace_json_runs_device_name(const std::vector<formats::TraceRun>& runs);
 
 // Every check the two functions above make, keeping nothing: memory is one event and one buffer of
 // the file whatever its size (the Explorer server validates uploads with it). Throws as they do.

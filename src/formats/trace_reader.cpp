@@ -80,6 +80,10 @@ struct EventFields {
   std::string_view args;  // empty when the event has no args object
   std::optional<int64_t> external_id, correlation, sort_index;
   std::optional<std::string_view> args_name;
+  bool args_name_bad = false;  // args "name" present, not a string
+  // A field of a type or range the typed records do not hold, or a field missing that the event's
+  // kind needs (TraceRun::irregular).
+  bool irregular = false;
 };
 
 // The object keys the index reads, recognized once per key.
@@ -112,14 +116,11 @@ using simdjson::SUCCESS;
 // What one run holds while it is parsed: the run itself and how its parse went.
 struct ChunkIndex : TraceRun {
   bool keep = true;                 // false: events are checked, not kept (validation)
-  // Set: the elements go to it as documents (read_trace_documents), numbered from element_base, and
+  // Set: the elements go to it as documents (validate_trace_file), numbered from element_base, and
   // the top-level values other than the events array are kept in `root`; slices are not made.
   TraceDocumentHandler* documents = nullptr;
-  size_t element_base = 0, element_count = 0;
-  json root = json::object();
-  const TraceProgress* progress = nullptr;  // with documents: how far the parse is, every MiB
-  const char* progress_begin = nullptr;     // where the parsed text starts, and its size
-  size_t progress_total = 0, progress_next = 0;
+  size_t element_base = 0;
+  bool keep_root = false;  // the top-level values other than the events array go to top_level
   bool bad_complete_event = false;  // an "X" event without a valid ts/dur
   bool parsed = false;              // the run was valid JSON
   std::string error;                // the parser's message otherwise
@@ -167,10 +168,24 @@ struct ChunkIndex : TraceRun {
       parsed_event.correlation = static_cast<uint64_t>(event.correlation.value_or(0));
       slices.push_back(parsed_event);
       slice_lanes.push_back(lane);
+      slice_elements.push_back(element_count);
+    } else if (event.phase == "i") {
+      if (!event.ts) return;
+      TraceInstant instant;
+      instant.ts_ns = *event.ts;
+      instant.name = name_id(event.name);
+      instant.lane = lane;
+      if (!event.args.empty()) {
+        instant.args_offset = static_cast<uint64_t>(file_offset + (event.args.data() - buffer));
+        instant.args_bytes = static_cast<uint32_t>(std::min<size_t>(event.args.size(), UINT32_MAX));
+      }
+      instant.element = element_count;
+      instants.push_back(instant);
     } else if (event.phase == "s" || event.phase == "f") {
       if (!event.id || !event.ts) return;
       flow_points.emplace_back(name_id(event.category), static_cast<uint64_t>(*event.id),
                                TraceFlowPoint{event.phase == "s", lane, *event.ts});
+      flow_elements.push_back(element_count);
     }
   }
 };
@@ -185,6 +200,9 @@ struct Number {
   std::string_view text;  // the number as written
 };
 
+// `text`, one element of the events array, as a document (the form TraceDocumentHandler gets).
+error_code element_document(std::string_view text, json& out);
+
 // Reads a trace document with simdjson's On-Demand API. Every value is visited, including those the
 // index does not use, so that the whole text is validated as JSON, as a full parse would.
 class TraceReader {
@@ -195,7 +213,7 @@ class TraceReader {
   error_code skip(od::value value) { return visit(value, nullptr); }
 
   // Checks that `value` is valid JSON, recursively, and with `out` makes a document of it
-  // (read_trace_documents); `time`: the value of a "ts" or "dur" key.
+  // (TraceDocumentHandler's form); `time`: the value of a "ts" or "dur" key.
   error_code visit(od::value value, json* out, bool time = false) {
     od::json_type type;
     if (auto error = value.type().get(type)) return error;
@@ -284,12 +302,29 @@ class TraceReader {
       od::json_type type;
       if (auto error = element.type().get(type)) return error;
       if (type != od::json_type::object) {
-        if (auto error = skip(element)) return error;
+        json parsed;
+        if (auto error = visit(element, chunk_.keep ? &parsed : nullptr)) return error;
+        if (chunk_.keep) chunk_.irregular.emplace_back(chunk_.element_count, std::move(parsed));
+        ++chunk_.element_count;
         continue;
       }
+      const char* begin = element.raw_json_token().data();  // the '{'
       od::object object;
       if (auto error = element.get_object().get(object)) return error;
-      if (auto error = event(object)) return error;
+      bool irregular = false;
+      if (auto error = event(object, irregular)) return error;
+      if (irregular && chunk_.keep) {
+        // The object's text ends at the '}' before the next token (at least the array's ']' follows).
+        const char* end = location();
+        if (end == nullptr) return simdjson::INCOMPLETE_ARRAY_OR_OBJECT;
+        while (end > begin && end[-1] != '}') --end;
+        json parsed;
+        if (auto error = element_document(std::string_view(begin, static_cast<size_t>(end - begin)), parsed)) {
+          return error;
+        }
+        chunk_.irregular.emplace_back(chunk_.element_count, std::move(parsed));
+      }
+      ++chunk_.element_count;
     }
     return SUCCESS;
   }
@@ -299,14 +334,6 @@ class TraceReader {
     json parsed;
     if (auto error = visit(element, &parsed)) return error;
     chunk_.documents->element(parsed, chunk_.element_base + chunk_.element_count++);
-    if (chunk_.progress != nullptr && *chunk_.progress) {
-      const char* at = location();
-      const size_t done = at == nullptr ? chunk_.progress_total : static_cast<size_t>(at - chunk_.progress_begin);
-      if (done >= chunk_.progress_next) {
-        (*chunk_.progress)(std::min(done, chunk_.progress_total), chunk_.progress_total);
-        chunk_.progress_next = done + (size_t{1} << 20);
-      }
-    }
     return SUCCESS;
   }
 
@@ -314,10 +341,10 @@ class TraceReader {
   // A top-level value other than the events array: kept in the chunk's root (document mode) or
   // validated.
   error_code root_value(std::string_view key, od::value value) {
-    if (chunk_.documents == nullptr) return skip(value);
+    if (chunk_.documents == nullptr && !chunk_.keep_root) return skip(value);
     json parsed;
     if (auto error = visit(value, &parsed)) return error;
-    chunk_.root[std::string(key)] = std::move(parsed);
+    chunk_.top_level[std::string(key)] = std::move(parsed);
     return SUCCESS;
   }
 
@@ -355,10 +382,13 @@ class TraceReader {
 
   static error_code type_of(od::value& value, od::json_type& type) { return value.type().get(type); }
 
-  error_code string_or_skip(od::value value, std::string_view& out) {
+  error_code string_or_skip(od::value value, std::string_view& out, bool* wrong_type = nullptr) {
     od::json_type type;
     if (auto error = type_of(value, type)) return error;
-    if (type != od::json_type::string) return skip(value);
+    if (type != od::json_type::string) {
+      if (wrong_type != nullptr) *wrong_type = true;
+      return skip(value);
+    }
     return value.get_string().get(out);
   }
 
@@ -370,8 +400,9 @@ class TraceReader {
     return read_number(value, out);
   }
 
-  // One event object: its fields in order, a repeated key's last value winning.
-  error_code event(od::object object) {
+  // One event object: its fields in order, a repeated key's last value winning. `irregular`: see
+  // TraceRun::irregular (set also where the typed records would still be right: only ever too often).
+  error_code event(od::object& object, bool& irregular) {
     EventFields fields;
     for (auto maybe_field : object) {
       od::field field;
@@ -381,13 +412,13 @@ class TraceReader {
       od::value value = field.value();
       switch (key_of(key)) {
         case Key::ph:
-          if (auto error = string_or_skip(value, fields.phase)) return error;
+          if (auto error = string_or_skip(value, fields.phase, &fields.irregular)) return error;
           break;
         case Key::name:
-          if (auto error = string_or_skip(value, fields.name)) return error;
+          if (auto error = string_or_skip(value, fields.name, &fields.irregular)) return error;
           break;
         case Key::cat:
-          if (auto error = string_or_skip(value, fields.category)) return error;
+          if (auto error = string_or_skip(value, fields.category, &fields.irregular)) return error;
           break;
         case Key::pid:
         case Key::tid:
@@ -398,7 +429,10 @@ class TraceReader {
           Number number;
           bool is_number = false;
           if (auto error = number_or_skip(value, number, is_number)) return error;
-          if (!is_number) break;
+          if (!is_number) {
+            fields.irregular = true;
+            break;
+          }
           if (which == Key::ts || which == Key::dur) {
             int64_t ns = 0;
             std::optional<int64_t>& time = which == Key::ts ? fields.ts : fields.dur;
@@ -406,7 +440,11 @@ class TraceReader {
               time = ns;
             } else {
               time.reset();  // a repeated key's last value wins, also when it is no time
+              fields.irregular = true;
             }
+          } else if (!number.integer || (number.unsigned_integer && which != Key::id) ||
+                     (which == Key::id && !number.unsigned_integer && *number.integer < 0)) {
+            fields.irregular = true;  // ids are unsigned, pid and tid signed 64-bit integers
           }
           if (number.integer && which == Key::pid) fields.pid = number.integer;
           if (number.integer && which == Key::tid) fields.tid = number.integer;
@@ -417,6 +455,7 @@ class TraceReader {
           od::json_type type;
           if (auto error = type_of(value, type)) return error;
           if (type != od::json_type::object) {
+            fields.irregular = true;
             if (auto error = skip(value)) return error;
             break;
           }
@@ -427,8 +466,21 @@ class TraceReader {
           if (auto error = skip(value)) return error;
       }
     }
+    irregular = fields.irregular || lacks_a_needed_field(fields);
     chunk_.consume(fields);
     return SUCCESS;
+  }
+
+  // What an event of its kind needs for its typed record: a lane, and X: name, category and a time
+  // span; i: a time; s, f: an id and a time; a process name: a string in args when it has args.
+  static bool lacks_a_needed_field(const EventFields& e) {
+    const bool lane = e.pid && e.tid;
+    if (e.phase == "X") return !lane || !e.ts || !e.dur || *e.dur < 0 || e.name.data() == nullptr ||
+                               e.category.data() == nullptr;
+    if (e.phase == "i") return !lane || !e.ts;
+    if (e.phase == "s" || e.phase == "f") return !lane || !e.ts || !e.id;
+    if (e.phase == "M") return !lane || e.args_name_bad || (e.name == "process_name" && !e.args.empty() && !e.args_name);
+    return false;
   }
 
   // The args object: its raw text is kept; names, ids and sort indexes at its top level are read.
@@ -444,7 +496,7 @@ class TraceReader {
       const Key which = key_of(key);
       if (which == Key::name) {
         std::string_view text;
-        if (auto error = string_or_skip(field.value(), text)) return error;
+        if (auto error = string_or_skip(field.value(), text, &fields.args_name_bad)) return error;
         if (text.data() != nullptr) fields.args_name = text;
       } else if (which == Key::external_id || which == Key::correlation || which == Key::sort_index) {
         Number number;
@@ -510,6 +562,18 @@ class PaddedParser {
   std::unique_ptr<char[]> buffer_;
   size_t capacity_ = 0;
 };
+
+error_code element_document(std::string_view text, json& out) {
+  PaddedParser parser;
+  const std::string_view loaded = parser.load(text, false);
+  od::document document;
+  if (auto error = parser.iterate(loaded).get(document)) return error;
+  ChunkIndex scratch;
+  TraceReader reader(scratch, document);
+  od::value value;
+  if (auto error = document.get_value().get(value)) return error;
+  return reader.visit(value, &out);
+}
 
 std::string parse_error_message(error_code error, std::optional<size_t> offset) {
   std::string message = simdjson::error_message(error);
@@ -716,7 +780,7 @@ class StreamingTraceValidator {
     }
     if (!chunk.found_events) throw TraceReadError(fmt::format("profile file '{}' has no traceEvents array", origin_));
     if (chunk.bad_complete_event) throw bad_event();
-    return handler_ == nullptr ? json() : std::move(chunk.root);
+    return handler_ == nullptr ? json() : std::move(chunk.top_level);
   }
 
  private:
@@ -949,11 +1013,19 @@ std::vector<ChunkIndex> parse_in_runs(const MappedTrace& file, const TraceReadOp
   std::string outside(file.begin(), open_bracket + 1);
   outside += ']';
   outside.append(chunks.back().events_end, file.begin() + file.size());
-  if (!json::accept(outside)) return {};
+  std::string_view top_text = outside;
+  if (top_text.starts_with("\xEF\xBB\xBF")) top_text.remove_prefix(3);
+  ChunkIndex top;
+  top.keep = false;
+  top.keep_root = true;
+  PaddedParser parser;
+  parse_chunk(top_text.data(), top_text.size(), false, true, top, parser);
+  if (!top.parsed) return {};
+  chunks.front().top_level = std::move(top.top_level);
   return chunks;
 }
 
-// The whole text at once; `chunk` may ask for documents (read_trace_documents).
+// The whole text at once.
 void parse_whole(std::string_view whole, const std::string& origin, ChunkIndex& chunk, PaddedParser&& parser = {}) {
   // A UTF-8 byte order mark is allowed before the document (simdjson leaves skipping it to callers).
   std::string_view text = whole;
@@ -1003,24 +1075,75 @@ std::string_view MappedTrace::text(uint64_t offset, uint64_t bytes) const {
   return {data_ + offset, bytes};
 }
 
+namespace {
+
+std::vector<TraceRun> runs_of(std::vector<ChunkIndex>& chunks, const std::string& origin,
+                              const TraceReadOptions& options) {
+  std::vector<TraceRun> runs;
+  runs.reserve(chunks.size());
+  for (ChunkIndex& chunk : chunks) {
+    if (chunk.bad_complete_event && options.refuse_bad_complete_events) {
+      throw TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+    }
+    runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
+  }
+  return runs;
+}
+
+}  // namespace
+
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options) {
   std::vector<ChunkIndex> chunks = parse_in_runs(file, options);
   if (options.cancel != nullptr && options.cancel->load()) {
     throw TraceReadError(fmt::format("reading profile file '{}' was cancelled", origin));
   }
   if (chunks.empty()) {
-    parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.emplace_back());
+    chunks.emplace_back().keep_root = true;
+    parse_whole(std::string_view(file.begin(), file.size()), origin, chunks.back());
     if (options.parsed_bytes != nullptr) *options.parsed_bytes = file.size();
   }
-  std::vector<TraceRun> runs;
-  runs.reserve(chunks.size());
-  for (ChunkIndex& chunk : chunks) {
-    if (chunk.bad_complete_event) {
-      throw TraceReadError(fmt::format("profile file '{}': a complete event without a valid ts/dur", origin));
+  return runs_of(chunks, origin, options);
+}
+
+std::vector<TraceRun> read_trace_text(std::string_view text, const std::string& origin,
+                                      const TraceReadOptions& options) {
+  std::vector<ChunkIndex> chunks(1);
+  chunks.back().keep_root = true;
+  parse_whole(text, origin, chunks.back());
+  return runs_of(chunks, origin, options);
+}
+
+json read_trace_args(std::string_view text, std::span<const std::string_view> keys, const std::string& origin) {
+  thread_local PaddedParser parser;
+  const std::string_view loaded = parser.load(text, false);
+  od::document document;
+  json out = json::object();
+  ChunkIndex scratch;
+  auto read = [&]() -> error_code {
+    if (auto error = parser.iterate(loaded).get(document)) return error;
+    TraceReader reader(scratch, document);
+    od::object object;
+    if (auto error = document.get_object().get(object)) return error;
+    for (auto maybe_field : object) {
+      od::field field;
+      if (auto error = std::move(maybe_field).get(field)) return error;
+      std::string_view key;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        if (auto error = reader.skip(field.value())) return error;
+        continue;
+      }
+      json inner;
+      if (auto error = reader.visit(field.value(), &inner)) return error;
+      out[std::string(key)] = std::move(inner);  // a repeated key: the last value wins
     }
-    runs.push_back(std::move(static_cast<TraceRun&>(chunk)));
+    return SUCCESS;
+  };
+  if (auto error = read()) {
+    throw TraceReadError(fmt::format("profile file '{}' changed while it was read ({} in an event's args); read it "
+                                     "again", origin, simdjson::error_message(error)));
   }
-  return runs;
+  return out;
 }
 
 std::vector<TraceRun> read_trace_prefix(const MappedTrace& file, const TraceReadOptions& options, size_t prefix_bytes,
@@ -1045,54 +1168,6 @@ std::vector<TraceRun> read_trace_prefix(const MappedTrace& file, const TraceRead
   }
   covered = ranges.back().second;
   return runs;
-}
-
-json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
-                          const TraceProgress& progress) {
-  ChunkIndex chunk;
-  chunk.documents = &handler;
-  chunk.progress = &progress;
-  chunk.progress_begin = text.data();
-  chunk.progress_total = text.size();
-  parse_whole(text, origin, chunk);
-  if (progress) progress(text.size(), text.size());
-  return std::move(chunk.root);
-}
-
-json read_trace_documents_file(const std::filesystem::path& path, const std::string& origin,
-                               TraceDocumentHandler& handler, const TraceProgress& progress) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw TraceReadError(fmt::format("profile file '{}' cannot be opened: {}; check that it exists and is readable",
-                                     origin, std::strerror(errno)));
-  }
-  struct stat info {};
-  const size_t expected = ::fstat(fd, &info) == 0 && info.st_size > 0 ? static_cast<size_t>(info.st_size) : 0;
-  PaddedParser parser;
-  char* buffer = parser.reserve(expected);
-  size_t size = 0;
-  while (size < expected) {  // a file cut short meanwhile is read as far as it goes
-    const ssize_t got = ::read(fd, buffer + size, expected - size);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int code = errno;
-      ::close(fd);
-      throw TraceReadError(fmt::format("profile file '{}' cannot be read: {}; check the disk and the file", origin,
-                                       std::strerror(code)));
-    }
-    if (got == 0) break;
-    size += static_cast<size_t>(got);
-  }
-  ::close(fd);
-  const std::string_view text(buffer, size);
-  ChunkIndex chunk;
-  chunk.documents = &handler;
-  chunk.progress = &progress;
-  chunk.progress_begin = text.data();
-  chunk.progress_total = text.size();
-  parse_whole(text, origin, chunk, std::move(parser));
-  if (progress) progress(text.size(), text.size());
-  return std::move(chunk.root);
 }
 
 json validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin, size_t run_bytes,

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <map>
 #include <string>
 #include <string_view>
@@ -62,6 +63,9 @@ struct TraceReadOptions {
   // set, ends the read early with TraceReadError (its result is no longer wanted).
   std::atomic<uint64_t>* parsed_bytes = nullptr;
   const std::atomic<bool>* cancel = nullptr;
+  // True: a complete event without a valid ts/dur ends the read with TraceReadError. False: it is
+  // kept among TraceRun::irregular, for a caller that names the event and the field (analysis).
+  bool refuse_bad_complete_events = true;
 };
 
 // A lane as trace.json writes it: (pid, tid).
@@ -86,6 +90,16 @@ struct TraceFlowPoint {
   int64_t ts_ns = 0;
 };
 
+// One instant ("i") event: analysis reads "[memory]" and "Record Window End".
+struct TraceInstant {
+  int64_t ts_ns = 0;
+  uint32_t name = 0;  // index into TraceRun::names
+  TraceLane lane;
+  uint64_t args_offset = 0;  // as TraceSlice's
+  uint32_t args_bytes = 0;
+  uint64_t element = 0;  // its index in the run's elements
+};
+
 struct NameHash {
   using is_transparent = void;
   size_t operator()(std::string_view text) const { return std::hash<std::string_view>()(text); }
@@ -103,6 +117,20 @@ struct TraceRun {
   std::map<TraceLane, std::string> thread_names;
   std::map<TraceLane, int64_t> thread_sorts;
   std::vector<std::tuple<uint32_t, uint64_t, TraceFlowPoint>> flow_points;  // (category name, id, end)
+  // What a reader that names each event in its errors needs beside (analysis/trace_json): the index of
+  // each slice, instant and flow point among the run's elements of traceEvents (the run's first
+  // element is the file's element number sum of element_count of the runs before it), the instant
+  // events, and the elements whose fields are not all of the types and ranges the typed records above
+  // assume (or that lack a field one of them needs), or that are no object: those as documents, in
+  // the form TraceDocumentHandler gets them, for that reader to refuse with the exact field, or to
+  // read in place of their typed records (which it then skips).
+  std::vector<uint64_t> slice_elements;
+  std::vector<uint64_t> flow_elements;
+  std::vector<TraceInstant> instants;
+  std::vector<std::pair<uint64_t, nlohmann::json>> irregular;
+  uint64_t element_count = 0;
+  // The first run only: the top-level object less "traceEvents" (empty for a bare array of events).
+  nlohmann::json top_level = nlohmann::json::object();
 
   uint32_t name_id(std::string_view text);
 };
@@ -131,6 +159,16 @@ class MappedTrace {
 // valid ts/dur.
 std::vector<TraceRun> read_trace(const MappedTrace& file, const std::string& origin, const TraceReadOptions& options);
 
+// The same for text in memory, read on one thread; args offsets are offsets into `text`.
+std::vector<TraceRun> read_trace_text(std::string_view text, const std::string& origin,
+                                      const TraceReadOptions& options);
+
+// An event's args object (its text: TraceSlice::args_offset, args_bytes) as a document of the keys
+// named (the others are validated and left out), numbers as TraceDocumentHandler gets them. Throws
+// TraceReadError naming `origin` when the text is no JSON object (the file changed since it was read).
+nlohmann::json read_trace_args(std::string_view text, std::span<const std::string_view> keys,
+                               const std::string& origin);
+
 // The first runs of a large trace written one event per line (the layout read_trace reads on several
 // threads): whole events from the start of the events array up to about `prefix_bytes` of the file
 // (at least one run of options.bytes_per_run or less), parsed as read_trace parses its runs, on
@@ -142,8 +180,9 @@ std::vector<TraceRun> read_trace_prefix(const MappedTrace& file, const TraceRead
                                         size_t& covered);
 
 // The elements of traceEvents as small documents, one at a time in file order, for a reader that
-// checks every field and names it in its errors (analysis/trace_json rebuilds the profiler's trace
-// from them). In these documents every "ts" and "dur" that is a time holds exact integer nanoseconds
+// checks every field and names it in its errors while the upload validator (validate_trace_file)
+// streams a file with bounded memory: analysis/trace_json checks uploads so, and reads the device
+// name of a file so, as far as its first hardware lane. In these documents every "ts" and "dur" that is a time holds exact integer nanoseconds
 // (trace_time_ns); one that is not (out of range) holds the number as a float, for the reader to
 // refuse. Exceptions the handler throws end the read and reach the caller.
 class TraceDocumentHandler {
@@ -152,28 +191,12 @@ class TraceDocumentHandler {
   virtual void element(const nlohmann::json& element, size_t index) = 0;
 };
 
-// (bytes read, bytes in all), every MiB or so.
-using TraceProgress = std::function<void(uint64_t done, uint64_t total)>;
-
-// Reads the whole text (a trace.json: {"traceEvents": [...], ...} or a bare array of events) into
-// `handler`, on one thread; returns the top-level object less "traceEvents" (an empty object for a
-// bare array). Throws TraceReadError naming `origin` as read_trace does for text that is not valid
-// JSON or has no traceEvents array.
-nlohmann::json read_trace_documents(std::string_view text, const std::string& origin, TraceDocumentHandler& handler,
-                                    const TraceProgress& progress = {});
-
-// The same for a file, read into one padded buffer: the only copy of its text while it is parsed
-// (no mapping of the file beside it). Throws TraceReadError naming `origin` also when the file
-// cannot be read.
-nlohmann::json read_trace_documents_file(const std::filesystem::path& path, const std::string& origin,
-                                         TraceDocumentHandler& handler, const TraceProgress& progress = {});
-
 // Every check read_trace makes, keeping nothing and holding a bounded buffer (a MiB of the file, a
 // run of whole events of about a MiB or the largest single event, and at most 8 MiB of what surrounds
 // the events array) instead of the file: uploads are validated with it. Throws TraceReadError as
 // read_trace does; `origin` names the file in messages. `run_bytes`: the size past which a run of
 // events is cut (small in the fuzz target, so that every input is cut often). With a `handler`, the
-// elements go to it as read_trace_documents hands them (and read_trace's own checks of complete
+// elements go to it as documents (and read_trace's own checks of complete
 // events are left to it), still with bounded memory; the top-level object less "traceEvents" is
 // returned (null without a handler).
 nlohmann::json validate_trace_file(const std::filesystem::path& trace_path, const std::string& origin,

@@ -132,6 +132,7 @@ void ProfileIndex::parse_trace(const fs::path& trace_path, const IndexOptions& o
   } catch (const formats::TraceReadError& error) {
     throw RequestError(422, error.what());
   }
+  table_from_runs(runs, origin);
   index_runs(runs);
 }
 

@@ -174,6 +174,8 @@ class ProfileIndex {
   bool parse_first_view(const std::filesystem::path& trace_path, const IndexOptions& options,
                         const FirstViewOptions& first_view);
   void index_runs(std::vector<formats::TraceRun>& runs);
+  // The operator table of the runs of the whole file, as they are read (no second read of the file).
+  void table_from_runs(const std::vector<formats::TraceRun>& runs, const std::string& origin);
   void merge_runs(std::vector<formats::TraceRun>& runs, MergedTrace& merged);
   void build_lanes(MergedTrace& merged);
   void bind_flows(MergedTrace& merged);
@@ -205,8 +207,10 @@ class ProfileIndex {
   double start_us_ = 0;
   double end_us_ = 0;
   mutable std::mutex device_mutex_;
-  mutable std::mutex key_averages_mutex_;
-  mutable std::optional<nlohmann::json> key_averages_;  // computed on first request
+  // Built from the runs of the whole file as they are read (table_from_runs), or why it cannot be
+  // (one of the two is set on a complete index; a partial index asks the complete one).
+  std::optional<nlohmann::json> key_averages_;
+  std::optional<std::string> key_averages_error_;
   mutable std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const DeviceTrace>> device_traces_;
 };
 

@@ -91,26 +91,28 @@ json key_averages_json(const profiler::KeyAverages& averages, const std::string&
 
 }  // namespace
 
-nlohmann::json ProfileIndex::key_averages() const {
-  // One reader and one table: trace.json read back as the CLI's `sightline table` reads it
-  // (analysis/trace_json), averaged by the profiler's own key_averages, so the Explorer's table is
-  // the live one (ProfilerStep#N merged into ProfilerStep*, torch's self times), computed once.
-  std::lock_guard lock(key_averages_mutex_);
-  if (key_averages_) return *key_averages_;
-  const std::string path = (dir_ / "trace.json").string();
-  if (!fs::is_regular_file(path)) throw RequestError(404, fmt::format("{} cannot be read", path));
-  // Streamed from the file (memory: the trace's events, not a document of the whole file). A trace
-  // the index reads but the analysis reader refuses is the profile's fault (422), not the server's.
-  profiler::CollectedTrace trace;
-  std::string device;
+void ProfileIndex::table_from_runs(const std::vector<formats::TraceRun>& runs, const std::string& origin) {
+  // One reader and one table: the runs the index reads, built into the trace the CLI's `sightline
+  // table` builds of them (analysis/trace_json), averaged by the profiler's own key_averages, so the
+  // Explorer's table is the live one (ProfilerStep#N merged into ProfilerStep*, torch's self times).
+  // A trace the index reads but the analysis reader refuses is the profile's fault (422 on request).
   try {
-    trace = analysis::trace_json_load(path);
-    device = analysis::trace_json_file_device_name(path);
+    const std::string device = analysis::trace_json_runs_device_name(runs);
+    const profiler::CollectedTrace trace = analysis::trace_json_build(runs, *trace_file_, origin);
+    key_averages_ = key_averages_json(profiler::key_averages(trace, {.device_name = device}), device);
   } catch (const Error& error) {
-    throw RequestError(422, fmt::format("the operator table cannot be built: {}", error.what()));
+    key_averages_error_ = fmt::format("the operator table cannot be built: {}", error.what());
   }
-  const profiler::KeyAverages averages = profiler::key_averages(trace, {.device_name = device});
-  key_averages_ = key_averages_json(averages, device);
+}
+
+nlohmann::json ProfileIndex::key_averages() const {
+  // A partial index: the complete one's table, built as its runs are read (waiting for them here
+  // instead of reading the file a second time beside them).
+  if (completion_ != nullptr) {
+    wait_complete();
+    return completed()->key_averages();
+  }
+  if (key_averages_error_) throw RequestError(422, *key_averages_error_);
   return *key_averages_;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "analysis/trace_json.h"
+#include "formats/trace_reader.h"
 #include "sightline/error.h"
 
 using namespace sightline;
@@ -218,4 +219,81 @@ TEST(TraceJsonDeviceName, ComesFromTheLanesNotFromAnyText) {
   }
   std::remove(path.c_str());
   EXPECT_THROW(analysis::trace_json_device_name("{\"traceEvents\": [ {\"ph\": "), Error);
+}
+
+namespace {
+
+// valid_trace() repeated `copies` times (ids kept apart), one element per line as the exporter writes,
+// so that the reader splits it into runs.
+std::string one_event_per_line(size_t copies, size_t bad_copy = SIZE_MAX) {
+  std::string text = "{\"schemaVersion\": 1, \"baseTimeNanoseconds\": 1000, \"traceEvents\": [\n";
+  const json base = valid_trace()["traceEvents"];
+  for (size_t c = 0; c < copies; ++c) {
+    for (size_t e = 0; e < base.size(); ++e) {
+      json event = base[e];
+      if (event.contains("ts")) event["ts"] = event["ts"].get<int64_t>() + static_cast<int64_t>(c) * 100;
+      if (c == bad_copy && e == 1) event["pid"] = "seven";
+      text += event.dump();
+      text += c + 1 == copies && e + 1 == base.size() ? "\n" : ",\n";
+    }
+  }
+  return text + "]}\n";
+}
+
+}  // namespace
+
+// The CollectedTrace is built from the one reader's runs (issue 16): read on several threads, a
+// trace gives the events it gives read whole, and an error names the element by its index in the
+// file, not in its run.
+TEST(TraceJsonRuns, RunsReadOnSeveralThreadsGiveTheSameTraceAndIndexes) {
+  const size_t copies = 400;
+  const std::string path = ::testing::TempDir() + "/runs_trace.json";
+  auto write = [&](const std::string& text) {
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(file, nullptr);
+    std::fwrite(text.data(), 1, text.size(), file);
+    std::fclose(file);
+  };
+  formats::TraceReadOptions options;
+  options.parallel_parse_bytes = 1;
+  options.bytes_per_thread = 1;
+  options.threads = 3;
+  options.bytes_per_run = 4096;
+  options.refuse_bad_complete_events = false;
+
+  const std::string text = one_event_per_line(copies);
+  write(text);
+  {
+    const formats::MappedTrace file(path);
+    const std::vector<formats::TraceRun> runs = formats::read_trace(file, "runs.json", options);
+    ASSERT_GT(runs.size(), 4u);
+    const profiler::CollectedTrace built = analysis::trace_json_build(runs, file, "runs.json");
+    const profiler::CollectedTrace whole = analysis::trace_json_parse(text, "runs.json");
+    ASSERT_EQ(built.events.size(), whole.events.size());
+    EXPECT_EQ(built.events.size(), 2 * copies);
+    for (size_t i = 0; i < whole.events.size(); ++i) {
+      EXPECT_EQ(built.events[i].name, whole.events[i].name);
+      EXPECT_EQ(built.events[i].start_ns, whole.events[i].start_ns);
+      EXPECT_EQ(built.events[i].input_shapes, whole.events[i].input_shapes);
+    }
+    EXPECT_EQ(built.memory.size(), whole.memory.size());
+    EXPECT_EQ(analysis::trace_json_runs_device_name(runs), "privateuseone");
+  }
+
+  const size_t bad_copy = 333;
+  write(one_event_per_line(copies, bad_copy));
+  const std::string where = fmt::format("runs.json: traceEvents[{}].pid", bad_copy * 6 + 1);
+  {
+    const formats::MappedTrace file(path);
+    const std::vector<formats::TraceRun> runs = formats::read_trace(file, "runs.json", options);
+    try {
+      (void)analysis::trace_json_build(runs, file, "runs.json");
+      ADD_FAILURE() << "a pid that is no integer was accepted";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(where), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_NE(parse_error(one_event_per_line(copies, bad_copy)).find("traceEvents[" + std::to_string(bad_copy * 6 + 1)),
+            std::string::npos);
+  std::remove(path.c_str());
 }
