@@ -76,6 +76,41 @@ void for_each_row_tile(const RowWalk& w, uint16_t parts, Fn&& fn) {
   });
 }
 
+// The (row tile, chunk) items a scan kernel software-pipelines: item i is chunk i % chunks of row
+// tile i / chunks, its x loaded into xs[i] ahead of its compute (pipeline(), eager_internal.h).
+struct RowTile {
+  int64_t in_base, out_base;
+  uint16_t p;
+};
+struct ChunkItems {
+  ChunkItems(const RowWalk& walk, uint16_t parts, uint32_t chunk_cols, uint32_t chunk_count)
+      : w(walk), chunk(chunk_cols), chunks(chunk_count) {
+    for_each_row_tile(walk, parts, [&](int64_t in_base, int64_t out_base, uint16_t p) {
+      tiles.push_back({in_base, out_base, p});
+    });
+    xs.resize(tiles.size() * chunks);
+  }
+  size_t size() const { return xs.size(); }
+  const RowTile& tile(size_t i) const { return tiles[i / chunks]; }
+  // The first column of item i's chunk and its width.
+  std::pair<int64_t, uint32_t> span(size_t i) const {
+    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
+    return {j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
+  }
+  void load(EagerContext& c, TilePool& pool, size_t i) {
+    const RowTile& t = tile(i);
+    const auto [j0, f] = span(i);
+    xs[i] = pool.next().region(0, t.p, 0, f);
+    c.b.load(xs[i], hbm_pattern(c.input_io[0], c.inputs[0].dtype, t.in_base + j0 * w.in_col_stride, t.p,
+                                w.in_row_stride, {{f, static_cast<int32_t>(w.in_col_stride)}}));
+  }
+
+  const RowWalk& w;
+  uint32_t chunk, chunks;
+  std::vector<RowTile> tiles;
+  std::vector<AccessPattern> xs;
+};
+
 }  // namespace
 
 void build_cumsum(EagerContext& c) {
@@ -91,37 +126,18 @@ void build_cumsum(EagerContext& c) {
   TilePool x_pool = b.pool("x", in.dtype, chunk, 3), y_pool;
   if (!direct) y_pool = b.pool("y", DType::f32, chunk, 3);
   TilePool out_pool = b.pool("out", c.out.dtype, chunk, 3);
-  struct RowTile {
-    int64_t in_base, out_base;
-    uint16_t p;
-  };
-  std::vector<RowTile> tiles;
-  for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    tiles.push_back({in_base, out_base, p});
-  });
   // Software pipeline over (row tile, chunk) items, loads two items ahead (pipeline(), eager_internal.h).
-  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  ChunkItems items(w, b.partitions(), chunk, chunks);
   AccessPattern carry;
-  auto chunk_of = [&](size_t i) {
-    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
-    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
-  };
   pipeline(
-      xs.size(), 2,
+      items.size(), 2, [&](size_t i) { items.load(c, x_pool, i); },
       [&](size_t i) {
-        const RowTile& t = tiles[i / chunks];
-        const auto [j0, f] = chunk_of(i);
-        xs[i] = x_pool.next().region(0, t.p, 0, f);
-        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
-                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      },
-      [&](size_t i) {
-        const RowTile& t = tiles[i / chunks];
-        const auto [j0, f] = chunk_of(i);
+        const RowTile& t = items.tile(i);
+        const auto [j0, f] = items.span(i);
         if (j0 == 0) carry = AccessPattern{};
         const Tile ot = out_pool.next(), yt = direct ? ot : y_pool.next();
         const AccessPattern y = yt.region(0, t.p, 0, f), o = ot.region(0, t.p, 0, f);
-        b.emit(device::tensor_scan(AluOp::add, y, xs[i]));
+        b.emit(device::tensor_scan(AluOp::add, y, items.xs[i]));
         if (carry.present()) b.tensor_scalar(AluOp::add, y, y, carry);
         carry = yt.region(0, t.p, f - 1, 1);
         if (!direct) b.copy(o, y);
@@ -163,38 +179,19 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
     b.iota(cand_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
     onehot = b.sbuf(DType::f32, chunks * kk, 0, "onehot");
   }
-  struct RowTile {
-    int64_t in_base, out_base;
-    uint16_t p;
-  };
-  std::vector<RowTile> tiles;
-  for_each_row_tile(w, b.partitions(), [&](int64_t in_base, int64_t out_base, uint16_t p) {
-    tiles.push_back({in_base, out_base, p});
-  });
   // Software pipeline over (row tile, chunk) items: the chunk loads run two items ahead (pipeline(),
   // eager_internal.h), so no DMA queue holds a load behind the previous tile's store.
-  std::vector<AccessPattern> xs(tiles.size() * chunks);
+  ChunkItems items(w, b.partitions(), chunk, chunks);
   Tile cand, where;
-  auto chunk_of = [&](size_t i) {
-    const int64_t j0 = int64_t{static_cast<uint32_t>(i % chunks)} * chunk;
-    return std::pair{j0, static_cast<uint32_t>(std::min<int64_t>(chunk, w.cols - j0))};
-  };
   pipeline(
-      xs.size(), 2,
+      items.size(), 2, [&](size_t i) { items.load(c, x_pool, i); },
       [&](size_t i) {
-        const RowTile& t = tiles[i / chunks];
-        const auto [j0, f] = chunk_of(i);
-        xs[i] = x_pool.next().region(0, t.p, 0, f);
-        b.load(xs[i], hbm_pattern(c.input_io[0], in.dtype, t.in_base + j0 * w.in_col_stride, t.p, w.in_row_stride,
-                                  {{f, static_cast<int32_t>(w.in_col_stride)}}));
-      },
-      [&](size_t i) {
-        const RowTile& t = tiles[i / chunks];
+        const RowTile& t = items.tile(i);
         const uint16_t p = t.p;
         const uint32_t j = static_cast<uint32_t>(i % chunks);
-        const int64_t j0 = chunk_of(i).first;
+        const int64_t j0 = items.span(i).first;
         if (j == 0) cand = cand_pool.next(), where = where_pool.next();
-        const AccessPattern& x = xs[i];
+        const AccessPattern& x = items.xs[i];
         if (negate) b.tensor_scalar(AluOp::multiply, x, x, -1.0f);
         const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
         b.emit(device::max8(value, x));
