@@ -345,7 +345,8 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
   thread_local std::vector<float> st_panel, mv_panel;
   if (st_panel.size() < k * rows4) st_panel.resize(k * rows4);
   if (mv_panel.size() < k * kWidth) mv_panel.resize(k * kWidth);
-  for (size_t p = 0; p < k; ++p) {
+  // (No panel when fewer than four rows: memcpy's pointers must not be null, even for 0 bytes.)
+  for (size_t p = 0; rows4 > 0 && p < k; ++p) {
     std::memcpy(st_panel.data() + p * rows4, stationary[p] + i0, rows4 * sizeof(float));
   }
   size_t j = 0;
