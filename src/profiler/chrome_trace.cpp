@@ -344,7 +344,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
   // cache lines of every event from memory: 1M events are ~300 MB): the host events by id, the device
   // events that may end a flow, the lanes, and the system layout's cores.
   std::vector<HostId> host_by_id;
-  std::vector<std::size_t> device_with_id;
+  std::vector<HostId> device_with_id;  // device events with an id: (correlation id, index)
   std::map<std::int64_t, std::string> host_threads;
   std::set<int> devices;
   std::set<std::pair<int, std::int64_t>> resources;
@@ -371,7 +371,7 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
         host_threads.emplace(event.thread, thread_names[event.thread]);
       }
     } else {
-      if (event.id != 0) device_with_id.push_back(i);
+      if (event.id != 0) device_with_id.push_back({event.id, i});
       if (cores.hardware.empty() || event.device_index != last_hardware_core) {
         cores.hardware.insert(event.device_index);
         last_hardware_core = event.device_index;
@@ -386,19 +386,25 @@ void write_chrome_trace(const CollectedTrace& trace, JsonWriter& json, const Chr
     }
   }
   // Flows: the host event whose id is a device event's correlation id launched it. One pair per
-  // launch: the "f" end binds to the first device event of that launch. Host events by id as a sorted
-  // array, the first event of each id first (what a map's emplace keeps); ids are handed out as scopes
-  // open, so it is usually sorted already.
+  // launch: the "s" end on the first host event with that id, the "f" end on the first device event
+  // of that launch. Host and device events by (id, index), both usually sorted already (ids are
+  // handed out as scopes open), matched in one merge walk: no lookup per device event, and no second
+  // read of the events (a cache miss each, a third of the formatting's time when it searched).
   std::vector<bool> flow_start(trace.events.size(), false);
   std::vector<bool> flow_end(trace.events.size(), false);
   if (!device_with_id.empty()) {
     if (!std::is_sorted(host_by_id.begin(), host_by_id.end())) std::sort(host_by_id.begin(), host_by_id.end());
-    for (const std::size_t i : device_with_id) {
-      const std::uint64_t id = trace.events[i].id;
-      auto source = std::lower_bound(host_by_id.begin(), host_by_id.end(), HostId{id, 0});
-      if (source == host_by_id.end() || source->id != id || flow_start[source->index]) continue;
-      flow_start[source->index] = true;
-      flow_end[i] = true;
+    if (!std::is_sorted(device_with_id.begin(), device_with_id.end())) {
+      std::sort(device_with_id.begin(), device_with_id.end());
+    }
+    auto host = host_by_id.begin();
+    for (std::size_t d = 0; d < device_with_id.size() && host != host_by_id.end(); ++d) {
+      const HostId device = device_with_id[d];
+      if (d != 0 && device_with_id[d - 1].id == device.id) continue;  // not its launch's first device event
+      while (host != host_by_id.end() && host->id < device.id) ++host;
+      if (host == host_by_id.end() || host->id != device.id) continue;
+      flow_start[host->index] = true;
+      flow_end[device.index] = true;
     }
   }
 

@@ -138,6 +138,51 @@ TEST(profiler_chrome_trace, events_lanes_and_flows) {
   }
 }
 
+// Flows when launches are not in id order: device work reported late, a launch whose device events
+// are apart, two host events with one id, device work no host event launched. The "s" end follows the
+// first host event with the device event's id, the "f" end the first device event of that id, as the
+// definition says (computed here over the trace's events in order).
+TEST(profiler_chrome_trace, flows_bind_the_first_host_and_device_events_of_each_id) {
+  std::vector<FunctionEvent> events = {
+      host_event("aten::a", 10, 20, 1),
+      host_event("launch", 11, 12, 9, EventKind::runtime, 1),
+      host_event("aten::b", 30, 40, 2),
+      host_event("launch", 31, 32, 5, EventKind::runtime, 2),
+      host_event("launch again", 33, 34, 5, EventKind::runtime, 2),  // the same id again
+      device_event("exec", 35, 36, 5, 2),
+      device_event("exec", 50, 60, 9, 1),  // launched first, reported after the other
+      device_event("orphan", 61, 62, 77, 0),
+      device_event("copy", 63, 64, 5, 2, EventKind::device_memcpy),
+      device_event("exec", 65, 66, 9, 1),
+  };
+  const CollectedTrace trace = make_trace(std::move(events));
+  std::vector<char> expected(trace.events.size(), 0);  // 's' or 'f' after each event, else 0
+  std::set<std::uint64_t> bound;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const FunctionEvent& device = trace.events[i];
+    if (device.device_type == DeviceType::cpu || device.id == 0 || bound.count(device.id)) continue;
+    for (std::size_t h = 0; h < trace.events.size(); ++h) {
+      if (trace.events[h].device_type != DeviceType::cpu || trace.events[h].id != device.id) continue;
+      expected[h] = 's';
+      expected[i] = 'f';
+      bound.insert(device.id);
+      break;
+    }
+  }
+  EXPECT_EQ(bound.size(), 2u);
+  const nlohmann::ordered_json parsed = export_and_parse(trace, "flows.json");
+  std::vector<char> found;
+  for (const auto& event : parsed["traceEvents"]) {
+    if (event["ph"] == "X") found.push_back(0);
+    if ((event["ph"] == "s" || event["ph"] == "f") && event["cat"] == "ac2g") {
+      ASSERT_FALSE(found.empty());
+      EXPECT_EQ(found.back(), 0) << "two flow ends on one event";
+      found.back() = event["ph"].get<std::string>()[0];
+    }
+  }
+  EXPECT_EQ(found, expected);
+}
+
 TEST(profiler_chrome_trace, timestamps_are_microseconds_with_three_decimals_from_the_base) {
   const CollectedTrace trace = launch_trace();
   std::string text;
