@@ -32,6 +32,9 @@ struct ChromeTraceOptions {
   // calls it made, next to the flow from a runtime call to the device work it launched.
   bool system_lanes = false;
   std::string instance{};  // the instance part of lane names; empty: the host name
+  // Threads that format the events of a large trace (this one among them; the bytes are the same for
+  // any count); 0: the machine's cores, at most 4. A trace under two blocks of events uses one.
+  unsigned format_threads = 0;
 };
 
 // Writes the trace document into `json` (which must be empty) and flushes it.

@@ -102,6 +102,39 @@ void JsonWriter::grow(std::size_t bytes) {
   capacity_ = capacity;
 }
 
+void JsonWriter::Text::grow(std::size_t bytes) {
+  const std::size_t capacity = std::max(size_ + bytes, 2 * capacity_);
+  auto data = std::make_unique_for_overwrite<char[]>(capacity);
+  if (size_ != 0) std::memcpy(data.get(), data_.get(), size_);
+  data_ = std::move(data);
+  capacity_ = capacity;
+}
+
+std::string_view JsonWriter::element_separator() const {
+  SIGHTLINE_ASSERT_MSG(!frames_.empty() && !frames_.back().is_object, "{}", "array elements need an open array");
+  return frames_.back().one_per_line ? std::string_view(",\n") : std::string_view(",");
+}
+
+JsonWriter::Text JsonWriter::hand_over_elements(Text text) {
+  const std::string_view separator = element_separator();
+  std::string_view piece = text.view();
+  if (piece.empty()) return text;
+  SIGHTLINE_ASSERT_MSG(piece.starts_with(separator), "{}", "handed-over elements start with their separator");
+  Frame& frame = frames_.back();
+  if (!frame.has_elements) piece.remove_prefix(separator.size());
+  frame.has_elements = true;
+  flush();
+  if (!piece.empty()) sink_(piece);
+  if (!double_buffered_) {
+    text.clear();
+    return text;
+  }
+  // The sink may read this piece until its next call returns; the one handed before it it is done with.
+  std::swap(handed_, text);
+  text.clear();
+  return text;
+}
+
 char* JsonWriter::write_quoted(char* out, std::string_view text) {
   *out++ = '"';
   const char* at = text.data();

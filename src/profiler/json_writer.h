@@ -79,6 +79,36 @@ class JsonWriter {
   char* begin_raw(std::size_t max_bytes);
   void end_raw(char* end);
 
+  // Text formatted away from the writer (on other threads) and handed over whole: a growable
+  // buffer that, like the writer's own, is not zeroed before it is written.
+  class Text {
+   public:
+    // Makes room for `bytes` more and returns where they go; commit(end) then keeps them.
+    char* room(std::size_t bytes) {
+      if (capacity_ - size_ < bytes) grow(bytes);
+      return data_.get() + size_;
+    }
+    void commit(char* end) { size_ = static_cast<std::size_t>(end - data_.get()); }
+    void clear() { size_ = 0; }
+    std::string_view view() const { return {data_.get(), size_}; }
+
+   private:
+    void grow(std::size_t bytes);
+    std::unique_ptr<char[]> data_;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+  };
+
+  // The separator that goes before each element of the array being written after its first.
+  std::string_view element_separator() const;
+
+  // Hands `text` to the sink as a piece of its own, after what is buffered, without copying it:
+  // whole elements of the array being written, each after element_separator() (the first one's is
+  // dropped when the array has no element yet), written with the raw helpers below. The writer keeps
+  // the text for as long as the sink may read it and returns a Text the caller may fill again (one
+  // handed over earlier that the sink is done with, or an empty one).
+  Text hand_over_elements(Text text);
+
   // The writers of the calls above, on a raw pointer; each returns the end of what it wrote.
   static constexpr std::size_t kMaxNumberBytes = 24;  // an int64, uint64 or fixed3, sign included
   static constexpr std::size_t kMaxDoubleBytes = 32;
@@ -130,6 +160,8 @@ class JsonWriter {
   std::size_t spare_capacity_ = 0;
   std::vector<Frame> frames_;
   bool wrote_root_ = false;
+  // Pieces::until_next_return: the Text handed over last, which the sink may still read.
+  Text handed_;
 };
 
 }  // namespace sightline::profiler

@@ -76,5 +76,42 @@ TEST(profiler_json_writer, output_reaches_the_sink_in_pieces) {
   EXPECT_GT(pieces.size(), 5u);
 }
 
+// Elements formatted elsewhere are handed to the sink as they are, after what was buffered; the first
+// element's separator is dropped; with until_next_return the writer keeps each text until the sink's
+// next call has returned, and gives back one the sink is done with.
+TEST(profiler_json_writer, handed_over_elements_are_the_document_of_the_calls) {
+  auto elements = [](JsonWriter& json, int first, int last) {
+    JsonWriter::Text text;
+    for (int i = first; i < last; ++i) {
+      char* p = JsonWriter::write_literal(text.room(64), json.element_separator());
+      p = JsonWriter::write_integer(p, std::int64_t{i});
+      text.commit(p);
+    }
+    return text;
+  };
+  for (const auto pieces : {JsonWriter::Pieces::until_return, JsonWriter::Pieces::until_next_return}) {
+    std::string out;
+    std::vector<std::string_view> handed;
+    JsonWriter json(
+        [&](std::string_view piece) {
+          out += piece;
+          handed.push_back(piece);
+        },
+        1 << 16, pieces);
+    json.begin_object().key("a").begin_array(true);
+    JsonWriter::Text back = json.hand_over_elements(elements(json, 0, 3));  // no element before: no separator
+    EXPECT_EQ(back.view(), "");
+    json.value(std::int64_t{3});
+    back = json.hand_over_elements(elements(json, 4, 6));
+    if (pieces == JsonWriter::Pieces::until_next_return) {
+      EXPECT_EQ(handed.back(), ",\n4,\n5");  // still held by the writer: the sink may read it
+    }
+    json.end_array().end_object();
+    json.flush();
+    EXPECT_EQ(out, "{\"a\":[\n0,\n1,\n2,\n3,\n4,\n5\n]}");
+    EXPECT_TRUE(nlohmann::json::accept(out));
+  }
+}
+
 }  // namespace
 }  // namespace sightline::profiler
