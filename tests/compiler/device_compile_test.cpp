@@ -88,6 +88,34 @@ TEST(CompiledOnNeuron, FusedAttentionMatchesTheCpuReference) {
   }
 }
 
+// Llama's bf16 attention, softmax(scores.to(f32)).to(bf16) @ v, compiles to the same one attention kernel
+// (tests/compiler/lower_test.cpp), against the same function on the cpu in bf16: the cpu rounds the
+// scores to bf16 after the matmul, the scale and the mask before its f32 softmax, the kernel keeps them
+// in f32; both round P once to bf16. The same bf16 tolerance as above, 5e-2.
+TEST(CompiledOnNeuron, FusedAttentionOfAnF32SoftmaxMatchesTheCpuReference) {
+  auto attention = [](const std::vector<Tensor>& in) {
+    const Tensor scores = matmul(in[0], in[1].transpose(-2, -1)) * 0.2 + in[3];
+    return std::vector<Tensor>{matmul(softmax(scores.to(DType::f32), -1).to(DType::bf16), in[2])};
+  };
+  auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(attention));
+  Generator g(27);
+  for (const int64_t s : {40, 200}) {
+    std::vector<Tensor> host;
+    for (int i = 0; i < 3; ++i) host.push_back(randn({2, 3, s, 24}, {}, &g).to(DType::bf16));
+    // A causal mask, as Llama's: -1e9 above the diagonal.
+    std::vector<float> mask(static_cast<size_t>(s * s), 0.0f);
+    for (int64_t i = 0; i < s; ++i) {
+      for (int64_t j = i + 1; j < s; ++j) mask[static_cast<size_t>(i * s + j)] = -1e9f;
+    }
+    host.push_back(from_vector(mask, {1, 1, s, s}).to(DType::bf16));
+    const Tensor expected = attention(host)[0];
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+    ASSERT_EQ(actual[0].dtype(), DType::bf16);
+    expect_close(actual[0], expected, 5e-2, 5e-2);
+  }
+}
+
 TEST(CompiledOnNeuron, ViewsScalarsAndReturnedViews) {
   auto fn = [](const std::vector<Tensor>& in) {
     const Tensor& x = in[0];
