@@ -491,20 +491,56 @@ class Lowerer {
     const Node* mask = nullptr;    // aten::add of a mask tensor, or none
     const Node* softmax = nullptr;
     const Node* cast = nullptr;    // a _to_copy of the probabilities to the operands' dtype (autocast), or none
+    // Llama's softmax(scores.to(f32)).to(dtype): the row group of the two casts and the softmax, which
+    // then live in its body (softmax and cast point there), or none.
+    const Node* softmax_rows = nullptr;
     int q = 0, k_t = 0, mask_input = -1;  // body input indices
   };
 
-  static std::optional<AttentionMatch> match_attention_scores(const Node& epilogue) {
+  // The softmax and the cast back of a fused.rows node whose body is exactly
+  // to_copy(x, f32) -> softmax(-1) -> to_copy(dtype), x of `dtype`: the f32 softmax of the scores.
+  static std::optional<std::pair<const Node*, const Node*>> match_f32_softmax_rows(const Node& rows, DType dtype) {
+    if (rows.kind != NodeKind::fused || rows.fusion != FusionKind::rows || rows.inputs.size() != 1) return std::nullopt;
+    const Graph& body = *rows.body;
+    std::vector<const Node*> chain;
+    for (const Node& m : body.nodes) {
+      if (m.kind == NodeKind::op) chain.push_back(&m);
+    }
+    if (chain.size() != 3 || body.outputs.size() != 1) return std::nullopt;
+    const Node &up = *chain[0], &softmax = *chain[1], &down = *chain[2];
+    auto index_of = [&](const Node& node) { return static_cast<int>(&node - body.nodes.data()); };
+    const Node& in = body.nodes[static_cast<size_t>(up.inputs[0])];
+    if (in.kind != NodeKind::input || in.meta.dtype != dtype || up.op != OpId::to_copy || up.meta.dtype != DType::f32) {
+      return std::nullopt;
+    }
+    const int rank = softmax.meta.shape.size(), dim = static_cast<int>(softmax.attrs.dim);
+    if (softmax.op != OpId::softmax || softmax.inputs[0] != index_of(up) || (dim != -1 && dim != rank - 1) ||
+        softmax.meta.dtype != DType::f32) {
+      return std::nullopt;
+    }
+    if (down.op != OpId::to_copy || down.inputs[0] != index_of(softmax) || down.meta.dtype != dtype ||
+        body.outputs[0] != index_of(down)) {
+      return std::nullopt;
+    }
+    return std::make_pair(&softmax, &down);
+  }
+
+  // The scores epilogue of an attention: matmul [* scale] [+ mask], then the softmax in the same body,
+  // or, with `softmax_follows` (the f32 softmax rows of Llama's cast), as the body's output.
+  static std::optional<AttentionMatch> match_attention_scores(const Node& epilogue, bool softmax_follows = false) {
     if (epilogue.kind != NodeKind::fused || epilogue.fusion != FusionKind::matmul_epilogue) return std::nullopt;
     const Graph& body = *epilogue.body;
     std::vector<const Node*> chain;
     for (const Node& m : body.nodes) {
       if (m.kind == NodeKind::op) chain.push_back(&m);
     }
-    if (chain.size() < 2 || chain[0]->op != OpId::matmul || chain.back()->op != OpId::softmax) return std::nullopt;
+    if (chain.empty() || chain[0]->op != OpId::matmul) return std::nullopt;
+    if (softmax_follows ? chain.back()->op == OpId::softmax : chain.size() < 2 || chain.back()->op != OpId::softmax) {
+      return std::nullopt;
+    }
     AttentionMatch match;
     match.scores = &epilogue;
-    match.softmax = chain.back();
+    match.softmax = softmax_follows ? nullptr : chain.back();
     const Node& mm = *chain[0];
     const int rank = mm.meta.shape.size();
     const DType dtype = mm.meta.dtype;
@@ -519,7 +555,8 @@ class Lowerer {
     if (match.q < 0 || match.k_t < 0) return std::nullopt;
     auto index_of = [&](const Node* node) { return static_cast<int>(node - body.nodes.data()); };
     int previous = index_of(chain[0]);
-    for (size_t k = 1; k + 1 < chain.size(); ++k) {
+    const size_t steps = softmax_follows ? chain.size() : chain.size() - 1;
+    for (size_t k = 1; k < steps; ++k) {
       const Node& e = *chain[k];
       if (e.meta.dtype != dtype || e.meta.shape != mm.meta.shape) return std::nullopt;
       if (e.op == OpId::mul && e.attrs.has_scalar && !match.scale && !match.mask && e.inputs[0] == previous) {
@@ -534,6 +571,10 @@ class Lowerer {
         return std::nullopt;
       }
       previous = index_of(&e);
+    }
+    if (softmax_follows) {
+      if (body.outputs.size() != 1 || body.outputs[0] != previous) return std::nullopt;
+      return match;
     }
     const int dim = static_cast<int>(match.softmax->attrs.dim);
     if (match.softmax->inputs[0] != previous || (dim != -1 && dim != rank - 1)) return std::nullopt;
@@ -562,6 +603,18 @@ class Lowerer {
         cast = &c;
         scores = static_cast<size_t>(c.inputs[0]);
         if (uses[scores] != 1) continue;
+      } else if (c.kind == NodeKind::fused && c.fusion == FusionKind::rows && c.inputs.size() == 1) {
+        // Llama's softmax(scores.to(f32)).to(dtype): a row group of the casts and the softmax.
+        const auto rows = match_f32_softmax_rows(c, n.meta.dtype);
+        const auto at = static_cast<size_t>(c.inputs[0]);
+        if (!rows || uses[at] != 1) continue;
+        std::optional<AttentionMatch> m = match_attention_scores(graph.nodes[at], /*softmax_follows=*/true);
+        if (!m) continue;
+        m->softmax_rows = &c;
+        m->softmax = rows->first;
+        m->cast = rows->second;
+        found.emplace(i, *m);
+        continue;
       }
       if (std::optional<AttentionMatch> m = match_attention_scores(graph.nodes[scores])) {
         m->cast = cast;
@@ -684,7 +737,11 @@ class Lowerer {
     std::map<size_t, std::vector<Place>> deferred_operands;
     for (const auto& [at, match] : attention_at) {
       deferred[static_cast<size_t>(match.scores - graph.nodes.data())] = true;
-      if (match.cast) deferred[static_cast<size_t>(match.cast - graph.nodes.data())] = true;
+      if (match.softmax_rows) {
+        deferred[static_cast<size_t>(match.softmax_rows - graph.nodes.data())] = true;
+      } else if (match.cast) {
+        deferred[static_cast<size_t>(match.cast - graph.nodes.data())] = true;
+      }
     }
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& n = graph.nodes[i];
@@ -703,9 +760,13 @@ class Lowerer {
           values[i] = *fused;
           continue;
         }
-        // The kernel does not take these shapes: the scores' group (and its cast), then this matmul.
+        // The kernel does not take these shapes: the scores' group (and its cast or its softmax rows),
+        // then this matmul.
         values[scores] = lower_node(graph.nodes[scores], deferred_operands.at(scores), std::nullopt);
-        if (const Node* cast = it->second.cast) {
+        if (const Node* rows = it->second.softmax_rows) {
+          const auto r = static_cast<size_t>(rows - graph.nodes.data());
+          values[r] = lower_node(*rows, {values[scores]}, std::nullopt);
+        } else if (const Node* cast = it->second.cast) {
           const auto c = static_cast<size_t>(cast - graph.nodes.data());
           values[c] = lower_node(*cast, {values[scores]}, std::nullopt);
         }

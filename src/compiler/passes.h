@@ -4,7 +4,8 @@
 //   fold_constants      scalar identities and chains: x * 1, x + 0, (x * a) * b -> x * (a*b),
 //                       pow(x, 2) -> x*x
 //   recognize_builtins  (CompileOptions::substitute_builtins only) naive forms of built-in fused ops:
-//                       the RMSNorm chain -> rms_norm, x * sigmoid(x) -> silu; off by default, so the
+//                       the RMSNorm chain -> rms_norm, the layer_norm chain -> layer_norm (whole, not
+//                       the RMSNorm of the centred x), x * sigmoid(x) -> silu; off by default, so the
 //                       fusions below compile the user's own ops
 //   autocast            (CompileOptions::autocast = matmul_bf16 only) f32 matmul/linear operands cast
 //                       to bf16, the result widened back to f32 (autocast.cpp); before the fusions, so

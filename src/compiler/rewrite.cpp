@@ -210,6 +210,63 @@ std::optional<Replacement> absorb_rms_norm_weight(RewriteContext& ctx, const Nod
   return std::nullopt;
 }
 
+Node layer_norm_node(int x, int weight, int bias, double eps) {
+  Node n;
+  n.op = OpId::layer_norm;
+  n.inputs = {x, weight, bias};
+  n.attrs.eps = eps;
+  return n;
+}
+
+// A [features] vector of x's dtype, features x's last dim: what a norm's weight or bias must be.
+bool is_feature_vector(RewriteContext& ctx, int v, int x) {
+  const TensorMeta& x_meta = ctx.producer(x).meta;
+  const TensorMeta& v_meta = ctx.producer(v).meta;
+  return v_meta.shape.size() == 1 && x_meta.shape.size() >= 1 && v_meta.dtype == x_meta.dtype &&
+         v_meta.shape[0] == x_meta.shape[x_meta.shape.size() - 1];
+}
+
+// rms_norm(x - mean(x, [-1], keepdim), eps) -> layer_norm(x, eps). The naive layer_norm holds an RMSNorm
+// of the centered x (the rules above find it first); left there, the mean, the centering and the affine
+// steps run around the built-in rms_norm, slower than the default compile() (issue 19), so the whole
+// layer_norm becomes the built-in.
+std::optional<Replacement> recognize_layer_norm(RewriteContext& ctx, const Node& n) {
+  if (n.inputs[1] != kNoValue || !ctx.is_op(n.inputs[0], OpId::sub)) return std::nullopt;
+  const Node& centered = ctx.producer(n.inputs[0]);
+  if (centered.attrs.has_scalar || centered.inputs.size() != 2 || !ctx.is_op(centered.inputs[1], OpId::mean)) {
+    return std::nullopt;
+  }
+  const Node& mu = ctx.producer(centered.inputs[1]);
+  if (!reduces_last_dim_keepdim(mu) || mu.inputs[0] != centered.inputs[0]) return std::nullopt;
+  return Replacement::with(layer_norm_node(centered.inputs[0], kNoValue, kNoValue, n.attrs.eps));
+}
+
+// layer_norm(x, eps) * w, either order, w a [features] vector of x's dtype -> layer_norm(x, w, eps)
+std::optional<Replacement> absorb_layer_norm_weight(RewriteContext& ctx, const Node& n) {
+  if (n.attrs.has_scalar) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const int norm = n.inputs[static_cast<size_t>(side)], w = n.inputs[static_cast<size_t>(1 - side)];
+    if (!ctx.is_op(norm, OpId::layer_norm)) continue;
+    const Node& ln = ctx.producer(norm);
+    if (ln.inputs[1] != kNoValue || ln.inputs[2] != kNoValue || !is_feature_vector(ctx, w, ln.inputs[0])) continue;
+    return Replacement::with(layer_norm_node(ln.inputs[0], w, kNoValue, ln.attrs.eps));
+  }
+  return std::nullopt;
+}
+
+// layer_norm(x, w, eps) + b, either order, b a [features] vector of x's dtype -> layer_norm(x, w, b, eps)
+std::optional<Replacement> absorb_layer_norm_bias(RewriteContext& ctx, const Node& n) {
+  if (n.attrs.has_scalar) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const int norm = n.inputs[static_cast<size_t>(side)], b = n.inputs[static_cast<size_t>(1 - side)];
+    if (!ctx.is_op(norm, OpId::layer_norm)) continue;
+    const Node& ln = ctx.producer(norm);
+    if (ln.inputs[1] == kNoValue || ln.inputs[2] != kNoValue || !is_feature_vector(ctx, b, ln.inputs[0])) continue;
+    return Replacement::with(layer_norm_node(ln.inputs[0], ln.inputs[1], b, ln.attrs.eps));
+  }
+  return std::nullopt;
+}
+
 // x * sigmoid(x), either order -> silu(x)
 std::optional<Replacement> recognize_silu(RewriteContext& ctx, const Node& n) {
   if (n.attrs.has_scalar) return std::nullopt;
@@ -226,6 +283,9 @@ constexpr std::array kBuiltinRecognition = {
     RewriteRule{"x * rsqrt(mean(x*x, -1, keepdim) + eps) -> rms_norm(x)", OpId::mul, &recognize_rms_norm_mul},
     RewriteRule{"x / sqrt(mean(x*x, -1, keepdim) + eps) -> rms_norm(x)", OpId::div, &recognize_rms_norm_div},
     RewriteRule{"rms_norm(x) * w -> rms_norm(x, w)", OpId::mul, &absorb_rms_norm_weight},
+    RewriteRule{"rms_norm(x - mean(x, -1, keepdim)) -> layer_norm(x)", OpId::rms_norm, &recognize_layer_norm},
+    RewriteRule{"layer_norm(x) * w -> layer_norm(x, w)", OpId::mul, &absorb_layer_norm_weight},
+    RewriteRule{"layer_norm(x, w) + b -> layer_norm(x, w, b)", OpId::add, &absorb_layer_norm_bias},
     RewriteRule{"x * sigmoid(x) -> silu(x)", OpId::mul, &recognize_silu},
 };
 

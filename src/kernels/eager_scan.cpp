@@ -3,7 +3,9 @@
 //            plus the previous chunk's last column (the carry) as a per-partition scalar. The engines
 //            compute in f32, so an i32 cumsum is exact while its partial sums stay within 2^24.
 //   argmax:  topk's kernel with k = 1 and only the indices written (build_top, one loop for both); NaN
-//            ranks above every number (max8's order), so the first NaN wins, as in torch.
+//            ranks above every number (max8's order), so the first NaN wins, as in torch. With k = 1 of
+//            16-bit floats the indices are 16-bit (chunks of at most 2048) and GpSimd folds the chunks'
+//            candidates (fold_chunks), so the Vector engine streams both passes at its 16-bit rate.
 //   topk:    per chunk, max8 (the k <= 8 largest, descending) and find_index8 (their indices, equal values
 //            in ascending index) give the chunk's candidates; with more than one chunk, max8 / find_index8
 //            over the candidates (in chunk order, so equal values stay in ascending index) pick the top k
@@ -149,6 +151,48 @@ void build_cumsum(EagerContext& c) {
 
 namespace {
 
+// f16 holds every integer up to 2048 exactly: the widest chunk whose 16-bit indices are exact.
+constexpr uint32_t kF16ExactIndices = 2048;
+constexpr uint32_t kFoldColumns = 7;
+
+// The argmax of a row tile from its chunks' candidates (k = 1): the value `cand` [p, chunks] and the
+// index within its chunk `where` [p, chunks] (f16) of each chunk's first largest. On GpSimd, chunk by
+// chunk in order: chunk j wins when its value ranks above the best so far (NaN above every number, as
+// max8; equal values keep the earlier chunk, so ties give the lowest index, as torch). Returns the f32
+// index [p, 1] in `fold`; `value`, when given, receives the largest value's place (topk's values).
+AccessPattern fold_chunks(KernelBuilder& b, const Tile& fold, const Tile& cand, const Tile& where, uint16_t p,
+                          uint32_t chunks, uint32_t chunk, AccessPattern* value) {
+  const Engine g = Engine::gpsimd;
+  const AccessPattern best_a = fold.column(p, 0), best_b = fold.column(p, 1), index = fold.column(p, 2),
+                      sel = fold.column(p, 3), global = fold.column(p, 4), t = fold.column(p, 5),
+                      u = fold.column(p, 6);
+  b.tensor_scalar(AluOp::bypass, index, where.column(p, 0), 0.0f, false, g);
+  AccessPattern best = cand.column(p, 0);
+  for (uint32_t j = 1; j < chunks; ++j) {
+    const AccessPattern v = cand.column(p, j);
+    // sel = v > best, or v is NaN and best is not (is_gt is false with a NaN operand).
+    b.tensor_tensor(AluOp::is_gt, sel, v, best, g);
+    b.tensor_tensor(AluOp::not_equal, t, v, v, g);
+    b.tensor_tensor(AluOp::is_equal, u, best, best, g);
+    b.tensor_tensor(AluOp::multiply, t, t, u, g);
+    b.tensor_tensor(AluOp::add, sel, sel, t, g);
+    // index += sel * (j * chunk + where_j - index): integers below 2^24, exact in f32.
+    b.tensor_scalar(AluOp::add, global, where.column(p, j), static_cast<float>(int64_t{j} * chunk), false, g);
+    b.tensor_tensor(AluOp::subtract, global, global, index, g);
+    b.tensor_tensor(AluOp::multiply, global, global, sel, g);
+    b.tensor_tensor(AluOp::add, index, index, global, g);
+    if (j + 1 == chunks && !value) break;
+    // best = sel ? v : best, by selection (exact, a NaN kept as NaN).
+    const AccessPattern next = (j % 2 == 1) ? best_a : best_b;
+    b.tensor_tensor(AluOp::keep_if, next, v, sel, g);
+    b.tensor_tensor(AluOp::keep_unless, t, best, sel, g);
+    b.tensor_tensor(AluOp::add, next, next, t, g);
+    best = next;
+  }
+  if (value) *value = best;
+  return index;
+}
+
 // The k <= 8 largest along the dim and their indices, one loop for topk (values and indices) and argmax
 // (k = 1, the indices only, the dim dropped unless keepdim): `values_io` is the values' output or
 // absent, `indices` / `indices_io` the indices' output.
@@ -158,23 +202,37 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
   const TensorDesc& in = c.inputs[0];
   const RowWalk w = row_walk(c, drop_dim);
   if (kk == 0 || w.cols == 0 || indices.shape.product() == 0) return;
+  // The largest 16-bit floats are some of them, so they are kept in their dtype (exact): max8 then runs
+  // at the Vector engine's 16-bit rate, twice the 32-bit one (as softmax's row max, emit.cpp).
+  const DType value_dtype = dtype_is_floating(in.dtype) && dtype_size(in.dtype) == 2 ? in.dtype : DType::f32;
+  // k = 1 of 16-bit floats: find_index8 writes 16-bit indices (NKI's nc_find_index8 writes uint16 or
+  // uint32 [A13]), so that it too streams at the 16-bit rate (cost_model.cpp: every operand 16-bit);
+  // the simulator's 16-bit integer stand-in is f16, exact up to 2048, so chunks are at most 2048 wide,
+  // and GpSimd folds the chunks' candidates (fold_chunks below), leaving the Vector engine the two
+  // streaming passes per chunk. Without it argmax bf16 is Vector-bound at the 32-bit rate (issue 19).
+  const bool index16 = kk == 1 && value_dtype != DType::f32;
+  const uint32_t max_chunk = index16 ? kF16ExactIndices : kStreamFree;
   // Chunks of equal size, so that each holds at least k elements.
-  const uint32_t chunks = static_cast<uint32_t>((w.cols + kStreamFree - 1) / kStreamFree);
+  const uint32_t chunks = static_cast<uint32_t>((w.cols + max_chunk - 1) / max_chunk);
   const uint32_t chunk = static_cast<uint32_t>((w.cols + chunks - 1) / chunks);
   SIGHTLINE_CHECK(w.cols - int64_t{chunks - 1} * chunk >= kk, "{}: rows of {} split into chunks of {} leave "
                   "fewer than k = {} in the last", op_name(c.op), w.cols, chunk, kk);
   const bool negate = !largest;
-  TilePool x_pool = b.pool("x", in.dtype, chunk, 3);
-  // The largest 16-bit floats are some of them, so they are kept in their dtype (exact): max8 then runs
-  // at the Vector engine's 16-bit rate, twice the 32-bit one (as softmax's row max, emit.cpp).
-  const DType value_dtype = dtype_is_floating(in.dtype) && dtype_size(in.dtype) == 2 ? in.dtype : DType::f32;
+  // Loads run `ahead` items ahead. A row tile's store waits for its fold on GpSimd, and the DMA queue
+  // holds every later load behind it: with index16 the loads run up to two row tiles of chunks ahead (at
+  // most 8 chunks of 2048, 32 KiB of a partition for bf16), so that the fold's wait falls on loads not
+  // yet needed.
+  const size_t ahead = index16 ? std::min<size_t>(2 * size_t{std::max<uint32_t>(chunks, 2)}, 8) : 2;
+  TilePool x_pool = b.pool("x", in.dtype, chunk, static_cast<uint32_t>(ahead + 1));
   TilePool cand_pool = b.pool("cand_value", value_dtype, chunks * kk, 2);
-  TilePool where_pool = b.pool("cand_index", DType::f32, chunks * kk, 2);
+  TilePool where_pool = b.pool("cand_index", index16 ? DType::f16 : DType::f32, chunks * kk, 2);
+  TilePool fold_pool;
+  if (index16) fold_pool = b.pool("fold", DType::f32, kFoldColumns, 2);
   TilePool pick_pool = b.pool("pick", value_dtype, kk, 2), pos_pool = b.pool("pick_pos", DType::f32, kk, 2);
   TilePool value_pool, index_pool = b.pool("indices", DType::i32, kk, 3);
   if (values_io) value_pool = b.pool("values", c.out.dtype, kk, 3);
   Tile cand_ids, onehot;
-  if (chunks > 1) {
+  if (chunks > 1 && !index16) {
     cand_ids = b.sbuf(DType::f32, chunks * kk, 0, "cand_ids");
     b.iota(cand_ids.ap(), 0.0f, 0.0f);  // 0, 1, ... along the free axis on every partition
     onehot = b.sbuf(DType::f32, chunks * kk, 0, "onehot");
@@ -184,7 +242,7 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
   ChunkItems items(w, b.partitions(), chunk, chunks);
   Tile cand, where;
   pipeline(
-      items.size(), 2, [&](size_t i) { items.load(c, x_pool, i); },
+      items.size(), ahead, [&](size_t i) { items.load(c, x_pool, i); },
       [&](size_t i) {
         const RowTile& t = items.tile(i);
         const uint16_t p = t.p;
@@ -196,10 +254,12 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
         const AccessPattern value = cand.region(0, p, j * kk, kk), index = where.region(0, p, j * kk, kk);
         b.emit(device::max8(value, x));
         b.emit(device::find_index8(index, x, value));
-        if (j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
+        if (!index16 && j0 > 0) b.tensor_scalar(AluOp::add, index, index, static_cast<float>(j0));
         if (j + 1 < chunks) return;
         AccessPattern values = cand.region(0, p, 0, kk), positions = where.region(0, p, 0, kk);
-        if (chunks > 1) {
+        if (index16) {
+          positions = fold_chunks(b, fold_pool.next(), cand, where, p, chunks, chunk, values_io ? &values : nullptr);
+        } else if (chunks > 1) {
           // The top k of the candidates, then the index each came from by a one-hot sum.
           values = pick_pool.next().region(0, p, 0, kk);
           const Tile pos = pos_pool.next();
@@ -219,7 +279,11 @@ void build_top(EagerContext& c, uint32_t kk, bool largest, std::optional<uint32_
           b.copy(vo, values);
         }
         const AccessPattern io = index_pool.next().region(0, p, 0, kk);
-        b.copy(io, positions);
+        if (index16) {
+          b.tensor_scalar(AluOp::bypass, io, positions, 0.0f, false, Engine::gpsimd);
+        } else {
+          b.copy(io, positions);
+        }
         if (values_io) {
           b.store(hbm_pattern(*values_io, c.out.dtype, t.out_base, p, w.out_row_stride,
                               {{kk, static_cast<int32_t>(w.out_col_stride)}}),

@@ -119,6 +119,43 @@ Graph attention_graph(bool masked, DType dtype) {
       metas);
 }
 
+// Llama's bf16 eager attention, softmax(scores.to(f32)).to(bf16) @ v (examples/models/llama): the
+// casts and the softmax are a row group of their own after the scores' epilogue.
+Graph cast_attention_graph(int64_t e = 24) {
+  const int64_t b = 2, h = 3, s = 40;
+  const std::vector<TensorMeta> metas = {{{b, h, s, e}, DType::bf16}, {{b, h, s, e}, DType::bf16},
+                                         {{b, h, s, e}, DType::bf16}, {{b, 1, s, s}, DType::bf16}};
+  return optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor scores = matmul(in[0], in[1].transpose(-2, -1)) * 0.2 + in[3];
+        return std::vector<Tensor>{matmul(softmax(scores.to(DType::f32), -1).to(DType::bf16), in[2])};
+      },
+      metas);
+}
+
+TEST(Lowering, AttentionWithAnF32SoftmaxOfBf16ScoresIsOneKernel) {
+  const device::Executable exe = lower(cast_attention_graph(), device::Spec::builtin("trn2"), "attention");
+  EXPECT_EQ(metadata(exe, "compiled.fused_attention"), "1");
+  EXPECT_EQ(metadata(exe, "compiled.kernels"), "1");
+  const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
+  EXPECT_EQ(ops, (std::set<std::string>{"aten::matmul", "aten::mul", "aten::add", "aten::softmax"}));
+  // A head dim the kernel does not take (over 128): the epilogue, the row group and the matmul, op by op.
+  const device::Executable wide = lower(cast_attention_graph(160), device::Spec::builtin("trn2"), "attention");
+  EXPECT_EQ(metadata(wide, "compiled.fused_attention"), "0");
+  EXPECT_EQ(metadata(wide, "compiled.kernels"), "3");
+  // A row group that is not exactly the casts and the softmax (here a scale after the softmax) stays
+  // the scores' epilogue, its row group and the matmul.
+  const int64_t b = 2, h = 3, s = 40, e = 24;
+  const Graph other = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor scores = matmul(in[0], in[1].transpose(-2, -1));
+        return std::vector<Tensor>{matmul((softmax(scores.to(DType::f32), -1) * 0.5).to(DType::bf16), in[2])};
+      },
+      {{{b, h, s, e}, DType::bf16}, {{b, h, s, e}, DType::bf16}, {{b, h, s, e}, DType::bf16}});
+  const device::Executable unmatched = lower(other, device::Spec::builtin("trn2"), "attention");
+  EXPECT_EQ(metadata(unmatched, "compiled.fused_attention"), "0");
+}
+
 TEST(Lowering, AttentionIsOneKernelLabelledWithTheUsersOps) {
   for (const bool masked : {false, true}) {
     for (const DType dtype : {DType::f32, DType::bf16}) {

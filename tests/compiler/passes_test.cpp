@@ -122,6 +122,44 @@ TEST(Passes, NaiveRmsNormBecomesTheBuiltinWhenSubstituting) {
             "}\n");
 }
 
+// The naive layer_norm holds an RMSNorm of the centred x; the whole layer_norm is substituted (weight
+// and bias absorbed), never the RMSNorm part with the mean, centring and affine steps left around it.
+TEST(Passes, NaiveLayerNormBecomesTheWholeBuiltinWhenSubstituting) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Graph g = capture_fn(&testing::naive_layer_norm, {{{6, 130}, dtype}, {{130}, dtype}, {{130}, dtype}});
+    const Graph out = optimized(g, nullptr, CompileOptions{.substitute_builtins = true});
+    const std::string t(dtype_name(dtype));
+    EXPECT_EQ(dump(out), "graph(%0: " + t + "[6, 130], %1: " + t + "[130], %2: " + t +
+                             "[130]) {\n"
+                             "  %3: " + t + "[6, 130] = aten::layer_norm(%0, %1, %2) {eps=1e-05} layout(p=[0], f=[1])\n"
+                             "  return %3\n"
+                             "}\n");
+    EXPECT_EQ(count_ops(out, OpId::rms_norm), 0);
+  }
+  // Without the bias, the weight is still absorbed; without the centring, the RMSNorm rule stands.
+  const Graph no_bias = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor c = in[0] - mean(in[0], {-1}, true);
+        return std::vector<Tensor>{c * rsqrt(mean(c * c, {-1}, true) + 1e-5) * in[1]};
+      },
+      {{{6, 130}, DType::f32}, {{130}, DType::f32}});
+  const Graph ln = optimized(no_bias, nullptr, CompileOptions{.substitute_builtins = true});
+  EXPECT_EQ(count_ops(ln, OpId::layer_norm), 1);
+  EXPECT_EQ(count_ops(ln, OpId::rms_norm), 0);
+  EXPECT_EQ(count_ops(ln, OpId::mul), 0);
+  // x - mean over another dim is not a layer_norm: the RMSNorm of it stays.
+  const Graph other_dim = capture_fn(
+      [](const std::vector<Tensor>& in) {
+        const Tensor c = in[0] - mean(in[0], {0}, true);
+        return std::vector<Tensor>{c * rsqrt(mean(c * c, {-1}, true) + 1e-5)};
+      },
+      {{{6, 130}, DType::f32}});
+  const Graph rms = optimized(other_dim, nullptr, CompileOptions{.substitute_builtins = true});
+  const std::string text = dump(rms);  // the RMSNorm sits in the row group with the centring
+  EXPECT_NE(text.find("aten::rms_norm"), std::string::npos) << text;
+  EXPECT_EQ(text.find("aten::layer_norm"), std::string::npos) << text;
+}
+
 TEST(Passes, ManualSoftmaxBecomesOneRowGroup) {
   const Graph g = capture_fn(
       [](const std::vector<Tensor>& in) {

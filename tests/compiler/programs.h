@@ -15,6 +15,12 @@ inline Tensor naive_rms_norm(const Tensor& x, const Tensor& w) {
   return x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * w;
 }
 
+// layer_norm(x, w, b, 1e-5) as a user writes it: {x, w, b} -> {y}.
+inline std::vector<Tensor> naive_layer_norm(const std::vector<Tensor>& a) {
+  const Tensor centred = a[0] - mean(a[0], {-1}, true);
+  return {centred * rsqrt(mean(centred * centred, {-1}, true) + 1e-5) * a[1] + a[2]};
+}
+
 // Decoder block dimensions: model width, heads, MLP width.
 struct DecoderDims {
   int64_t batch = 2, seq = 5, model = 32, heads = 4, hidden = 48;

@@ -21,6 +21,7 @@ namespace {
 
 using testing::executions_of;
 using testing::expect_close;
+using testing::naive_layer_norm;
 using ::testing::HasSubstr;
 
 const Device kCore0 = Device::parse("neuron:0");
@@ -46,11 +47,6 @@ std::vector<Tensor> scaled_softmax(const std::vector<Tensor>& a) {
 std::vector<Tensor> naive_softmax(const std::vector<Tensor>& a) {
   const Tensor e = exp(a[0] - amax(a[0], {-1}, true));
   return {e / sum(e, {-1}, true)};
-}
-
-std::vector<Tensor> naive_layer_norm(const std::vector<Tensor>& a) {
-  const Tensor centred = a[0] - mean(a[0], {-1}, true);
-  return {centred * rsqrt(mean(centred * centred, {-1}, true) + 1e-5) * a[1] + a[2]};
 }
 
 // Scalar affine chains the activations absorb (sigmoid(x * 0.5 - 1), rsqrt(mean * 2 + 1)), a row mean

@@ -205,11 +205,21 @@ TEST_P(CrossBackend, ReductionsAndSoftmax) {
     expect_same(ds.indices, cs.indices, "topk smallest ties indices");
   }
   {
-    // A NaN wins argmax and a tie keeps the first index, in the first chunk and past it.
-    std::vector<float> v(2 * 9000, 0.0f);
+    // A NaN wins argmax and a tie keeps the first index, in the first chunk and past it. 16-bit rows are
+    // cut into chunks of at most 2048 whose candidates GpSimd folds (eager_scan.cpp): 9000 columns are
+    // 5 chunks of 1800. Rows 2-5: two NaNs (the first wins), a NaN in the first chunk only, ties on both
+    // sides of a chunk boundary (1799 | 1800), every value equal (index 0).
+    std::vector<float> v(6 * 9000, 0.0f);
     v[5] = 7.0f, v[6000] = 7.0f, v[9000 + 8000] = NAN, v[9000 + 10] = 9.0f;
-    const Tensor cpu = from_vector(v, {2, 9000}).to(dtype());
+    v[2 * 9000 + 3000] = NAN, v[2 * 9000 + 7500] = NAN, v[2 * 9000 + 20] = 5.0f;
+    v[3 * 9000 + 3] = NAN, v[3 * 9000 + 8999] = 5.0f;
+    v[4 * 9000 + 1800] = 3.0f, v[4 * 9000 + 1799] = 3.0f, v[4 * 9000 + 8000] = 3.0f;
+    for (size_t i = 0; i < 9000; ++i) v[5 * 9000 + i] = -3.0f;
+    const Tensor cpu = from_vector(v, {6, 9000}).to(dtype());
     expect_same(argmax(cpu.to(neuron0()), 1), argmax(cpu, 1), "argmax ties and NaN");
+    const TopkResult d = topk(cpu.to(neuron0()), 1, 1), c = topk(cpu, 1, 1);
+    expect_same(d.values, c.values, "topk k = 1 ties and NaN values");
+    expect_same(d.indices, c.indices, "topk k = 1 ties and NaN indices");
   }
   for (int dim : {-1, 0}) {
     const Pair a = input({130, 70}, dtype(), g_);
