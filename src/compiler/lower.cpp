@@ -141,6 +141,7 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.fused_epilogues", fmt::format("{}", epilogues_));
     exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
+    exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
     }
@@ -730,7 +731,7 @@ class Lowerer {
       // A linear that did not take its prefetched weight (kernel() found another layout) leaves it unread.
       for (auto it = prefetches_.begin(); it != prefetches_.end();) {
         if (it->linear == &n) {
-          builder_.free(it->weight.panels);
+          release(*it);
           it = prefetches_.erase(it);
         } else {
           ++it;
@@ -789,8 +790,10 @@ class Lowerer {
     if (op == OpId::linear && operands.size() >= 2) {
       const Place& w = operands[1];
       taken = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) {
+        const Place& x = operands[0];
         return p.emitted && w.io == p.io && w.offset == p.offset && w.desc.shape == p.weight.weight.shape &&
-               w.desc.strides == p.weight.weight.strides && w.desc.dtype == p.weight.weight.dtype;
+               w.desc.strides == p.weight.weight.strides && w.desc.dtype == p.weight.weight.dtype &&
+               (!p.weight.activation || (x.io == p.x_io && x.offset == p.x_offset));
       });
     }
     const bool takes_prefetch = taken != prefetches_.end();
@@ -802,7 +805,8 @@ class Lowerer {
                                op_info(op).kind == OpKind::matmul ? &hooks : nullptr);
     builder_.end_kernel(scope);
     if (takes_prefetch) {
-      builder_.free(taken->weight.panels);
+      if (taken->weight.activation) ++prefetched_activations_;
+      release(*taken);
       prefetches_.erase(taken);
       ++prefetched_weights_;
     }
@@ -841,11 +845,25 @@ class Lowerer {
     const auto w = static_cast<size_t>(next->inputs[1]);
     if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
     const Place& weight = values[w];
-    std::optional<kernels::PrefetchedWeight> panels =
-        kernels::allocate_linear_weight(builder_, weight.desc, builder_.sbuf_free_bytes() / kPrefetchShare);
+    const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
+    std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
     if (!panels) return;
-    prefetches_.push_back(Prefetch{std::move(*panels), weight.io, weight.offset, next, false});
+    Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
+    // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
+    // read one activation: then the linear waits for nothing of the kernel before it.
+    const auto x = static_cast<size_t>(next->inputs[0]);
+    if (x < i && kernels::allocate_linear_activation(builder_, p.weight, values[x].desc,
+                                                     budget - (free - builder_.sbuf_free_bytes()))) {
+      p.x_io = values[x].io;
+      p.x_offset = values[x].offset;
+    }
+    prefetches_.push_back(std::move(p));
     if (op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  void release(const auto& p) {  // a Prefetch (declared with the members below)
+    builder_.free(p.weight.panels);
+    if (p.weight.activation) builder_.free(*p.weight.activation);
   }
 
   bool pending_prefetch() const {
@@ -856,6 +874,9 @@ class Lowerer {
     for (Prefetch& p : prefetches_) {
       if (p.emitted) continue;
       kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
+      if (p.weight.activation) {
+        kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
+      }
       p.emitted = true;
     }
   }
@@ -868,12 +889,15 @@ class Lowerer {
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
   int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
+  int prefetched_activations_ = 0;          // ... and their input too
   struct Prefetch {
     kernels::PrefetchedWeight weight;
     uint32_t io = 0;
     int64_t offset = 0;
     const Node* linear = nullptr;  // the node it is for
     bool emitted = false;          // its loads are in the program
+    uint32_t x_io = 0;             // where the prefetched activation (weight.activation) is read from
+    int64_t x_offset = 0;
   };
   std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes

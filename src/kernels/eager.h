@@ -93,6 +93,10 @@ struct EagerHooks {
 struct PrefetchedWeight {
   TensorDesc weight;
   TilePool panels;  // one tile per panel of up to the Tensor engine's moving columns
+  // The linear's input x too, when the kernel before it does not write it (q, k and v read one
+  // activation): a^T [k tile][row], every row of x in one block (allocate_linear_activation).
+  std::optional<Tile> activation;
+  TensorDesc x;
 };
 // Allocates the panels on `b` (outside any kernel's scope: the caller frees them after the linear) when
 // they take at most `budget` bytes per partition; nullopt (nothing allocated) otherwise.
@@ -102,6 +106,10 @@ std::optional<PrefetchedWeight> allocate_linear_weight(KernelBuilder& b, const T
 // at least stream_min_piece_bytes (a stream of transfers, each hiding the next one's fixed cost), spread
 // over every DMA queue.
 void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
+// Adds x ([..., K], rows that are one strided run) as a^T when it takes at most `budget` bytes per
+// partition; false (nothing allocated) otherwise. Its loads: prefetch_linear_activation (HBM `tensor`).
+bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget);
+void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                        uint32_t out_tensor, const EagerHooks* hooks = nullptr);

@@ -34,7 +34,8 @@
 //     tile's rows after the panel's operands), whichever the spec's costs finish first
 //     (fold_bias_into_evacuation: f32 at M = 128 folds, bf16 keeps the matmul);
 //   * a linear's weight may arrive prefetched (PrefetchedWeight: compile()'s lowering loads it while the
-//     kernels before the linear run), laid out as the resident panels of b, so the kernel loads only a^T;
+//     kernels before the linear run), laid out as the resident panels of b, so the kernel loads only a^T,
+//     and a^T too (every row in one block), so the kernel loads nothing but its bias;
 //   * the last group's results share the queues out, and the kernel's last tile runs its last
 //     accumulation step, evacuation and store in column halves (kTailPieces), so less is left to
 //     store after the last matmul. Column pieces of the same rows interleave in HBM without touching,
@@ -241,6 +242,9 @@ class GemmEmitter {
     const uint64_t reserved = results * align64(uint64_t{moving_max_} * dtype_size(out_dtype));
     plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved, weight != nullptr);
     preloaded_ = weight && plan_.b_resident;
+    a_preloaded_ = preloaded_ && weight->activation && plan_.m_block == shape.m &&
+                   weight->activation->free_elements == plan_.k_tiles * shape.m;
+    if (a_preloaded_) a_preloaded_tile_ = *weight->activation;
     if (with_bias) {
       const int64_t tiles = plan_.resident ? (shape.m + parts_ - 1) / parts_ * plan_.panels : 0;
       fold_bias_ = plan_.resident && fold_bias_into_evacuation(b.spec(), tiles, plan_.k_tiles,
@@ -255,7 +259,7 @@ class GemmEmitter {
     acc_ = b.pool("acc", DType::f32, moving_max_, plan_.resident ? 2 * group : 2, Memory::psum);
     const uint32_t queues = b.spec().dma.queues;
     if (plan_.resident) {
-      a_blocks_ = b.pool("a_t", a_dtype, static_cast<uint32_t>(plan_.k_tiles * plan_.m_block), 2);
+      if (!a_preloaded_) a_blocks_ = b.pool("a_t", a_dtype, static_cast<uint32_t>(plan_.k_tiles * plan_.m_block), 2);
       b_panels_ = preloaded_ ? weight->panels
                              : b.pool("b", b_dtype, static_cast<uint32_t>(plan_.k_tiles) * plan_.panel,
                                       plan_.b_resident ? static_cast<size_t>(plan_.panels) : 2);
@@ -398,7 +402,10 @@ class GemmEmitter {
     for (int64_t mb0 = 0; mb0 < g.m; mb0 += p.m_block) {
       const int64_t mbw = std::min<int64_t>(p.m_block, g.m - mb0);
       const int64_t m_tiles = (mbw + parts_ - 1) / parts_;
-      const Tile a_block = a_blocks_.next();
+      // A prefetched a^T holds every row, one block: only the first emit() may read it (build_linear).
+      SIGHTLINE_CHECK(!a_preloaded_ || (mb0 == 0 && !a_used_), "matmul: the prefetched a^T is one block, read once");
+      const Tile a_block = a_preloaded_ ? a_preloaded_tile_ : a_blocks_.next();
+      a_used_ = a_used_ || a_preloaded_;
       const uint32_t a_row = static_cast<uint32_t>(p.m_block);
       const bool last_block = mb0 + p.m_block >= g.m;
       // b's panels: resident ones are loaded in the first block only; streamed ones rotate over two
@@ -527,8 +534,10 @@ class GemmEmitter {
                 b_pieces = static_cast<uint32_t>(std::max<uint64_t>(1, (b_bytes + ramp_bytes_ / 2) / ramp_bytes_));
               }
               ++ramp_slices_;
-              load_k_slice(a_block, a_row, static_cast<uint32_t>(t0 * parts_), width, g.a,
-                           g.a.offset + (mb0 + t0 * parts_) * g.a.outer_stride, kt0, count, g.k, a_pieces);
+              if (!a_preloaded_) {
+                load_k_slice(a_block, a_row, static_cast<uint32_t>(t0 * parts_), width, g.a,
+                             g.a.offset + (mb0 + t0 * parts_) * g.a.outer_stride, kt0, count, g.k, a_pieces);
+              }
               if (load_b) load_b_slice(kt0, count, b_pieces);
               const bool final_slice = kt0 + count == p.k_tiles;
               if (final_slice) {
@@ -615,6 +624,9 @@ class GemmEmitter {
   int64_t b_uses_ = 0;  // streamed b panels used so far (they alternate between two buffers)
   bool stored_ = false;  // a result store has been emitted
   bool preloaded_ = false;  // b's panels were loaded ahead of the kernel (PrefetchedWeight)
+  bool a_preloaded_ = false;  // and a^T (PrefetchedWeight::activation)
+  bool a_used_ = false;
+  Tile a_preloaded_tile_;
   bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
 };
 
@@ -696,6 +708,14 @@ void build_linear(EagerContext& c) {
                     "aten::linear: the prefetched weight is {} with strides {}, the kernel's {} with strides {}",
                     weight->weight.shape, weight->weight.strides, w.shape, w.strides);
   }
+  // A prefetched x is one block of every row: it stands for a only when the rows are one run.
+  PrefetchedWeight without_x;
+  if (weight && weight->activation &&
+      (!outer.empty() || weight->x.shape != x.shape || weight->x.strides != x.strides || weight->x.dtype != x.dtype)) {
+    without_x = *weight;
+    without_x.activation.reset();
+    weight = &without_x;
+  }
   GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks, weight);
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
@@ -710,6 +730,26 @@ void build_linear(EagerContext& c) {
 }  // namespace sightline::kernels
 
 namespace sightline::kernels {
+
+// A transfer that is one of a stream (a prefetch: nothing queued behind it waits for it) cut by
+// partitions into pieces of at least stream_min_piece_bytes, round robin over every queue from `queue`.
+void emit_stream_pieces(KernelBuilder& b, const AccessPattern& dst, const AccessPattern& src, uint32_t& queue) {
+  const uint64_t piece_bytes = stream_min_piece_bytes(b.spec());
+  const uint32_t pieces = static_cast<uint32_t>(std::clamp<uint64_t>(dst.bytes() / piece_bytes, 1, dst.partition_count));
+  const uint32_t base = dst.partition_count / pieces, extra = dst.partition_count % pieces;
+  uint32_t first = 0;
+  for (uint32_t i = 0; i < pieces; ++i) {
+    const uint32_t count = base + (i < extra ? 1 : 0);
+    AccessPattern d = dst, s = src;
+    d.partition_start = static_cast<uint16_t>(d.partition_start + first);
+    d.partition_count = static_cast<uint16_t>(count);
+    s.offset += static_cast<uint64_t>(int64_t{first} * s.partition_stride * static_cast<int64_t>(dtype_size(s.dtype)));
+    s.partition_count = static_cast<uint16_t>(count);
+    b.emit(device::dma_copy(d, s), static_cast<int>(queue));
+    queue = (queue + 1) % b.spec().dma.queues;
+    first += count;
+  }
+}
 
 std::optional<PrefetchedWeight> allocate_linear_weight(KernelBuilder& b, const TensorDesc& weight, uint64_t budget) {
   if (weight.shape.size() != 2 || weight.shape[0] == 0 || weight.shape[1] == 0) return std::nullopt;
@@ -734,7 +774,6 @@ void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_
   // One transfer per K tile and panel, cut by partitions into pieces of at least stream_min_piece_bytes:
   // the loads are a stream, each hiding the fixed cost of the one queued behind it
   // (docs/hardware-model.md §1.4), round robin over every queue.
-  const uint64_t piece_bytes = stream_min_piece_bytes(spec);
   uint32_t queue = 0;
   for (int64_t panel = 0; panel < l.panels; ++panel) {
     const int64_t n0 = panel * l.panel;
@@ -742,22 +781,52 @@ void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_
     for (int64_t kt = 0; kt < l.k_tiles; ++kt) {
       const auto [dst, src] = k_slice_patterns(parts, w.panels.at(static_cast<size_t>(panel)), l.panel, 0, np, op,
                                                n0 * op.outer_stride, kt, 1, k);
-      const uint32_t pieces =
-          static_cast<uint32_t>(std::clamp<uint64_t>(dst.bytes() / piece_bytes, 1, dst.partition_count));
-      const uint32_t base = dst.partition_count / pieces, extra = dst.partition_count % pieces;
-      uint32_t first = 0;
-      for (uint32_t i = 0; i < pieces; ++i) {
-        const uint32_t count = base + (i < extra ? 1 : 0);
-        AccessPattern d = dst, s = src;
-        d.partition_start = static_cast<uint16_t>(d.partition_start + first);
-        d.partition_count = static_cast<uint16_t>(count);
-        s.offset += static_cast<uint64_t>(int64_t{first} * s.partition_stride * static_cast<int64_t>(dtype_size(s.dtype)));
-        s.partition_count = static_cast<uint16_t>(count);
-        b.emit(device::dma_copy(d, s), static_cast<int>(queue));
-        queue = (queue + 1) % spec.dma.queues;
-        first += count;
-      }
+      emit_stream_pieces(b, dst, src, queue);
     }
+  }
+}
+
+// x's rows as build_linear walks them: (m, the stride between rows) when they are one strided run.
+std::optional<std::pair<int64_t, int64_t>> linear_row_run(const TensorDesc& x) {
+  const int rx = x.shape.size();
+  if (rx < 1) return std::nullopt;
+  LoopNest rows;
+  rows.strides.resize(1);
+  for (int d = 0; d + 1 < rx; ++d) {
+    rows.sizes.push_back(x.shape[d]);
+    rows.strides[0].push_back(x.strides[d]);
+  }
+  rows = rows.coalesced();
+  if (rows.sizes.size() > 1) return std::nullopt;
+  return std::pair<int64_t, int64_t>{rows.sizes.empty() ? 1 : rows.sizes.back(),
+                                     rows.sizes.empty() ? 0 : rows.strides[0].back()};
+}
+
+bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget) {
+  const std::optional<std::pair<int64_t, int64_t>> run = linear_row_run(x);
+  if (!run || x.shape.size() < 1 || x.shape[x.shape.size() - 1] != w.weight.shape[1] || x.dtype != w.weight.dtype)
+    return false;
+  const int64_t m = run->first, k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(b.spec(), w.weight.shape[0], k);
+  const uint64_t bytes = align64(static_cast<uint64_t>(l.k_tiles * m) * dtype_size(x.dtype));
+  if (m == 0 || bytes > budget || bytes > b.sbuf_free_bytes()) return false;
+  w.activation = b.sbuf(x.dtype, static_cast<uint32_t>(l.k_tiles * m), 0, "prefetched_a_t");
+  w.x = x;
+  return true;
+}
+
+void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor) {
+  const std::optional<std::pair<int64_t, int64_t>> run = linear_row_run(w.x);
+  SIGHTLINE_ASSERT(w.activation && run);
+  const uint16_t parts = b.partitions();
+  const int64_t m = run->first, k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(b.spec(), w.weight.shape[0], k);
+  const Operand a{tensor, w.x.dtype, 0, run->second, w.x.strides[w.x.shape.size() - 1]};
+  uint32_t queue = 0;
+  for (int64_t kt = 0; kt < l.k_tiles; ++kt) {
+    const auto [dst, src] = k_slice_patterns(parts, *w.activation, static_cast<uint32_t>(m), 0,
+                                             static_cast<uint32_t>(m), a, 0, kt, 1, k);
+    emit_stream_pieces(b, dst, src, queue);
   }
 }
 

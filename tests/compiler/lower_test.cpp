@@ -144,6 +144,9 @@ TEST(Lowering, LinearWeightsArePrefetchedWithinTheSbufBudget) {
         lower(optimized(&testing::linear_chain, testing::linear_chain_metas(128, 480, 480, dtype)),
               device::Spec::builtin("trn2"), "linears");
     EXPECT_EQ(metadata(small, "compiled.prefetched_weights"), "4") << dtype_name(dtype);
+    // k's and v's input (relu(x), made before q's and k's kernels) too; q's and the last one's input is
+    // the kernel before them's output.
+    EXPECT_EQ(metadata(small, "compiled.prefetched_activations"), "2") << dtype_name(dtype);
     // One 128-row tile per linear. In f32 its bias is added in the evacuation (a Vector add, 0.6 us),
     // not by a ones^T @ bias matmul (0.8 us, as much as a K tile's); in bf16 that matmul costs 0.2 us,
     // less than the add's extra time over a copy, so the two biased linears keep it (3 tiles each: the
@@ -157,6 +160,7 @@ TEST(Lowering, LinearWeightsArePrefetchedWithinTheSbufBudget) {
         lower(optimized(&testing::linear_chain, testing::linear_chain_metas(32, 2048, 2048, dtype)),
               device::Spec::builtin("trn2"), "linears");
     EXPECT_EQ(metadata(large, "compiled.prefetched_weights"), "0") << dtype_name(dtype);
+    EXPECT_EQ(metadata(large, "compiled.prefetched_activations"), "0") << dtype_name(dtype);
   }
 }
 
