@@ -4,6 +4,7 @@
 #include <charconv>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -119,6 +120,7 @@ class Lowerer {
           builder_.input(fmt::format("arg{}", n.input_index), n.meta.dtype, to_vector(n.meta.shape));
       arguments[static_cast<size_t>(n.input_index)] = {io, 0,
                                                        TensorDesc::contiguous(n.meta.dtype, n.meta.shape)};
+      argument_ios_.insert(io);
     }
     std::vector<std::optional<Place>> results;
     for (size_t k = 0; k < graph.outputs.size(); ++k) {
@@ -138,6 +140,8 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.row_loops", fmt::format("{}", row_loops_));
     exe.metadata.emplace_back("compiled.fused_epilogues", fmt::format("{}", epilogues_));
     exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
+    exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
+    exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
     }
@@ -777,8 +781,23 @@ class Lowerer {
       for (int v : n.inputs) {
         if (v != kNoValue) operands.push_back(values[static_cast<size_t>(v)]);
       }
-      values[i] = n.kind == NodeKind::input ? inputs[static_cast<size_t>(n.input_index)]
-                                            : lower_node(n, std::move(operands), dst);
+      if (n.kind == NodeKind::input) {
+        values[i] = inputs[static_cast<size_t>(n.input_index)];
+        continue;
+      }
+      plan_weight_prefetch(graph, i, values, deferred);
+      values[i] = lower_node(n, std::move(operands), dst);
+      // Every kernel that could have emitted the prefetch's loads is out: emit them now at the latest.
+      if (pending_prefetch()) emit_weight_prefetch();
+      // A linear that did not take its prefetched weight (kernel() found another layout) leaves it unread.
+      for (auto it = prefetches_.begin(); it != prefetches_.end();) {
+        if (it->linear == &n) {
+          release(*it);
+          it = prefetches_.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
     std::vector<Place> out;
     for (size_t k = 0; k < graph.outputs.size(); ++k) {
@@ -822,12 +841,105 @@ class Lowerer {
       descs.push_back(p.desc);
       tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
     }
+    kernels::EagerHooks hooks;
+    // A matmul's loads are all out before its first store: the next linear's weight loads queue there,
+    // behind them and ahead of the stores, and move while this product computes.
+    if (pending_prefetch() && op_info(op).kind == OpKind::matmul) {
+      hooks.before_stores = [this] { emit_weight_prefetch(); };
+    }
+    auto taken = prefetches_.end();
+    if (op == OpId::linear && operands.size() >= 2) {
+      const Place& w = operands[1];
+      taken = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) {
+        const Place& x = operands[0];
+        return p.emitted && w.io == p.io && w.offset == p.offset && w.desc.shape == p.weight.weight.shape &&
+               w.desc.strides == p.weight.weight.strides && w.desc.dtype == p.weight.weight.dtype &&
+               (!p.weight.activation || (x.io == p.x_io && x.offset == p.x_offset));
+      });
+    }
+    const bool takes_prefetch = taken != prefetches_.end();
+    // The hook may add to prefetches_ no element: emit_weight_prefetch marks one, so `taken` stays valid.
+    if (takes_prefetch) hooks.weight = &taken->weight;
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
-                               builder_.view(out.io, out.offset, out.desc.dtype));
+                               builder_.view(out.io, out.offset, out.desc.dtype),
+                               op_info(op).kind == OpKind::matmul ? &hooks : nullptr);
     builder_.end_kernel(scope);
+    if (takes_prefetch) {
+      if (taken->weight.activation) ++prefetched_activations_;
+      release(*taken);
+      prefetches_.erase(taken);
+      ++prefetched_weights_;
+    }
     ++kernel_count_;
     return out;
+  }
+
+  // Weight prefetch across kernel boundaries. A linear's weight is a program argument, which nothing in
+  // the program writes, so it can be loaded into SBUF while the kernel before the linear runs: a DMA
+  // queue runs its transfers in order, and the weight loads emitted with the linear would start only
+  // once the previous kernel's stores are through. Before lowering node `i` of `graph`, when the next
+  // node that emits a kernel is a linear whose weight is an argument and node `i` is an op lowered by
+  // kernel(), the weight's SBUF panels are allocated (so node i's kernel plans around them) if they take
+  // at most 1/kPrefetchShare of the free SBUF; node i's kernel emits their loads before its first store
+  // when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
+  // and frees them. Fused nodes plan their SBUF against a dry run or a check made with all of it free,
+  // so none is taken from them.
+  static constexpr uint64_t kPrefetchShare = 4;
+
+  void plan_weight_prefetch(const Graph& graph, size_t i, const std::vector<Place>& values,
+                            const std::vector<bool>& deferred) {
+    const Node& at = graph.nodes[i];
+    if (at.kind != NodeKind::op || op_info(at.op).is_view) return;
+    // One weight ahead: beside node i's own (when it is a linear that reads one), none other pending.
+    for (const Prefetch& p : prefetches_) {
+      if (p.linear != &at) return;
+    }
+    const Node* next = nullptr;
+    for (size_t j = i + 1; j < graph.nodes.size(); ++j) {
+      const Node& m = graph.nodes[j];
+      if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
+      next = &m;
+      break;
+    }
+    if (!next || next->kind != NodeKind::op || next->op != OpId::linear || next->inputs.size() < 2) return;
+    const auto w = static_cast<size_t>(next->inputs[1]);
+    if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
+    const Place& weight = values[w];
+    const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
+    std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
+    if (!panels) return;
+    Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
+    // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
+    // read one activation: then the linear waits for nothing of the kernel before it.
+    const auto x = static_cast<size_t>(next->inputs[0]);
+    if (x < i && kernels::allocate_linear_activation(builder_, p.weight, values[x].desc,
+                                                     budget - (free - builder_.sbuf_free_bytes()))) {
+      p.x_io = values[x].io;
+      p.x_offset = values[x].offset;
+    }
+    prefetches_.push_back(std::move(p));
+    if (op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  void release(const auto& p) {  // a Prefetch (declared with the members below)
+    builder_.free(p.weight.panels);
+    if (p.weight.activation) builder_.free(*p.weight.activation);
+  }
+
+  bool pending_prefetch() const {
+    return std::any_of(prefetches_.begin(), prefetches_.end(), [](const Prefetch& p) { return !p.emitted; });
+  }
+
+  void emit_weight_prefetch() {
+    for (Prefetch& p : prefetches_) {
+      if (p.emitted) continue;
+      kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
+      if (p.weight.activation) {
+        kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
+      }
+      p.emitted = true;
+    }
   }
 
   const device::Spec& spec_;
@@ -837,6 +949,19 @@ class Lowerer {
   int kernel_count_ = 0;
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
   int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
+  int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
+  int prefetched_activations_ = 0;          // ... and their input too
+  struct Prefetch {
+    kernels::PrefetchedWeight weight;
+    uint32_t io = 0;
+    int64_t offset = 0;
+    const Node* linear = nullptr;  // the node it is for
+    bool emitted = false;          // its loads are in the program
+    uint32_t x_io = 0;             // where the prefetched activation (weight.activation) is read from
+    int64_t x_offset = 0;
+  };
+  std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
+  std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
 };

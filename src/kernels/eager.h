@@ -60,7 +60,10 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 // `hooks` (optional) let a caller add work to a matmul / linear kernel: `allocated` runs once the
 // kernel has allocated its tiles, before its first instruction (room for the caller's own tiles above
 // them); `before_store` runs for each result tile once it is in SBUF (`y`), right before the kernel
-// stores it to `dst` (an HBM pattern of the output): the compiler's matmul epilogue.
+// stores it to `dst` (an HBM pattern of the output): the compiler's matmul epilogue; `before_stores`
+// runs once, right before the kernel's first store (its loads are emitted by then), so that a caller's
+// transfers emitted there queue behind the kernel's loads but ahead of its stores; `weight` hands a
+// linear kernel its weight already loaded into SBUF (prefetch_linear_weight), so it loads none.
 // The phases of the attention kernel: q k^T (and its operand loads), the scale, the mask, the softmax,
 // and P v (the transposes of P, v's loads, the store).
 enum class AttentionPhase { scores, scale, mask, softmax, values };
@@ -80,7 +83,33 @@ struct EagerHooks {
   // caller that fused the user's ops into it (compile()'s fused attention) labels each phase's
   // instructions with the op it comes from.
   std::function<void(AttentionPhase)> attention_phase;
+  std::function<void()> before_stores;
+  const struct PrefetchedWeight* weight = nullptr;
 };
+
+// A linear's weight ([N, K], a program input nothing writes) loaded into SBUF ahead of its kernel, laid
+// out as the matmul's resident panels of b[k, n] = weight[n, k]: compile()'s lowering loads it while the
+// kernels before the linear run, so that the linear's first matmul waits only for its activation.
+struct PrefetchedWeight {
+  TensorDesc weight;
+  TilePool panels;  // one tile per panel of up to the Tensor engine's moving columns
+  // The linear's input x too, when the kernel before it does not write it (q, k and v read one
+  // activation): a^T [k tile][row], every row of x in one block (allocate_linear_activation).
+  std::optional<Tile> activation;
+  TensorDesc x;
+};
+// Allocates the panels on `b` (outside any kernel's scope: the caller frees them after the linear) when
+// they take at most `budget` bytes per partition; nullopt (nothing allocated) otherwise.
+std::optional<PrefetchedWeight> allocate_linear_weight(KernelBuilder& b, const TensorDesc& weight,
+                                                       uint64_t budget);
+// Emits the loads of the weight (HBM tensor `tensor`, at its first element) into the panels: pieces of
+// at least stream_min_piece_bytes (a stream of transfers, each hiding the next one's fixed cost), spread
+// over every DMA queue.
+void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
+// Adds x ([..., K], rows that are one strided run) as a^T when it takes at most `budget` bytes per
+// partition; false (nothing allocated) otherwise. Its loads: prefetch_linear_activation (HBM `tensor`).
+bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget);
+void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                        uint32_t out_tensor, const EagerHooks* hooks = nullptr);

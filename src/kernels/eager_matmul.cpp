@@ -28,7 +28,14 @@
 //     store waiting for its tile never holds back operands queued behind it;
 //   * each transfer goes to the queue estimated to finish it first (the spec's DMA costs, and the
 //     Tensor engine's matmul costs for when a result is ready);
-//   * evacuation from PSUM alternates VectorE and ScalarE so it keeps up with the Tensor engine;
+//   * evacuation from PSUM alternates VectorE and ScalarE so it keeps up with the Tensor engine; a
+//     linear's bias is added either as one more accumulation step (ones^T @ bias, which costs the Tensor
+//     engine as much as a K tile) or in the evacuation (a Vector add of the bias, loaded broadcast to the
+//     tile's rows after the panel's operands), whichever the spec's costs finish first
+//     (fold_bias_into_evacuation: f32 at M = 128 folds, bf16 keeps the matmul);
+//   * a linear's weight may arrive prefetched (PrefetchedWeight: compile()'s lowering loads it while the
+//     kernels before the linear run), laid out as the resident panels of b, so the kernel loads only a^T,
+//     and a^T too (every row in one block), so the kernel loads nothing but its bias;
 //   * the last group's results share the queues out, and the kernel's last tile runs its last
 //     accumulation step, evacuation and store in column halves (kTailPieces), so less is left to
 //     store after the last matmul. Column pieces of the same rows interleave in HBM without touching,
@@ -44,6 +51,7 @@
 #include <vector>
 
 #include "device/cost_model.h"
+#include "kernels/dma_rule.h"
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
 
@@ -104,7 +112,7 @@ struct Plan {
 };
 
 Plan plan_gemm(const KernelBuilder& b, int64_t m, int64_t n, int64_t k, DType a_dtype, DType b_dtype,
-               DType out_dtype, uint64_t reserved_bytes) {
+               DType out_dtype, uint64_t reserved_bytes, bool b_preloaded) {
   const device::Spec& spec = b.spec();
   const int64_t parts = spec.partitions;
   Plan p;
@@ -125,12 +133,13 @@ Plan plan_gemm(const KernelBuilder& b, int64_t m, int64_t n, int64_t k, DType a_
     if (align64(static_cast<uint64_t>(m) * a_column) <= per_buffer) return m;
     return static_cast<int64_t>(per_buffer / a_column) / parts * parts;
   };
-  const uint64_t all_b = panel_bytes * static_cast<uint64_t>(p.panels);
+  // A prefetched b is resident already, in tiles of its own (PrefetchedWeight).
+  const uint64_t all_b = b_preloaded ? 0 : panel_bytes * static_cast<uint64_t>(p.panels);
   if (all_b < budget) {
     p.m_block = m_block_in(budget - all_b);
     p.b_resident = p.m_block > 0;
   }
-  if (!p.b_resident && 2 * panel_bytes < budget) p.m_block = m_block_in(budget - 2 * panel_bytes);
+  if (!p.b_resident && !b_preloaded && 2 * panel_bytes < budget) p.m_block = m_block_in(budget - 2 * panel_bytes);
   p.resident = p.m_block > 0;
   // Store queues in proportion to the bytes stored vs loaded, so neither direction starves.
   const double loaded = double(m) * double(k) * dtype_size(a_dtype) +
@@ -145,29 +154,115 @@ Plan plan_gemm(const KernelBuilder& b, int64_t m, int64_t n, int64_t k, DType a_
   return p;
 }
 
+// Whether a linear adds its bias in the evacuation (Vector: y = psum + bias, the bias broadcast to the
+// tile's rows) instead of one more accumulation step on the Tensor engine (ones^T @ bias, as costly as a
+// K tile's matmul: a matmul's cost depends on its columns only) followed by evacuations alternating
+// between Vector and Scalar. Decided on the spec's costs for the plan's `tiles` result tiles: each way
+// pipelines at its busiest engine's work per tile, and its last tile's chain drains after it.
+bool fold_bias_into_evacuation(const device::Spec& spec, int64_t tiles, int64_t k_tiles, uint16_t rows,
+                               uint32_t cols, DType a_dtype, DType b_dtype, DType out_dtype) {
+  using device::AccessPattern;
+  const uint16_t parts = static_cast<uint16_t>(spec.partitions);
+  const AccessPattern acc = device::psum(0, rows, 0, DType::f32, {cols});
+  const AccessPattern y = device::sbuf(0, rows, 0, out_dtype, {cols});
+  const AccessPattern bias = device::sbuf(0, rows, 0, b_dtype, {cols});
+  const double k_step = device::compute_instruction_ns(
+      spec, device::matmul(acc, device::sbuf(0, parts, 0, a_dtype, {rows}), device::sbuf(0, parts, 0, b_dtype, {cols}),
+                           true));
+  const double bias_step = device::compute_instruction_ns(
+      spec, device::matmul(acc, device::sbuf(0, 1, 0, a_dtype, {rows}), device::sbuf(0, 1, 0, b_dtype, {cols}), true));
+  const double copy = device::compute_instruction_ns(spec, device::tensor_copy(y, acc));
+  const double act = device::compute_instruction_ns(spec, device::activate(ActFunc::identity, y, acc));
+  const double add = device::compute_instruction_ns(spec, device::tensor_tensor(AluOp::add, y, acc, bias));
+  const double tensor = static_cast<double>(k_tiles) * k_step;
+  const double matmul_way = static_cast<double>(tiles - 1) * std::max(tensor + bias_step, std::max(copy, act) / 2) +
+                            tensor + bias_step + copy;
+  const double folded_way = static_cast<double>(tiles - 1) * std::max(tensor, add) + tensor + add;
+  return folded_way < matmul_way;
+}
+
+// The resident panels of b[k, n] for a product of `k` x `n`: ceil(K / partitions) K tiles, panels of up
+// to the Tensor engine's moving columns.
+struct PanelLayout {
+  int64_t k_tiles = 0;
+  uint32_t panel = 0;
+  int64_t panels = 0;
+};
+PanelLayout panel_layout(const device::Spec& spec, int64_t n, int64_t k) {
+  PanelLayout l;
+  l.k_tiles = (k + spec.partitions - 1) / spec.partitions;
+  l.panel = static_cast<uint32_t>(std::min<int64_t>(n, spec.tensor.moving_free_max));
+  l.panels = l.panel ? (n + l.panel - 1) / l.panel : 0;
+  return l;
+}
+
+// b[k, n] = weight[n, k]: along k the weight's inner stride, between columns n its row stride.
+Operand linear_weight_operand(const TensorDesc& w, uint32_t io) { return {io, w.dtype, 0, w.strides[0], w.strides[1]}; }
+
+// K tiles [kt0, kt0 + count) of an operand into `tile` laid out [k tile][column]: partition p of K tile t
+// holds row t * partitions + p. `width` columns from `column` (of `row` columns per K tile), read from
+// HBM at `offset` + k * k_stride + column * column_stride. Returns (dst, src).
+std::pair<AccessPattern, AccessPattern> k_slice_patterns(uint16_t parts, const Tile& tile, uint32_t row,
+                                                         uint32_t column, uint32_t width, const Operand& op,
+                                                         int64_t offset, int64_t kt0, int64_t count, int64_t k) {
+  const int64_t k0 = kt0 * parts;
+  const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts, k - k0));
+  AccessPattern dst = tile.region(0, kp, static_cast<uint32_t>(kt0) * row + column, 1);
+  dst.dim_count = 2;
+  dst.dims[0] = {static_cast<uint32_t>(count), static_cast<int32_t>(row)};
+  dst.dims[1] = {width, 1};
+  const AccessPattern src =
+      hbm_pattern(op.io, op.dtype, offset + k0 * op.inner_stride, kp, op.inner_stride,
+                  {{static_cast<uint32_t>(count), stride32(parts * op.inner_stride, "K tile")},
+                   {width, stride32(op.outer_stride, "column")}});
+  return {dst, src};
+}
+
 class GemmEmitter {
  public:
-  GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias, const EagerHooks* hooks)
+  // `weight` (a linear's, or null): b already loaded into SBUF (prefetch_linear_weight).
+  GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias, const EagerHooks* hooks,
+              const PrefetchedWeight* weight = nullptr)
       : b_(b), parts_(b.partitions()), moving_max_(b.spec().tensor.moving_free_max), hooks_(hooks) {
     const DType a_dtype = shape.a.dtype, b_dtype = shape.b.dtype, out_dtype = shape.out.dtype;
     const uint32_t banks = b.spec().psum_banks;
+    if (weight) {
+      const PanelLayout l = panel_layout(b.spec(), shape.n, shape.k);
+      SIGHTLINE_CHECK(weight->weight.dtype == b_dtype && weight->panels.size() == static_cast<size_t>(l.panels) &&
+                          (l.panels == 0 || weight->panels.at(0).free_elements == l.k_tiles * l.panel),
+                      "aten::linear: the prefetched weight's panels do not match the kernel's {} x {} product",
+                      shape.k, shape.n);
+    }
     if (with_bias) {
       ones_ = b.sbuf(a_dtype, parts_, 1, "ones");
-      b.iota(ones_->ap(), 0.0f, 0.0f);
-      b.activate(ActFunc::identity, ones_->ap(), ones_->ap(), 0.0f, 1.0f);
       bias_ = b.pool("bias", b_dtype, moving_max_, 2);
     }
     const uint32_t group = std::max<uint32_t>(1, banks / 2);
     const size_t results = 2 * group;
     const uint64_t reserved = results * align64(uint64_t{moving_max_} * dtype_size(out_dtype));
-    plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved);
+    plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved, weight != nullptr);
+    preloaded_ = weight && plan_.b_resident;
+    a_preloaded_ = preloaded_ && weight->activation && plan_.m_block == shape.m &&
+                   weight->activation->free_elements == plan_.k_tiles * shape.m;
+    if (a_preloaded_) a_preloaded_tile_ = *weight->activation;
+    if (with_bias) {
+      const int64_t tiles = plan_.resident ? (shape.m + parts_ - 1) / parts_ * plan_.panels : 0;
+      fold_bias_ = plan_.resident && fold_bias_into_evacuation(b.spec(), tiles, plan_.k_tiles,
+                                                              static_cast<uint16_t>(std::min<int64_t>(shape.m, parts_)),
+                                                              plan_.panel, a_dtype, b_dtype, out_dtype);
+      if (!fold_bias_) {
+        b.iota(ones_->ap(), 0.0f, 0.0f);
+        b.activate(ActFunc::identity, ones_->ap(), ones_->ap(), 0.0f, 1.0f);
+      }
+    }
     result_ = b.pool("result", out_dtype, moving_max_, plan_.resident ? results : 2);
     acc_ = b.pool("acc", DType::f32, moving_max_, plan_.resident ? 2 * group : 2, Memory::psum);
     const uint32_t queues = b.spec().dma.queues;
     if (plan_.resident) {
-      a_blocks_ = b.pool("a_t", a_dtype, static_cast<uint32_t>(plan_.k_tiles * plan_.m_block), 2);
-      b_panels_ = b.pool("b", b_dtype, static_cast<uint32_t>(plan_.k_tiles) * plan_.panel,
-                         plan_.b_resident ? static_cast<size_t>(plan_.panels) : 2);
+      if (!a_preloaded_) a_blocks_ = b.pool("a_t", a_dtype, static_cast<uint32_t>(plan_.k_tiles * plan_.m_block), 2);
+      b_panels_ = preloaded_ ? weight->panels
+                             : b.pool("b", b_dtype, static_cast<uint32_t>(plan_.k_tiles) * plan_.panel,
+                                      plan_.b_resident ? static_cast<size_t>(plan_.panels) : 2);
       loads_ = stores_ = {0, queues};
       if (queues > 1) {
         loads_ = {0, queues - plan_.store_queues};
@@ -252,16 +347,7 @@ class GemmEmitter {
   // (0: pieces of about kLoadPieceBytes).
   void load_k_slice(const Tile& tile, uint32_t row, uint32_t column, uint32_t width, const Operand& op,
                     int64_t offset, int64_t kt0, int64_t count, int64_t k, uint32_t pieces) {
-    const int64_t k0 = kt0 * parts_;
-    const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts_, k - k0));
-    AccessPattern dst = tile.region(0, kp, static_cast<uint32_t>(kt0) * row + column, 1);
-    dst.dim_count = 2;
-    dst.dims[0] = {static_cast<uint32_t>(count), static_cast<int32_t>(row)};
-    dst.dims[1] = {width, 1};
-    const AccessPattern src =
-        hbm_pattern(op.io, op.dtype, offset + k0 * op.inner_stride, kp, op.inner_stride,
-                    {{static_cast<uint32_t>(count), stride32(parts_ * op.inner_stride, "K tile")},
-                     {width, stride32(op.outer_stride, "column")}});
+    const auto [dst, src] = k_slice_patterns(parts_, tile, row, column, width, op, offset, kt0, count, k);
     // Before the first store every queue loads; afterwards the store queues are left to the stores.
     const Queues& queues = stored_ ? loads_ : all_;
     transfer(dst, src, pieces ? pieces : pieces_for(dst.bytes(), kLoadPieceBytes, queues), queues, true);
@@ -281,10 +367,13 @@ class GemmEmitter {
   // Evacuates one PSUM tile and stores it. A tail tile (the last group's: nothing left to overlap with)
   // goes out over up to `tail_queues` queues, its share of them, so the last results do not wait
   // behind each other; each queue has room for only two transfers in flight (docs/hardware-model.md §1.4).
+  // `bias` (when the bias is folded into the evacuation): the tile's bias, broadcast to its rows.
   void finish_tile(const Gemm& g, const AccessPattern& psum, int64_t m0, uint16_t mp, int64_t n0, uint32_t np,
-                   uint32_t tail_queues, bool loads_remain = true) {
+                   uint32_t tail_queues, bool loads_remain = true, const AccessPattern* bias = nullptr) {
     const AccessPattern y = result_.next().region(0, mp, 0, np);
-    if (evacuations_++ % 2 == 0) {
+    if (bias) {
+      b_.tensor_tensor(AluOp::add, y, psum, *bias);  // PSUM and SBUF operands: the Vector engine's
+    } else if (evacuations_++ % 2 == 0) {
       b_.copy(y, psum);  // alternate VectorE and ScalarE so evacuation keeps up with TensorE
     } else {
       b_.activate(ActFunc::identity, y, psum);
@@ -293,6 +382,7 @@ class GemmEmitter {
         hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride, mp,
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
     if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
+    if (!stored_ && hooks_ && hooks_->before_stores) hooks_->before_stores();
     stored_ = true;
     if (tail_queues > 0) {
       const uint64_t pieces = std::clamp<uint64_t>(y.bytes() / kMinPieceBytes, 1, tail_queues);
@@ -312,13 +402,16 @@ class GemmEmitter {
     for (int64_t mb0 = 0; mb0 < g.m; mb0 += p.m_block) {
       const int64_t mbw = std::min<int64_t>(p.m_block, g.m - mb0);
       const int64_t m_tiles = (mbw + parts_ - 1) / parts_;
-      const Tile a_block = a_blocks_.next();
+      // A prefetched a^T holds every row, one block: only the first emit() may read it (build_linear).
+      SIGHTLINE_CHECK(!a_preloaded_ || (mb0 == 0 && !a_used_), "matmul: the prefetched a^T is one block, read once");
+      const Tile a_block = a_preloaded_ ? a_preloaded_tile_ : a_blocks_.next();
+      a_used_ = a_used_ || a_preloaded_;
       const uint32_t a_row = static_cast<uint32_t>(p.m_block);
       const bool last_block = mb0 + p.m_block >= g.m;
       // b's panels: resident ones are loaded in the first block only; streamed ones rotate over two
       // buffers. A panel is fetched one panel ahead, before the stores of the current one, so the
       // stores never hold its loads back.
-      const bool needs_b = !p.b_resident || mb0 == 0;
+      const bool needs_b = (!p.b_resident || mb0 == 0) && !preloaded_;
       auto panel_tile = [&](int64_t panel) {
         return p.b_resident ? b_panels_.at(static_cast<size_t>(panel))
                             : b_panels_.at(static_cast<size_t>((b_uses_ + panel) % 2));
@@ -346,13 +439,27 @@ class GemmEmitter {
           load_k_slice(b_panel, p.panel, 0, np, g.b, g.b.offset + n0 * g.b.outer_stride, kt0, count, g.k, pieces);
         };
         std::optional<Tile> bias;
+        bool bias_loaded = false;
+        // Folded into the evacuation, the bias is read broadcast to every row of the block's tiles (an HBM
+        // partition stride of 0), once the panel's operand loads are out, since only the evacuation needs
+        // it; as an accumulation step, as one row, first.
+        auto load_bias = [&] {
+          if (!g.bias || bias_loaded) return;
+          bias_loaded = true;
+          const uint16_t rows = fold_bias_ ? static_cast<uint16_t>(std::min<int64_t>(parts_, mbw)) : uint16_t{1};
+          const AccessPattern dst = bias->region(0, rows, 0, np);
+          const AccessPattern src = hbm_pattern(g.bias->io, g.bias->dtype, g.bias->offset + n0 * g.bias->inner_stride,
+                                                rows, 0, {{np, stride32(g.bias->inner_stride, "bias")}});
+          const Queues& queues = stored_ ? loads_ : all_;
+          if (fold_bias_) {
+            transfer(dst, src, pieces_for(dst.bytes(), stream_min_piece_bytes(b_.spec()), queues), queues, false);
+          } else {
+            b_.emit(device::dma_copy(dst, src), pick_queue(queues, 0.0, dst.bytes()));
+          }
+        };
         if (g.bias) {
           bias = bias_.next();
-          const AccessPattern dst = bias->region(0, 1, 0, np);
-          b_.emit(device::dma_copy(dst, hbm_pattern(g.bias->io, g.bias->dtype,
-                                                    g.bias->offset + n0 * g.bias->inner_stride, 1, 0,
-                                                    {{np, stride32(g.bias->inner_stride, "bias")}})),
-                  pick_queue(stored_ ? loads_ : all_, 0.0, dst.bytes()));
+          if (!fold_bias_) load_bias();
         }
         if (!load_a) {
           fetch_b(panel);      // normally fetched already, during the previous panel
@@ -391,12 +498,15 @@ class GemmEmitter {
                 last_group ? std::max<uint32_t>(1, all_.count / static_cast<uint32_t>(last_tile ? pieces : tiles)) : 0;
             const uint32_t width = std::max<uint32_t>(1, (np + pieces - 1) / pieces);
             const uint16_t mp = rows(t);
+            load_bias();
             for (uint32_t c0 = 0; c0 < np; c0 += width) {
               const uint32_t cw = std::min(width, np - c0);
               if (k_pending) mm_columns(t, p.k_tiles - 1, c0, cw);
               const AccessPattern acc = psum[static_cast<size_t>(t)].region(0, mp, c0, cw);
-              if (bias) matmul(acc, ones_->region(0, 1, 0, mp), bias->region(0, 1, c0, cw), true);
-              finish_tile(g, acc, mb0 + (t0 + t) * parts_, mp, n0 + c0, cw, tail_queues, loads_remain);
+              if (bias && !fold_bias_) matmul(acc, ones_->region(0, 1, 0, mp), bias->region(0, 1, c0, cw), true);
+              const AccessPattern folded = bias && fold_bias_ ? bias->region(0, mp, c0, cw) : AccessPattern{};
+              finish_tile(g, acc, mb0 + (t0 + t) * parts_, mp, n0 + c0, cw, tail_queues, loads_remain,
+                          bias && fold_bias_ ? &folded : nullptr);
             }
           };
           if (k_outer) {
@@ -424,8 +534,10 @@ class GemmEmitter {
                 b_pieces = static_cast<uint32_t>(std::max<uint64_t>(1, (b_bytes + ramp_bytes_ / 2) / ramp_bytes_));
               }
               ++ramp_slices_;
-              load_k_slice(a_block, a_row, static_cast<uint32_t>(t0 * parts_), width, g.a,
-                           g.a.offset + (mb0 + t0 * parts_) * g.a.outer_stride, kt0, count, g.k, a_pieces);
+              if (!a_preloaded_) {
+                load_k_slice(a_block, a_row, static_cast<uint32_t>(t0 * parts_), width, g.a,
+                             g.a.offset + (mb0 + t0 * parts_) * g.a.outer_stride, kt0, count, g.k, a_pieces);
+              }
               if (load_b) load_b_slice(kt0, count, b_pieces);
               const bool final_slice = kt0 + count == p.k_tiles;
               if (final_slice) {
@@ -511,6 +623,11 @@ class GemmEmitter {
   int ramp_slices_ = 0;      // K slices loaded so far by the ramp
   int64_t b_uses_ = 0;  // streamed b panels used so far (they alternate between two buffers)
   bool stored_ = false;  // a result store has been emitted
+  bool preloaded_ = false;  // b's panels were loaded ahead of the kernel (PrefetchedWeight)
+  bool a_preloaded_ = false;  // and a^T (PrefetchedWeight::activation)
+  bool a_used_ = false;
+  Tile a_preloaded_tile_;
+  bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
 };
 
 }  // namespace
@@ -569,8 +686,7 @@ void build_linear(EagerContext& c) {
   Gemm g;
   g.k = x.shape[rx - 1];
   g.n = w.shape[0];
-  // b[k, n] = weight[n, k]: along k the weight's inner stride, between columns n its row stride.
-  g.b = {c.input_io[1], w.dtype, 0, w.strides[0], w.strides[1]};
+  g.b = linear_weight_operand(w, c.input_io[1]);
   if (c.inputs.size() > 2) g.bias = Operand{c.input_io[2], c.inputs[2].dtype, 0, 0, c.inputs[2].strides[0]};
   LoopNest rows;
   rows.strides.resize(2);
@@ -586,7 +702,21 @@ void build_linear(EagerContext& c) {
   g.out = {c.out_io, c.out.dtype, 0, rank ? rows.strides[1].back() : 0, c.out.strides[ro - 1]};
   const std::vector<int64_t> outer =
       rank ? std::vector<int64_t>(rows.sizes.begin(), rows.sizes.end() - 1) : std::vector<int64_t>{};
-  GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks);
+  const PrefetchedWeight* weight = c.hooks ? c.hooks->weight : nullptr;
+  if (weight) {
+    SIGHTLINE_CHECK(weight->weight.shape == w.shape && weight->weight.strides == w.strides,
+                    "aten::linear: the prefetched weight is {} with strides {}, the kernel's {} with strides {}",
+                    weight->weight.shape, weight->weight.strides, w.shape, w.strides);
+  }
+  // A prefetched x is one block of every row: it stands for a only when the rows are one run.
+  PrefetchedWeight without_x;
+  if (weight && weight->activation &&
+      (!outer.empty() || weight->x.shape != x.shape || weight->x.strides != x.strides || weight->x.dtype != x.dtype)) {
+    without_x = *weight;
+    without_x.activation.reset();
+    weight = &without_x;
+  }
+  GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks, weight);
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -595,6 +725,109 @@ void build_linear(EagerContext& c) {
     }
     emitter.emit(at);
   });
+}
+
+}  // namespace sightline::kernels
+
+namespace sightline::kernels {
+
+// A transfer that is one of a stream (a prefetch: nothing queued behind it waits for it) cut by
+// partitions into pieces of at least stream_min_piece_bytes, round robin over every queue from `queue`.
+void emit_stream_pieces(KernelBuilder& b, const AccessPattern& dst, const AccessPattern& src, uint32_t& queue) {
+  const uint64_t piece_bytes = stream_min_piece_bytes(b.spec());
+  const uint32_t pieces = static_cast<uint32_t>(std::clamp<uint64_t>(dst.bytes() / piece_bytes, 1, dst.partition_count));
+  const uint32_t base = dst.partition_count / pieces, extra = dst.partition_count % pieces;
+  uint32_t first = 0;
+  for (uint32_t i = 0; i < pieces; ++i) {
+    const uint32_t count = base + (i < extra ? 1 : 0);
+    AccessPattern d = dst, s = src;
+    d.partition_start = static_cast<uint16_t>(d.partition_start + first);
+    d.partition_count = static_cast<uint16_t>(count);
+    s.offset += static_cast<uint64_t>(int64_t{first} * s.partition_stride * static_cast<int64_t>(dtype_size(s.dtype)));
+    s.partition_count = static_cast<uint16_t>(count);
+    b.emit(device::dma_copy(d, s), static_cast<int>(queue));
+    queue = (queue + 1) % b.spec().dma.queues;
+    first += count;
+  }
+}
+
+std::optional<PrefetchedWeight> allocate_linear_weight(KernelBuilder& b, const TensorDesc& weight, uint64_t budget) {
+  if (weight.shape.size() != 2 || weight.shape[0] == 0 || weight.shape[1] == 0) return std::nullopt;
+  const PanelLayout l = panel_layout(b.spec(), weight.shape[0], weight.shape[1]);
+  const uint64_t panel_bytes = align64(static_cast<uint64_t>(l.k_tiles) * l.panel * dtype_size(weight.dtype));
+  if (panel_bytes * static_cast<uint64_t>(l.panels) > budget || panel_bytes * l.panels > b.sbuf_free_bytes()) {
+    return std::nullopt;
+  }
+  PrefetchedWeight w;
+  w.weight = weight;
+  w.panels = b.pool("prefetched_weight", weight.dtype, static_cast<uint32_t>(l.k_tiles) * l.panel,
+                    static_cast<size_t>(l.panels));
+  return w;
+}
+
+void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor) {
+  const device::Spec& spec = b.spec();
+  const uint16_t parts = b.partitions();
+  const int64_t n = w.weight.shape[0], k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(spec, n, k);
+  const Operand op = linear_weight_operand(w.weight, tensor);
+  // One transfer per K tile and panel, cut by partitions into pieces of at least stream_min_piece_bytes:
+  // the loads are a stream, each hiding the fixed cost of the one queued behind it
+  // (docs/hardware-model.md §1.4), round robin over every queue.
+  uint32_t queue = 0;
+  for (int64_t panel = 0; panel < l.panels; ++panel) {
+    const int64_t n0 = panel * l.panel;
+    const uint32_t np = static_cast<uint32_t>(std::min<int64_t>(l.panel, n - n0));
+    for (int64_t kt = 0; kt < l.k_tiles; ++kt) {
+      const auto [dst, src] = k_slice_patterns(parts, w.panels.at(static_cast<size_t>(panel)), l.panel, 0, np, op,
+                                               n0 * op.outer_stride, kt, 1, k);
+      emit_stream_pieces(b, dst, src, queue);
+    }
+  }
+}
+
+// x's rows as build_linear walks them: (m, the stride between rows) when they are one strided run.
+std::optional<std::pair<int64_t, int64_t>> linear_row_run(const TensorDesc& x) {
+  const int rx = x.shape.size();
+  if (rx < 1) return std::nullopt;
+  LoopNest rows;
+  rows.strides.resize(1);
+  for (int d = 0; d + 1 < rx; ++d) {
+    rows.sizes.push_back(x.shape[d]);
+    rows.strides[0].push_back(x.strides[d]);
+  }
+  rows = rows.coalesced();
+  if (rows.sizes.size() > 1) return std::nullopt;
+  return std::pair<int64_t, int64_t>{rows.sizes.empty() ? 1 : rows.sizes.back(),
+                                     rows.sizes.empty() ? 0 : rows.strides[0].back()};
+}
+
+bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget) {
+  const std::optional<std::pair<int64_t, int64_t>> run = linear_row_run(x);
+  if (!run || x.shape.size() < 1 || x.shape[x.shape.size() - 1] != w.weight.shape[1] || x.dtype != w.weight.dtype)
+    return false;
+  const int64_t m = run->first, k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(b.spec(), w.weight.shape[0], k);
+  const uint64_t bytes = align64(static_cast<uint64_t>(l.k_tiles * m) * dtype_size(x.dtype));
+  if (m == 0 || bytes > budget || bytes > b.sbuf_free_bytes()) return false;
+  w.activation = b.sbuf(x.dtype, static_cast<uint32_t>(l.k_tiles * m), 0, "prefetched_a_t");
+  w.x = x;
+  return true;
+}
+
+void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor) {
+  const std::optional<std::pair<int64_t, int64_t>> run = linear_row_run(w.x);
+  SIGHTLINE_ASSERT(w.activation && run);
+  const uint16_t parts = b.partitions();
+  const int64_t m = run->first, k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(b.spec(), w.weight.shape[0], k);
+  const Operand a{tensor, w.x.dtype, 0, run->second, w.x.strides[w.x.shape.size() - 1]};
+  uint32_t queue = 0;
+  for (int64_t kt = 0; kt < l.k_tiles; ++kt) {
+    const auto [dst, src] = k_slice_patterns(parts, *w.activation, static_cast<uint32_t>(m), 0,
+                                             static_cast<uint32_t>(m), a, 0, kt, 1, k);
+    emit_stream_pieces(b, dst, src, queue);
+  }
 }
 
 }  // namespace sightline::kernels

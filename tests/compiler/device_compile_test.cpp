@@ -2,7 +2,11 @@
 // kernel's device time, one compiled-region row in the profiler.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "neuron/neuron.h"
 #include "neuron/profiling.h"
@@ -113,6 +117,36 @@ TEST(CompiledOnNeuron, FusedAttentionOfAnF32SoftmaxMatchesTheCpuReference) {
     EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
     ASSERT_EQ(actual[0].dtype(), DType::bf16);
     expect_close(actual[0], expected, 5e-2, 5e-2);
+  }
+}
+
+// Linears whose weights the kernels before them prefetch (128 x 480 x 480, the lowering test checks the
+// count), with the bias added in the evacuation, and linears too large for it (32 x 2048 x 2048: each
+// loads its own weight), against the cpu reference. f32: the kernel sums in f32 as the reference does,
+// in another order over K (1e-4 for K <= 2048 and operands of order 1). bf16: each side rounds each
+// linear's result once to bf16, so they differ by up to one bf16 ulp where the f32 sums straddle a
+// rounding boundary, and the next linear sums those differences (2^-8 relative, hence 3e-2 / 3e-2).
+TEST(CompiledOnNeuron, PrefetchedLinearsMatchTheCpuReference) {
+  auto compiled = compile(&compiler::testing::linear_chain);
+  Generator g(27);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{128, 480, 480}, {32, 2048, 2048}}) {
+      std::vector<Tensor> host;
+      for (const TensorMeta& meta : compiler::testing::linear_chain_metas(m, k, n, dtype)) {
+        // Weights scaled by 1/sqrt(K) keep every result of order 1.
+        const double scale = meta.shape.size() == 2 && host.size() > 0 ? 1.0 / std::sqrt(double(meta.shape[1])) : 1.0;
+        host.push_back((randn(meta.shape, {}, &g) * scale).to(dtype));
+      }
+      const std::vector<Tensor> expected = compiler::testing::linear_chain(host);
+      std::vector<Tensor> actual;
+      EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+      ASSERT_EQ(actual.size(), expected.size());
+      const double tolerance = dtype == DType::f32 ? 1e-4 : 3e-2;
+      for (size_t i = 0; i < actual.size(); ++i) {
+        SCOPED_TRACE(fmt::format("{} {}x{}x{} output {}", dtype_name(dtype), m, k, n, i));
+        expect_close(actual[i], expected[i], tolerance, tolerance);
+      }
+    }
   }
 }
 

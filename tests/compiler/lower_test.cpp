@@ -172,6 +172,35 @@ TEST(Lowering, AttentionIsOneKernelLabelledWithTheUsersOps) {
   EXPECT_EQ(metadata(decoder, "compiled.fused_attention"), "1");
 }
 
+// Each linear's weight is loaded by the kernel before it when its panels take at most a quarter of the
+// free SBUF (480 x 480 f32: 4 K tiles x 480 x 4 B = 7.5 KiB per partition), and by the linear itself
+// when they do not (2048 x 2048 f32: 128 KiB; bf16: 64 KiB, of 224 KiB): the fallback.
+TEST(Lowering, LinearWeightsArePrefetchedWithinTheSbufBudget) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const device::Executable small =
+        lower(optimized(&testing::linear_chain, testing::linear_chain_metas(128, 480, 480, dtype)),
+              device::Spec::builtin("trn2"), "linears");
+    EXPECT_EQ(metadata(small, "compiled.prefetched_weights"), "4") << dtype_name(dtype);
+    // k's and v's input (relu(x), made before q's and k's kernels) too; q's and the last one's input is
+    // the kernel before them's output.
+    EXPECT_EQ(metadata(small, "compiled.prefetched_activations"), "2") << dtype_name(dtype);
+    // One 128-row tile per linear. In f32 its bias is added in the evacuation (a Vector add, 0.6 us),
+    // not by a ones^T @ bias matmul (0.8 us, as much as a K tile's); in bf16 that matmul costs 0.2 us,
+    // less than the add's extra time over a copy, so the two biased linears keep it (3 tiles each: the
+    // last tile in column halves). The cost model's figures, fold_bias_into_evacuation.
+    int bias_steps = 0;
+    for_each_instruction(small, [&](const device::Instruction& in) {
+      if (in.opcode == device::Opcode::matmul && in.src0.partition_count == 1) ++bias_steps;
+    });
+    EXPECT_EQ(bias_steps, dtype == DType::f32 ? 0 : 6) << dtype_name(dtype);
+    const device::Executable large =
+        lower(optimized(&testing::linear_chain, testing::linear_chain_metas(32, 2048, 2048, dtype)),
+              device::Spec::builtin("trn2"), "linears");
+    EXPECT_EQ(metadata(large, "compiled.prefetched_weights"), "0") << dtype_name(dtype);
+    EXPECT_EQ(metadata(large, "compiled.prefetched_activations"), "0") << dtype_name(dtype);
+  }
+}
+
 TEST(Lowering, ScratchTensorsSurviveANeffRoundTrip) {
   const device::Executable exe = lower(decoder_graph(), device::Spec::builtin("trn2"), "decoder");
   const device::Executable back = formats::neff_parse(formats::neff_serialize(exe));

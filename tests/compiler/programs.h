@@ -85,4 +85,21 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double at
   }
 }
 
+// Linears one after another (compile()'s weight prefetch, issue 19): relu(x), three projections of it
+// (two with a bias) and one of the last projection. Each linear's weight is an argument, so the kernel
+// before it loads it: the relu's loads it first, each linear's kernel before its own stores.
+// Arguments: x [m, k], w0 [n, k], b0 [n], w1 [n, k], b1 [n], w2 [n, k], w3 [k, n], b3 [k].
+inline std::vector<Tensor> linear_chain(const std::vector<Tensor>& in) {
+  const Tensor h = relu(in[0]);
+  const Tensor q = linear(h, in[1], in[2]);
+  const Tensor k = linear(h, in[3], in[4]);
+  const Tensor v = linear(h, in[5]);
+  return {q, k, linear(v, in[6], in[7])};
+}
+
+inline std::vector<TensorMeta> linear_chain_metas(int64_t m, int64_t k, int64_t n, DType dtype) {
+  return {{{m, k}, dtype}, {{n, k}, dtype}, {{n}, dtype}, {{n, k}, dtype},
+          {{n}, dtype},    {{n, k}, dtype}, {{k, n}, dtype}, {{k}, dtype}};
+}
+
 }  // namespace sightline::compiler::testing
