@@ -1058,14 +1058,22 @@ void FunctionalExecutor::dma_row(const Step& s, uint32_t p) {
 
 bool FunctionalExecutor::transposes(const View& src, const View& dst) const {
   // A same-dtype copy whose source row is strided runs (a column of a row-major tensor, say, or a few
-  // columns' worth of them) into contiguous destination rows. Row by row, every element would be its own
-  // cache line; a block of partitions at a time, the elements of neighbouring partitions share lines.
+  // columns' worth of them) into destination rows that are contiguous, or on chip and made of contiguous
+  // runs of the same length (run k of the source lands in run k of the destination; on-chip partitions
+  // never share bytes, so the order partitions are written in changes nothing). Row by row, every
+  // element would be its own cache line; a block of partitions at a time, the elements of neighbouring
+  // partitions share lines.
   const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
   const int64_t n = src.sizes[3], stride = src.strides[3];
-  if (!dst.contiguous || stride == es || n < 2 || src.partitions < 2 || (es != 2 && es != 4)) return false;
+  const bool runs_match = dst.chip != nullptr && dst.sizes[3] == n && dst.strides[3] == es;
+  if (!(dst.contiguous || runs_match) || stride == es || n < 2 || src.partitions < 2 || (es != 2 && es != 4)) {
+    return false;
+  }
   for (uint32_t p = 0; p < src.partitions; ++p) {
-    if (ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max,
-                       dst.data, 0, (int64_t{dst.partitions} - 1) * dst.partition_stride + int64_t{dst.elements} * es)) {
+    if (ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max, dst.data,
+                       std::min<int64_t>(0, dst.extent_min),
+                       (int64_t{dst.partitions} - 1) * dst.partition_stride +
+                           std::max<int64_t>(dst.extent_max, int64_t{dst.elements} * es))) {
       return false;
     }
   }
@@ -1092,10 +1100,13 @@ void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
       for_each_run(src, [&](int64_t off, int64_t) { check_strided(src, p, off, stride, n); });
     }
   }
-  // Run by run: the run at `off` of every partition row goes to the destination rows from element `index`.
+  // Run by run: the run at `off` of every partition row goes to the destination rows' run of the same
+  // elements (from element `index` of a contiguous row, else the destination's run of that number).
+  dst_runs_.clear();
+  if (!dst.contiguous) for_each_run(dst, [&](int64_t off, int64_t) { dst_runs_.push_back(off); });
   for_each_run(src, [&](int64_t off, int64_t index) {
     const uint8_t* from = src.data + off;
-    uint8_t* to = dst.data + index * es;
+    uint8_t* to = dst.data + (dst.contiguous ? index * es : dst_runs_[static_cast<size_t>(index / n)]);
 #ifdef SIGHTLINE_AVX2_PATHS
     static const bool avx2 = __builtin_cpu_supports("avx2");
     if (avx2 && es == 4 && src.partition_stride == 4) {
@@ -1115,7 +1126,13 @@ void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
       }
     }
   });
-  for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, int64_t{src.elements} * es);
+  for (uint32_t p = 0; p < dst.partitions; ++p) {
+    if (dst.contiguous) {
+      mark(dst, p, 0, int64_t{src.elements} * es);
+    } else {
+      for (const int64_t off : dst_runs_) mark(dst, p, off, n * es);
+    }
+  }
 }
 
 void FunctionalExecutor::gather(const Instruction& in) {

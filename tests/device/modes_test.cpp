@@ -160,12 +160,13 @@ TEST(DeviceModes, TransposingLoad) {
 
 // The same with several column blocks per partition (partition p reads columns p, p + P, p + 2P, ...:
 // one strided run per block, as a weight tile of two or more 128-column blocks is read): the runs land
-// one after another in the partition, and a hole is named as a row-by-row copy names it (partition
-// first, then run).
+// one after another in the partition, or `gap` elements apart (a destination made of runs), and a hole
+// is named as a row-by-row copy names it (partition first, then run).
 TEST(DeviceModes, TransposingLoadOfColumnBlocks) {
-  for (const auto& [rows, partitions, blocks] :
-       {std::tuple<uint32_t, uint32_t, uint32_t>{300, 40, 2}, {37, 13, 3}, {256, 64, 2}, {9, 8, 4}}) {
-    SCOPED_TRACE(fmt::format("{} rows, {} partitions, {} blocks", rows, partitions, blocks));
+  for (const auto& [rows, partitions, blocks, gap] :
+       {std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>{300, 40, 2, 0}, {37, 13, 3, 0}, {256, 64, 2, 0},
+        {9, 8, 4, 0}, {256, 64, 2, 16}, {37, 13, 3, 5}}) {
+    SCOPED_TRACE(fmt::format("{} rows, {} partitions, {} blocks, gap {}", rows, partitions, blocks, gap));
     const uint32_t cols = partitions * blocks;
     const std::vector<float> x = random_values(size_t{rows} * cols, 11);
     Executable exe;
@@ -177,7 +178,8 @@ TEST(DeviceModes, TransposingLoadOfColumnBlocks) {
     AccessPattern columns = hbm(0, 0, static_cast<uint16_t>(partitions), 1, DType::f32, {blocks, rows});
     columns.dims[0].stride = static_cast<int32_t>(partitions);
     columns.dims[1].stride = static_cast<int32_t>(cols);
-    const AccessPattern tile = sbuf(0, static_cast<uint16_t>(partitions), 0, DType::f32, {blocks * rows});
+    AccessPattern tile = sbuf(0, static_cast<uint16_t>(partitions), 0, DType::f32, {blocks, rows});
+    tile.dims[0].stride = static_cast<int32_t>(rows + gap);
     Instruction load = dma_copy(tile, columns);
     load.updates.push_back({0, 1});
     Instruction store = dma_copy(hbm(1, 0, static_cast<uint16_t>(partitions), blocks * rows, DType::f32,
