@@ -1057,18 +1057,23 @@ void FunctionalExecutor::dma_row(const Step& s, uint32_t p) {
 }
 
 bool FunctionalExecutor::transposes(const View& src, const View& dst) const {
-  // A same-dtype copy whose source row is one strided run (a column of a row-major tensor, say) into
-  // contiguous destination rows. Row by row, every element would be its own cache line; a block of
-  // partitions at a time, the elements of neighbouring partitions share lines.
+  // A same-dtype copy whose source row is strided runs (a column of a row-major tensor, say, or a few
+  // columns' worth of them) into destination rows that are contiguous, or on chip and made of contiguous
+  // runs of the same length (run k of the source lands in run k of the destination; on-chip partitions
+  // never share bytes, so the order partitions are written in changes nothing). Row by row, every
+  // element would be its own cache line; a block of partitions at a time, the elements of neighbouring
+  // partitions share lines.
   const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
   const int64_t n = src.sizes[3], stride = src.strides[3];
-  if (!dst.contiguous || src.sizes[0] * src.sizes[1] * src.sizes[2] != 1 || stride == es || n < 2 ||
-      src.partitions < 2 || (es != 2 && es != 4)) {
+  const bool runs_match = dst.chip != nullptr && dst.sizes[3] == n && dst.strides[3] == es;
+  if (!(dst.contiguous || runs_match) || stride == es || n < 2 || src.partitions < 2 || (es != 2 && es != 4)) {
     return false;
   }
   for (uint32_t p = 0; p < src.partitions; ++p) {
-    if (ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max,
-                       dst.data, 0, (int64_t{dst.partitions} - 1) * dst.partition_stride + n * es)) {
+    if (ranges_overlap(src.data + p * src.partition_stride, src.extent_min, src.extent_max, dst.data,
+                       std::min<int64_t>(0, dst.extent_min),
+                       (int64_t{dst.partitions} - 1) * dst.partition_stride +
+                           std::max<int64_t>(dst.extent_max, int64_t{dst.elements} * es))) {
       return false;
     }
   }
@@ -1079,37 +1084,55 @@ void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
   const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
   const int64_t n = src.sizes[3], stride = src.strides[3];
   // Every read is checked before any write. When the partitions' elements of a source row are adjacent
-  // (a column block of a row-major tensor), row i of that block is one run: n range checks instead of
-  // one bit per element. Only if one finds a hole does the partition-by-partition check run, to name it.
+  // (a column block of a row-major tensor), row i of each run's block is one range: n range checks per
+  // run instead of one bit per element. Only if one finds a hole does the row-by-row check run, in the
+  // order a row-by-row copy reads (partition, then run), to name the hole that copy would name.
   bool written = src.partition_stride == es;
-  for (int64_t i = 0; written && i < n; ++i) {
-    const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(src.written_base) + i * stride);
-    const uint64_t end = begin + uint64_t{src.partitions} * static_cast<uint64_t>(es);
-    written = src.written->first_unwritten(begin, end) == end;
-  }
+  for_each_run(src, [&](int64_t off, int64_t) {
+    for (int64_t i = 0; written && i < n; ++i) {
+      const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(src.written_base) + off + i * stride);
+      const uint64_t end = begin + uint64_t{src.partitions} * static_cast<uint64_t>(es);
+      written = src.written->first_unwritten(begin, end) == end;
+    }
+  });
   if (!written) {
-    for (uint32_t p = 0; p < src.partitions; ++p) check_strided(src, p, 0, stride, n);
-  }
-#ifdef SIGHTLINE_AVX2_PATHS
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && es == 4 && src.partition_stride == 4) {
-    transpose_f32_avx2(dst.data, dst.partition_stride, src.data, stride, src.partitions, n);
-    for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, n * es);
-    return;
-  }
-#endif
-  constexpr uint32_t kBlock = 16;
-  for (uint32_t p0 = 0; p0 < src.partitions; p0 += kBlock) {
-    const uint32_t p1 = std::min(src.partitions, p0 + kBlock);
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-      const int64_t i1 = std::min(n, i0 + 256);
-      for (uint32_t p = p0; p < p1; ++p) {
-        copy_elements(dst.data + p * dst.partition_stride + i0 * es, es,
-                      src.data + p * src.partition_stride + i0 * stride, stride, i1 - i0, es);
-      }
+    for (uint32_t p = 0; p < src.partitions; ++p) {
+      for_each_run(src, [&](int64_t off, int64_t) { check_strided(src, p, off, stride, n); });
     }
   }
-  for (uint32_t p = 0; p < dst.partitions; ++p) mark(dst, p, 0, n * es);
+  // Run by run: the run at `off` of every partition row goes to the destination rows' run of the same
+  // elements (from element `index` of a contiguous row, else the destination's run of that number).
+  dst_runs_.clear();
+  if (!dst.contiguous) for_each_run(dst, [&](int64_t off, int64_t) { dst_runs_.push_back(off); });
+  for_each_run(src, [&](int64_t off, int64_t index) {
+    const uint8_t* from = src.data + off;
+    uint8_t* to = dst.data + (dst.contiguous ? index * es : dst_runs_[static_cast<size_t>(index / n)]);
+#ifdef SIGHTLINE_AVX2_PATHS
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2 && es == 4 && src.partition_stride == 4) {
+      transpose_f32_avx2(to, dst.partition_stride, from, stride, src.partitions, n);
+      return;
+    }
+#endif
+    constexpr uint32_t kBlock = 16;
+    for (uint32_t p0 = 0; p0 < src.partitions; p0 += kBlock) {
+      const uint32_t p1 = std::min(src.partitions, p0 + kBlock);
+      for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t i1 = std::min(n, i0 + 256);
+        for (uint32_t p = p0; p < p1; ++p) {
+          copy_elements(to + p * dst.partition_stride + i0 * es, es, from + p * src.partition_stride + i0 * stride,
+                        stride, i1 - i0, es);
+        }
+      }
+    }
+  });
+  for (uint32_t p = 0; p < dst.partitions; ++p) {
+    if (dst.contiguous) {
+      mark(dst, p, 0, int64_t{src.elements} * es);
+    } else {
+      for (const int64_t off : dst_runs_) mark(dst, p, off, n * es);
+    }
+  }
 }
 
 void FunctionalExecutor::gather(const Instruction& in) {

@@ -139,6 +139,7 @@ class FunctionalExecutor {
   std::vector<const float*> st_rows_, mv_rows_;  // matmul operand rows
   std::vector<float*> out_rows_;
   std::vector<uint8_t> bytes_;
+  std::vector<int64_t> dst_runs_;  // a transposing DMA's destination runs (byte offsets in a row)
   std::vector<Step> group_;
   std::vector<HbmRange> group_ranges_, step_ranges_;
   std::vector<std::pair<uint32_t, uint32_t>> lanes_;  // [first, end) lanes of each group member

@@ -2,6 +2,7 @@
 // results a copy through scratch rows would.
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -152,6 +153,76 @@ TEST(DeviceModes, TransposingLoad) {
       FAIL();
     } catch (const Error& e) {
       const std::string at = fmt::format("partition row {}", cols - 1);
+      EXPECT_NE(std::string(e.what()).find(at), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The same with several column blocks per partition (partition p reads columns p, p + P, p + 2P, ...:
+// one strided run per block, as a weight tile of two or more 128-column blocks is read): the runs land
+// one after another in the partition, or `gap` elements apart (a destination made of runs), and a hole
+// is named as a row-by-row copy names it (partition first, then run).
+TEST(DeviceModes, TransposingLoadOfColumnBlocks) {
+  for (const auto& [rows, partitions, blocks, gap] :
+       {std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>{300, 40, 2, 0}, {37, 13, 3, 0}, {256, 64, 2, 0},
+        {9, 8, 4, 0}, {256, 64, 2, 16}, {37, 13, 3, 5}}) {
+    SCOPED_TRACE(fmt::format("{} rows, {} partitions, {} blocks, gap {}", rows, partitions, blocks, gap));
+    const uint32_t cols = partitions * blocks;
+    const std::vector<float> x = random_values(size_t{rows} * cols, 11);
+    Executable exe;
+    exe.name = "transpose_blocks";
+    exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input},
+              {"y", DType::f32, {partitions, blocks * rows}, IoKind::output}};
+    exe.semaphore_count = 1;
+    exe.dma_queues.resize(1);
+    AccessPattern columns = hbm(0, 0, static_cast<uint16_t>(partitions), 1, DType::f32, {blocks, rows});
+    columns.dims[0].stride = static_cast<int32_t>(partitions);
+    columns.dims[1].stride = static_cast<int32_t>(cols);
+    AccessPattern tile = sbuf(0, static_cast<uint16_t>(partitions), 0, DType::f32, {blocks, rows});
+    tile.dims[0].stride = static_cast<int32_t>(rows + gap);
+    Instruction load = dma_copy(tile, columns);
+    load.updates.push_back({0, 1});
+    Instruction store = dma_copy(hbm(1, 0, static_cast<uint16_t>(partitions), blocks * rows, DType::f32,
+                                     {blocks * rows}),
+                                 tile);
+    store.waits.push_back({0, 1});
+    exe.dma_queues[0] = {load, store};
+    const uint64_t y_bytes = uint64_t{partitions} * blocks * rows * 4;
+    Core core(Spec::builtin());
+    const std::vector<uint64_t> io{core.hbm_allocate(x.size() * 4), core.hbm_allocate(y_bytes)};
+    core.hbm_write(io[0], x.data(), x.size() * 4);
+    core.run(exe, io);
+    std::vector<float> y(y_bytes / 4);
+    core.hbm_read(io[1], y.data(), y_bytes);
+    for (uint32_t p = 0; p < partitions; ++p) {
+      for (uint32_t b = 0; b < blocks; ++b) {
+        for (uint32_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(y[(size_t{p} * blocks + b) * rows + r], x[size_t{r} * cols + b * partitions + p])
+              << p << "," << b << "," << r;
+        }
+      }
+    }
+    // Rows from `written_rows` never written: partition 0's first run meets the hole first.
+    const uint32_t written_rows = rows * 2 / 3;
+    Core partial(Spec::builtin());
+    const std::vector<uint64_t> pio{partial.hbm_allocate(x.size() * 4), partial.hbm_allocate(y_bytes)};
+    partial.hbm_write(pio[0], x.data(), size_t{written_rows} * cols * 4);
+    try {
+      partial.run(exe, pio);
+      FAIL();
+    } catch (const Error& e) {
+      const std::string at = fmt::format("byte {} (partition row 0)", uint64_t{written_rows} * cols * 4);
+      EXPECT_NE(std::string(e.what()).find(at), std::string::npos) << e.what();
+    }
+    // Only the last element unwritten: the last partition's last run, last row.
+    Core last(Spec::builtin());
+    const std::vector<uint64_t> lio{last.hbm_allocate(x.size() * 4), last.hbm_allocate(y_bytes)};
+    last.hbm_write(lio[0], x.data(), (x.size() - 1) * 4);
+    try {
+      last.run(exe, lio);
+      FAIL();
+    } catch (const Error& e) {
+      const std::string at = fmt::format("byte {} (partition row {})", (x.size() - 1) * 4, partitions - 1);
       EXPECT_NE(std::string(e.what()).find(at), std::string::npos) << e.what();
     }
   }
