@@ -126,6 +126,29 @@ TEST(RotaryEpilogue, RowsAViewMovesFallBackWithTheReason) {
   expect_close(compiled(device_args)[0], rolled_rows(host)[0], 1e-5, 1e-5);
 }
 
+// The scaled q returned too: a value read outside the group can only be its root, so the epilogue
+// stops at the scale and the rotary ops after it run op by op; both results as on the cpu.
+TEST(RotaryEpilogue, AValueReadOutsideEndsTheGroup) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor &x = a[0], &cos = a[2], &sin = a[3];
+    const int64_t b = x.size(0), s = x.size(1), dh = cos.size(-1), half = dh / 2;
+    const Tensor q = linear(x, a[1]).view({b, s, -1, dh}).transpose(1, 2) * 0.5;
+    return std::vector<Tensor>{q * cos + cat({-q.slice(-1, half, dh), q.slice(-1, 0, half)}, -1) * sin, q};
+  };
+  Generator g(44);
+  const Case c{"scaled", Fn(fn), false, 1, 40, 64, 4, 32};
+  const std::vector<Tensor> host = args_of(c, DType::f32, g);
+  const Graph graph = optimize(capture_graph(c.fn, metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), c.name);
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1");
+  auto compiled = compile(c.fn);
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  const std::vector<Tensor> actual = compiled(device_args), expected = c.fn(host);
+  ASSERT_EQ(actual.size(), 2u);
+  for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
+}
+
 TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
   // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
   const RowPattern half{32, {{10, 64}, {32, 1}}};
