@@ -457,13 +457,15 @@ class Lowerer {
 
   // A fused.matmul_epilogue node whose ops work on views of the result (the heads of a projection and
   // the rotary embedding on them): the matmul kernel with every op of the plan (view_epilogue.h) applied
-  // to each result tile, whole rows from partition 0, before the kernel stores it. The values of the
-  // group live in SBUF buffers laid out as the result tile; tensor operands (cos, sin) are loaded
-  // kEpilogueAhead tiles ahead, once per row of the dims they do not broadcast along. The group's value
-  // is the stored result seen through the root's view. nullopt (nothing emitted) when the views do not
-  // map or the buffers do not fit, with the reason in the executable's metadata
-  // ("compiled.epilogue_fallback.<k>"); then the group is lowered op by op.
-  std::optional<Place> view_epilogue_group(const Node& n, std::span<const Place> operands) {
+  // to each result tile before the kernel stores it, the tile's columns cutting every pattern at whole
+  // blocks (heads), else whole rows. The values of the group live in SBUF buffers laid out as the result
+  // tile; tensor operands (cos, sin) are loaded kEpilogueAhead tiles ahead, once per row of the dims they
+  // do not broadcast along. The group's value is the stored result seen through the root's view (stored
+  // into `dst` when that view is contiguous). nullopt (nothing emitted) when the views do not map or the
+  // buffers do not fit, with the reason in the executable's metadata ("compiled.epilogue_fallback.<k>");
+  // then the group is lowered op by op.
+  std::optional<Place> view_epilogue_group(const Node& n, std::span<const Place> operands,
+                                           const std::optional<Place>& dst) {
     constexpr size_t kEpilogueAhead = 2, kOperandBuffers = kEpilogueAhead + 2, kValueBuffers = 2;
     const Graph& body = *n.body;
     std::vector<TensorDesc> input_descs;
@@ -565,7 +567,11 @@ class Lowerer {
       return std::nullopt;
     }
 
-    const Place out = scratch(meta);
+    // The stored result is the group's value itself when the root's view of it is contiguous: then it
+    // goes straight into `dst` (a contiguous tensor of the root's shape).
+    const Node& root = body.nodes[static_cast<size_t>(body.outputs.front())];
+    const bool contiguous = plan.offset == 0 && plan.strides == contiguous_strides(root.meta.shape);
+    const Place out = dst && contiguous ? Place{dst->io, dst->offset, result} : scratch(meta);
     std::vector<kernels::TilePool> values(static_cast<size_t>(plan.buffers));
     std::map<std::pair<size_t, size_t>, kernels::TilePool> loaded;  // (step, operand) -> its buffers
     // A tensor operand on tile `t`: its free dims restricted to the tile's blocks, the HBM offset of the
@@ -690,17 +696,17 @@ class Lowerer {
         }
         if (e.op == OpId::cat) {
           for (size_t k = 0; k < args.size(); ++k) {
-            const device::AccessPattern dst = in_buffer(step.buffer, step.pieces[k]);
-            if (!empty(dst)) builder_.copy(dst, args[k].ap);
+            const device::AccessPattern piece_at = in_buffer(step.buffer, step.pieces[k]);
+            if (!empty(piece_at)) builder_.copy(piece_at, args[k].ap);
           }
           continue;
         }
-        const device::AccessPattern dst = in_buffer(step.buffer, step.out);
-        if (empty(dst)) continue;
+        const device::AccessPattern y_at = in_buffer(step.buffer, step.out);
+        if (empty(y_at)) continue;
         if (op_is_unary_elementwise(e.op)) {
-          kernels::emit_unary(builder_, e.op, e.attrs, dst, args[0].ap);
+          kernels::emit_unary(builder_, e.op, e.attrs, y_at, args[0].ap);
         } else {
-          kernels::emit_binary(builder_, e.op, dst, args[0], args[1]);
+          kernels::emit_binary(builder_, e.op, y_at, args[0], args[1]);
         }
       }
       builder_.set_source_op(op_name(mm.op));
@@ -715,8 +721,7 @@ class Lowerer {
                          tiles.size());
     ++kernel_count_;
     ++epilogues_;
-    const TensorMeta& value = body.nodes[static_cast<size_t>(body.outputs.front())].meta;
-    return Place{out.io, plan.offset, {dtype, value.shape, plan.strides}};
+    return Place{out.io, out.offset + plan.offset, {dtype, root.meta.shape, plan.strides}};
   }
 
   // Attention as the user writes it, softmax(q @ k^T [* scale] [+ mask]) @ v: the scores' matmul
@@ -888,10 +893,11 @@ class Lowerer {
         if (std::optional<Place> fused = row_group(n, operands, dst)) return *fused;
       }
       if (n.fusion == FusionKind::matmul_epilogue) {
-        if (std::optional<Place> fused = epilogue_group(n, operands, dst)) return *fused;
-        if (epilogue_has_views(*n.body)) {
-          if (std::optional<Place> fused = view_epilogue_group(n, operands)) return *fused;
-        }
+        // A chain of ops on the result itself, or one that goes through views of it (or reads a value
+        // twice), which only the view-level plan resolves.
+        const bool views = epilogue_has_views(*n.body);
+        if (std::optional<Place> fused = views ? view_epilogue_group(n, operands, dst) : epilogue_group(n, operands, dst))
+          return *fused;
       }
       const std::optional<Place> body_result[] = {dst};
       if (n.fusion == FusionKind::matmul_epilogue) {

@@ -149,6 +149,25 @@ TEST(RotaryEpilogue, AValueReadOutsideEndsTheGroup) {
   for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
 }
 
+// A value of the group read twice by one op (the projection squared): a group the chain fusion does not
+// make, resolved by the same plan (both operands and the result at the same positions of the tile).
+TEST(RotaryEpilogue, AValueReadTwiceByOneOp) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor y = linear(a[0], a[1]);
+    return std::vector<Tensor>{y * y};
+  };
+  Generator g(45);
+  const std::vector<Tensor> host = {randn({2, 30, 32}, {}, &g), randn({48, 32}, {}, &g)};
+  const Graph graph = optimize(capture_graph(Fn(fn), metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "square");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1");
+  EXPECT_EQ(metadata(exe, "compiled.kernels"), "1");
+  auto compiled = compile(Fn(fn));
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  expect_close(compiled(device_args)[0], fn(host)[0], 1e-5, 1e-5);
+}
+
 TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
   // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
   const RowPattern half{32, {{10, 64}, {32, 1}}};
