@@ -95,6 +95,88 @@ bool is_epilogue(const Graph& g, const Node& user, int value) {
   return user.inputs[0] != user.inputs[1];
 }
 
+// An op the view-level extension of an epilogue may hold: a view, cat, or an elementwise op that a
+// result tile can apply (negation, an activation, add / sub / mul / div).
+bool is_view_epilogue_op(const Node& n) {
+  if (n.kind != NodeKind::op) return false;
+  switch (n.op) {
+    case OpId::view:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::transpose:
+    case OpId::slice:
+    case OpId::unsqueeze:
+    case OpId::squeeze:
+    case OpId::cat:
+    case OpId::neg:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+      return true;
+    default:
+      return is_activation(n.op);
+  }
+}
+
+// Extends a matmul's epilogue chain `chain` over the views of its result: the ops after it that read the
+// group (views, cat, elementwise ops, with other operands from outside it: rotary's cos and sin) up to
+// one root, a compute op whose value is the only one of the group read outside it and that has as many
+// elements as the matmul's result (a necessary condition for it to map back to the result's layout;
+// the lowering resolves the views and falls back op by op where they do not map). Returns the group in
+// graph order, or an empty vector when no such extension exists.
+std::vector<int> view_epilogue(const Graph& g, const std::vector<int>& chain, const std::vector<int>& group_of,
+                               const std::vector<int>& uses, const std::vector<std::vector<int>>& users) {
+  const size_t n = g.nodes.size();
+  const Node& mm = g.nodes[static_cast<size_t>(chain.front())];
+  std::vector<char> member(n, 0), reach(n, 0);
+  for (int v : chain) member[static_cast<size_t>(v)] = reach[static_cast<size_t>(v)] = 1;
+  std::vector<int> candidates;
+  for (size_t i = static_cast<size_t>(chain.back()) + 1; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    bool reads_group = false, reads_reach = false;
+    for (int v : node.inputs) {
+      if (v == kNoValue) continue;
+      if (member[static_cast<size_t>(v)]) reads_group = true;
+      else if (reach[static_cast<size_t>(v)]) reads_reach = true;
+    }
+    // An input outside the group that depends on it would make the fused node depend on itself.
+    if (reads_group && !reads_reach && group_of[i] == -1 && is_view_epilogue_op(node) &&
+        node.meta.dtype == mm.meta.dtype) {
+      member[i] = 1;
+      candidates.push_back(static_cast<int>(i));
+    }
+    if (reads_group || reads_reach) reach[i] = 1;
+  }
+  for (auto r = candidates.rbegin(); r != candidates.rend(); ++r) {
+    const Node& root = g.nodes[static_cast<size_t>(*r)];
+    if (op_info(root.op).is_view || root.meta.shape.product() != mm.meta.shape.product()) continue;
+    // The group: the chain and the candidates the root depends on.
+    std::vector<char> in(n, 0);
+    in[static_cast<size_t>(*r)] = 1;
+    for (int i = *r; i >= chain.front(); --i) {
+      if (!in[static_cast<size_t>(i)]) continue;
+      for (int v : g.nodes[static_cast<size_t>(i)].inputs) {
+        if (v != kNoValue && member[static_cast<size_t>(v)]) in[static_cast<size_t>(v)] = 1;
+      }
+    }
+    std::vector<int> group;
+    bool valid = true;
+    for (int i = chain.front(); i <= *r && valid; ++i) {
+      if (!in[static_cast<size_t>(i)]) continue;
+      group.push_back(i);
+      if (i == *r) continue;
+      const std::vector<int>& u = users[static_cast<size_t>(i)];
+      valid = uses[static_cast<size_t>(i)] == static_cast<int>(u.size()) &&
+              std::all_of(u.begin(), u.end(), [&](int x) { return in[static_cast<size_t>(x)] != 0; });
+    }
+    // Chain members are in the group by construction (the root depends on the chain's end).
+    if (valid && std::all_of(chain.begin(), chain.end(), [&](int v) { return in[static_cast<size_t>(v)] != 0; }))
+      return group;
+  }
+  return {};
+}
+
 }  // namespace
 
 Graph eliminate_dead_code(const Graph& graph) {
@@ -156,6 +238,13 @@ Graph fuse_matmul_epilogues(const Graph& graph) {
       chains.back().push_back(user);
       chain_end = user;
     }
+  }
+  // Then each chain whose value goes on through views (the heads of a projection: view, permute, rotary)
+  // takes the ops on those views that map back to the matmul's result, once every chain is settled.
+  for (size_t group = 0; group < chains.size(); ++group) {
+    const std::vector<int> extended = view_epilogue(graph, chains[group], group_of, uses, users);
+    for (int v : extended) group_of[static_cast<size_t>(v)] = static_cast<int>(group);
+    if (!extended.empty()) chains[group] = extended;
   }
   std::vector<int> roots;
   for (const std::vector<int>& chain : chains) roots.push_back(chain.back());

@@ -5,10 +5,12 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 
 #include "compiler/row_kernel.h"
+#include "compiler/view_epilogue.h"
 #include "core/view_meta.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
@@ -38,40 +40,11 @@ Tensor view_of(const Place& p) {
   return Tensor(storage, p.desc.dtype, p.desc.shape, p.desc.strides, p.offset);
 }
 
-Place place_of(uint32_t io, const Tensor& view) {
-  return {io, view.offset(), {view.dtype(), view.shape(), view.strides()}};
-}
-
 // The place of a view op's result, or nullopt for a reshape that needs a copy first.
 std::optional<Place> apply_view(OpId op, const OpAttrs& at, const Place& in) {
-  const Tensor x = view_of(in);
-  switch (op) {
-    case OpId::view:
-    case OpId::reshape: {
-      const Dims shape = view_meta::infer_view_shape(at.dims, x.numel(), op_name(op), x.shape());
-      const std::optional<Dims> strides = view_meta::view_strides(x, shape);
-      if (!strides) return std::nullopt;
-      return Place{in.io, in.offset, {in.desc.dtype, shape, *strides}};
-    }
-    case OpId::transpose:
-      return place_of(in.io, view_meta::transpose(x, static_cast<int>(at.dim), static_cast<int>(at.dim1)));
-    case OpId::permute:
-      return place_of(in.io, view_meta::permute(x, at.dims));
-    case OpId::slice:
-      return place_of(in.io, view_meta::slice(x, static_cast<int>(at.dim), at.start, at.end, at.step));
-    case OpId::expand:
-      return place_of(in.io, view_meta::expand(x, at.dims));
-    case OpId::unsqueeze:
-      return place_of(in.io, view_meta::unsqueeze(x, static_cast<int>(at.dim)));
-    case OpId::squeeze:
-      return place_of(in.io, view_meta::squeeze(x, static_cast<int>(at.dim)));
-    case OpId::select:
-      return place_of(in.io, view_meta::select(x, static_cast<int>(at.dim), at.start));
-    default:
-      break;
-  }
-  SIGHTLINE_ASSERT_MSG(false, "{} is not a view op", op_name(op));
-  return std::nullopt;
+  const auto v = apply_view_desc(op, at, in.offset, in.desc);
+  if (!v) return std::nullopt;
+  return Place{in.io, v->first, v->second};
 }
 
 // Elementwise kernels take each operand in elementwise_operand_dtype (the output's, a comparison's
@@ -144,6 +117,9 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
+    }
+    for (size_t k = 0; k < epilogue_fallbacks_.size(); ++k) {
+      exe.metadata.emplace_back(fmt::format("compiled.epilogue_fallback.{}", k), epilogue_fallbacks_[k]);
     }
     return exe;
   }
@@ -483,6 +459,275 @@ class Lowerer {
     return out;
   }
 
+  // A fused.matmul_epilogue node whose ops work on views of the result (the heads of a projection and
+  // the rotary embedding on them): the matmul kernel with every op of the plan (view_epilogue.h) applied
+  // to each result tile before the kernel stores it, the tile's columns cutting every pattern at whole
+  // blocks (heads), else whole rows. The values of the group live in SBUF buffers laid out as the result
+  // tile; tensor operands (cos, sin) are loaded kEpilogueAhead tiles ahead, once per row of the dims they
+  // do not broadcast along. The group's value is the stored result seen through the root's view (stored
+  // into `dst` when that view is contiguous). nullopt (nothing emitted) when the views do not map or the
+  // buffers do not fit, with the reason in the executable's metadata ("compiled.epilogue_fallback.<k>");
+  // then the group is lowered op by op.
+  std::optional<Place> view_epilogue_group(const Node& n, std::span<const Place> operands,
+                                           const std::optional<Place>& dst) {
+    constexpr size_t kEpilogueAhead = 2, kOperandBuffers = kEpilogueAhead + 2, kValueBuffers = 2;
+    const Graph& body = *n.body;
+    std::vector<TensorDesc> input_descs;
+    for (const Place& p : operands) input_descs.push_back(p.desc);
+    std::variant<ViewEpiloguePlan, std::string> planned = plan_view_epilogue(body, input_descs);
+    if (const std::string* why = std::get_if<std::string>(&planned)) {
+      epilogue_fallbacks_.push_back(*why);
+      return std::nullopt;
+    }
+    const ViewEpiloguePlan& plan = std::get<ViewEpiloguePlan>(planned);
+    const Node& mm = *std::find_if(body.nodes.begin(), body.nodes.end(),
+                                   [](const Node& m) { return m.kind == NodeKind::op; });
+    const TensorMeta& meta = mm.meta;
+    const DType dtype = meta.dtype;
+    const uint64_t es = dtype_size(dtype);
+    std::vector<Place> mm_operands;
+    for (int v : mm.inputs) {
+      if (v != kNoValue)
+        mm_operands.push_back(operands[static_cast<size_t>(body.nodes[static_cast<size_t>(v)].input_index)]);
+    }
+    std::vector<TensorDesc> descs;
+    for (const Place& p : mm_operands) descs.push_back(p.desc);
+    const TensorDesc result = TensorDesc::contiguous(dtype, meta.shape);
+    // A result tile: rows [r0, r0 + rows) on partitions from p0, columns [c0, c0 + width) of them.
+    struct ResultTile {
+      uint16_t p0 = 0, rows = 0;
+      int64_t r0 = 0, c0 = 0, width = 0;
+      device::AccessPattern y;
+    };
+    std::vector<ResultTile> tiles;
+    uint32_t sbuf_left = 0;
+    // Whether every pattern of the plan cuts at the tile's columns (always so for whole rows).
+    auto fits = [&](const ResultTile& t) {
+      for (const EpilogueStep& step : plan.steps) {
+        int64_t k0 = 0;
+        const std::optional<RowPattern> out = restrict_to_columns(step.out, plan.cols, t.c0, t.width, &k0);
+        if (!out) return false;
+        for (size_t k = 0; k < step.operands.size(); ++k) {
+          const EpilogueOperand& o = step.operands[k];
+          if (o.kind == EpilogueOperand::Kind::scalar) continue;
+          const RowPattern& target = step.pieces.empty() ? *out : step.pieces[k];
+          int64_t ok0 = 0;
+          const std::optional<RowPattern> r =
+              o.kind == EpilogueOperand::Kind::value ? restrict_to_columns(o.at, plan.cols, t.c0, t.width, &ok0)
+                                                     : std::optional<RowPattern>(target);
+          if (!r || (o.kind == EpilogueOperand::Kind::value && step.pieces.empty() &&
+                     (ok0 != k0 || r->dims[0].size != out->dims[0].size)))
+            return false;
+          if (!step.pieces.empty()) {
+            int64_t pk0 = 0;
+            const std::optional<RowPattern> piece = restrict_to_columns(step.pieces[k], plan.cols, t.c0, t.width, &pk0);
+            if (!piece || pk0 != ok0 || piece->dims[0].size != r->dims[0].size) return false;
+          }
+        }
+      }
+      return true;
+    };
+    bool use_whole_rows = false;
+    for (const bool whole_rows : {false, true}) {
+      tiles.clear();
+      kernels::KernelBuilder dry(spec_, "epilogue_plan");
+      std::vector<uint32_t> io;
+      for (size_t i = 0; i < descs.size(); ++i)
+        io.push_back(kernels::declare_input(dry, fmt::format("in{}", i), descs[i]));
+      const uint32_t out_io = kernels::declare_output(dry, "out", result);
+      kernels::EagerHooks dry_hooks;
+      dry_hooks.whole_rows = whole_rows;
+      dry_hooks.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
+      bool rows_runs = true;
+      dry_hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
+        const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+        rows_runs &= y.memory == device::Memory::sbuf && y.dtype == dtype && y.dim_count == 1 &&
+                     y.dims[0].stride == 1 && d.dim_count == 1 && d.dims[0].stride == 1 &&
+                     d.partition_stride == plan.cols && e0 % plan.cols + d.dims[0].size <= plan.cols;
+        tiles.push_back({y.partition_start, d.partition_count, e0 / plan.cols, e0 % plan.cols, d.dims[0].size, y});
+      };
+      kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &dry_hooks);
+      if (rows_runs && std::all_of(tiles.begin(), tiles.end(), fits)) {
+        use_whole_rows = whole_rows;
+        break;
+      }
+      if (whole_rows) {
+        epilogue_fallbacks_.push_back(
+            "the matmul kernel's result tiles are not runs of whole rows, or cut a view's blocks of columns");
+        return std::nullopt;
+      }
+    }
+    auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
+    uint64_t need = static_cast<uint64_t>(plan.buffers - 1) * kValueBuffers * aligned(uint64_t(plan.cols) * es);
+    for (const EpilogueStep& step : plan.steps) {
+      for (const EpilogueOperand& o : step.operands) {
+        if (o.kind == EpilogueOperand::Kind::tensor) need += kOperandBuffers * aligned(o.loaded * es);
+        if (o.kind == EpilogueOperand::Kind::scalar) need += kOperandBuffers * aligned(es);
+      }
+    }
+    if (need > sbuf_left) {
+      epilogue_fallbacks_.push_back(fmt::format("its buffers need {} bytes per partition, {} are free beside the matmul",
+                                                need, sbuf_left));
+      return std::nullopt;
+    }
+
+    // The stored result is the group's value itself when the root's view of it is contiguous: then it
+    // goes straight into `dst` (a contiguous tensor of the root's shape).
+    const Node& root = body.nodes[static_cast<size_t>(body.outputs.front())];
+    const bool contiguous = plan.offset == 0 && plan.strides == contiguous_strides(root.meta.shape);
+    const Place out = dst && contiguous ? Place{dst->io, dst->offset, result} : scratch(meta);
+    std::vector<kernels::TilePool> values(static_cast<size_t>(plan.buffers));
+    std::map<std::pair<size_t, size_t>, kernels::TilePool> loaded;  // (step, operand) -> its buffers
+    // A tensor operand on tile `t`: its free dims restricted to the tile's blocks, the HBM offset of the
+    // first block and the elements a row loads.
+    struct TileLoad {
+      RowPattern at;
+      std::vector<device::FreeDim> hbm;
+      int64_t shift = 0;
+      uint32_t elements = 0;
+    };
+    auto tile_load = [&](const EpilogueOperand& o, const EpilogueStep& step, const ResultTile& t) {
+      int64_t k0 = 0;
+      const RowPattern window = *restrict_to_columns(step.out, plan.cols, t.c0, t.width, &k0);
+      TileLoad l{o.at, o.hbm, 0, o.loaded};
+      if (!l.at.dims.empty() && (t.c0 != 0 || t.width != plan.cols)) {
+        const uint32_t blocks = window.dims[0].size;
+        if (l.at.dims[0].stride != 0) {  // the operand walks the outermost dim: load only the tile's blocks
+          l.shift = k0 * l.hbm[0].stride;
+          l.elements = o.loaded / l.hbm[0].size * blocks;
+          l.hbm[0].size = blocks;
+        }
+        l.at.dims[0].size = blocks;
+      }
+      return l;
+    };
+    auto prefetch = [&](size_t piece) {
+      const ResultTile& tile = tiles[piece];
+      for (size_t s = 0; s < plan.steps.size(); ++s) {
+        const EpilogueStep& step = plan.steps[s];
+        for (size_t k = 0; k < step.operands.size(); ++k) {
+          const EpilogueOperand& o = step.operands[k];
+          if (o.kind == EpilogueOperand::Kind::value) continue;
+          builder_.set_source_op(op_name(step.node->op));
+          const kernels::Tile t = loaded.at({s, k}).at(piece % kOperandBuffers);
+          if (o.kind == EpilogueOperand::Kind::scalar) {
+            const Place c = constant(o.scalar, dtype);
+            builder_.load(t.region(tile.p0, tile.rows, 0, 1),
+                          kernels::hbm_pattern(c.io, dtype, c.offset, tile.rows, 0, {{1, 1}}));
+            continue;
+          }
+          const TileLoad l = tile_load(o, step, tile);
+          if (l.elements == 0) continue;
+          const Place& src = operands[static_cast<size_t>(o.input)];
+          auto offset_of = [&](int64_t row) { return src.offset + l.shift + o.hbm_offset(tile.r0 + row); };
+          // Rows whose operand offsets step evenly are one DMA.
+          for (int64_t a = 0; a < tile.rows;) {
+            const int64_t first = offset_of(a);
+            int64_t len = 1, step_rows = 0;
+            if (a + 1 < tile.rows) {
+              step_rows = offset_of(a + 1) - first;
+              len = 2;
+              while (a + len < tile.rows && offset_of(a + len) - first == step_rows * len) ++len;
+            }
+            device::AccessPattern hbm = kernels::hbm_pattern(src.io, src.desc.dtype, first, static_cast<uint16_t>(len),
+                                                             step_rows, {{1, 1}});
+            if (!l.hbm.empty()) {
+              hbm.dim_count = static_cast<uint8_t>(l.hbm.size());
+              for (size_t i = 0; i < l.hbm.size(); ++i) hbm.dims[i] = l.hbm[i];
+            }
+            builder_.load(t.region(static_cast<uint16_t>(tile.p0 + a), static_cast<uint16_t>(len), 0, l.elements), hbm);
+            a += len;
+          }
+        }
+      }
+      builder_.set_source_op(op_name(mm.op));
+    };
+    kernels::EagerHooks hooks;
+    hooks.whole_rows = use_whole_rows;
+    hooks.allocated = [&] {
+      for (int b = 1; b < plan.buffers; ++b) {
+        values[static_cast<size_t>(b)] =
+            builder_.pool("epilogue_value", dtype, static_cast<uint32_t>(plan.cols), kValueBuffers);
+      }
+      for (size_t s = 0; s < plan.steps.size(); ++s) {
+        for (size_t k = 0; k < plan.steps[s].operands.size(); ++k) {
+          const EpilogueOperand& o = plan.steps[s].operands[k];
+          if (o.kind == EpilogueOperand::Kind::value) continue;
+          const uint32_t elements = o.kind == EpilogueOperand::Kind::scalar ? 1 : o.loaded;
+          loaded.emplace(std::pair{s, k}, builder_.pool("epilogue_operand", dtype, elements, kOperandBuffers));
+        }
+      }
+      for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
+    };
+    size_t stored = 0;
+    hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern&) {
+      const size_t piece = stored++;
+      SIGHTLINE_ASSERT_MSG(piece < tiles.size() && y == tiles[piece].y,
+                           "the matmul kernel stored other tiles than its dry run");
+      if (piece + kEpilogueAhead < tiles.size()) prefetch(piece + kEpilogueAhead);
+      const ResultTile& tile = tiles[piece];
+      auto shaped = [&](device::AccessPattern ap, const RowPattern& at) {
+        ap.offset += static_cast<uint64_t>(at.offset) * es;
+        ap.dim_count = static_cast<uint8_t>(at.dims.size());
+        for (size_t i = 0; i < at.dims.size(); ++i) ap.dims[i] = at.dims[i];
+        return ap;
+      };
+      auto in_buffer = [&](int buffer, const RowPattern& at) {
+        const RowPattern local = *restrict_to_columns(at, plan.cols, tile.c0, tile.width);
+        const device::AccessPattern base =
+            buffer == 0 ? y
+                        : values[static_cast<size_t>(buffer)].at(piece % kValueBuffers).region(tile.p0, tile.rows, 0, 1);
+        return shaped(base, local);
+      };
+      auto empty = [](const device::AccessPattern& ap) { return ap.dim_count > 0 && ap.dims[0].size == 0; };
+      for (size_t s = 0; s < plan.steps.size(); ++s) {
+        const EpilogueStep& step = plan.steps[s];
+        const Node& e = *step.node;
+        builder_.set_source_op(op_name(e.op));
+        std::vector<kernels::TileArg> args;
+        for (size_t k = 0; k < step.operands.size(); ++k) {
+          const EpilogueOperand& o = step.operands[k];
+          if (o.kind == EpilogueOperand::Kind::value) {
+            args.push_back({in_buffer(o.buffer, o.at), false});
+            continue;
+          }
+          const kernels::Tile t = loaded.at({s, k}).at(piece % kOperandBuffers);
+          if (o.kind == EpilogueOperand::Kind::scalar) {
+            args.push_back({t.region(tile.p0, tile.rows, 0, 1), true});
+            continue;
+          }
+          args.push_back({shaped(t.region(tile.p0, tile.rows, 0, 1), tile_load(o, step, tile).at), false});
+        }
+        if (e.op == OpId::cat) {
+          for (size_t k = 0; k < args.size(); ++k) {
+            const device::AccessPattern piece_at = in_buffer(step.buffer, step.pieces[k]);
+            if (!empty(piece_at)) builder_.copy(piece_at, args[k].ap);
+          }
+          continue;
+        }
+        const device::AccessPattern y_at = in_buffer(step.buffer, step.out);
+        if (empty(y_at)) continue;
+        if (op_is_unary_elementwise(e.op)) {
+          kernels::emit_unary(builder_, e.op, e.attrs, y_at, args[0].ap);
+        } else {
+          kernels::emit_binary(builder_, e.op, y_at, args[0], args[1]);
+        }
+      }
+      builder_.set_source_op(op_name(mm.op));
+    };
+    std::vector<uint32_t> tensors;
+    for (const Place& p : mm_operands) tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    kernels::emit_eager_kernel(builder_, mm.op, descs, tensors, mm.attrs, out.desc,
+                               builder_.view(out.io, out.offset, out.desc.dtype), &hooks);
+    builder_.end_kernel(scope);
+    SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
+                         tiles.size());
+    ++kernel_count_;
+    ++epilogues_;
+    return Place{out.io, out.offset + plan.offset, {dtype, root.meta.shape, plan.strides}};
+  }
+
   // Attention as the user writes it, softmax(q @ k^T [* scale] [+ mask]) @ v: the scores' matmul
   // epilogue (matmul, an optional multiply by a host scalar, an optional add of a mask tensor, softmax
   // along the last dim) read only by a matmul with v. It runs as one attention kernel (the one
@@ -705,7 +950,11 @@ class Lowerer {
         if (std::optional<Place> fused = row_group(n, operands, dst)) return *fused;
       }
       if (n.fusion == FusionKind::matmul_epilogue) {
-        if (std::optional<Place> fused = epilogue_group(n, operands, dst)) return *fused;
+        // A chain of ops on the result itself, or one that goes through views of it (or reads a value
+        // twice), which only the view-level plan resolves.
+        const bool views = epilogue_has_views(*n.body);
+        if (std::optional<Place> fused = views ? view_epilogue_group(n, operands, dst) : epilogue_group(n, operands, dst))
+          return *fused;
       }
       const std::optional<Place> body_result[] = {dst};
       if (n.fusion == FusionKind::matmul_epilogue) {
@@ -964,6 +1213,7 @@ class Lowerer {
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
+  std::vector<std::string> epilogue_fallbacks_;  // why view-level epilogues were lowered op by op
 };
 
 bool parse_index(std::string_view text, std::string_view prefix, int& index) {
@@ -974,6 +1224,41 @@ bool parse_index(std::string_view text, std::string_view prefix, int& index) {
 }
 
 }  // namespace
+
+std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpAttrs& at, int64_t offset,
+                                                             const TensorDesc& desc) {
+  const Tensor x = view_of(Place{0, offset, desc});
+  auto of = [](const Tensor& v) {
+    return std::pair<int64_t, TensorDesc>{v.offset(), {v.dtype(), v.shape(), v.strides()}};
+  };
+  switch (op) {
+    case OpId::view:
+    case OpId::reshape: {
+      const Dims shape = view_meta::infer_view_shape(at.dims, x.numel(), op_name(op), x.shape());
+      const std::optional<Dims> strides = view_meta::view_strides(x, shape);
+      if (!strides) return std::nullopt;
+      return std::pair<int64_t, TensorDesc>{offset, {desc.dtype, shape, *strides}};
+    }
+    case OpId::transpose:
+      return of(view_meta::transpose(x, static_cast<int>(at.dim), static_cast<int>(at.dim1)));
+    case OpId::permute:
+      return of(view_meta::permute(x, at.dims));
+    case OpId::slice:
+      return of(view_meta::slice(x, static_cast<int>(at.dim), at.start, at.end, at.step));
+    case OpId::expand:
+      return of(view_meta::expand(x, at.dims));
+    case OpId::unsqueeze:
+      return of(view_meta::unsqueeze(x, static_cast<int>(at.dim)));
+    case OpId::squeeze:
+      return of(view_meta::squeeze(x, static_cast<int>(at.dim)));
+    case OpId::select:
+      return of(view_meta::select(x, static_cast<int>(at.dim), at.start));
+    default:
+      break;
+  }
+  SIGHTLINE_ASSERT_MSG(false, "{} is not a view op", op_name(op));
+  return std::nullopt;
+}
 
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name) {
   return Lowerer(spec, name).run(graph);

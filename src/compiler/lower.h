@@ -9,12 +9,16 @@
 //                          SBUF, every member op on SBUF tiles, only the group's result stored;
 //   fused.matmul_epilogue  the matmul kernel, with the epilogue ops (activation, scalar, bias, residual,
 //                          gate, and a softmax along the last dim when each result tile holds whole
-//                          rows) applied to each result tile in SBUF before the kernel stores it.
+//                          rows) applied to each result tile in SBUF before the kernel stores it; when
+//                          the ops work on views of the result (a projection's heads and the rotary
+//                          embedding on them), each op on the positions its view takes in the tile
+//                          (view_epilogue.h), and the group's value is the stored result through the
+//                          root's view.
 // A group that cannot take that form (rows too long for SBUF with a row-wide op, integer values, a
 // matmul kernel whose stores are not whole row blocks) lowers its member ops one by one through HBM
 // scratch tensors; the executable's metadata says how many groups were fused
-// ("compiled.row_loops", "compiled.fused_epilogues") and why a row group was not
-// ("compiled.row_group_fallback.<k>").
+// ("compiled.row_loops", "compiled.fused_epilogues") and why a row group or a view-level epilogue was
+// not ("compiled.row_group_fallback.<k>", "compiled.epilogue_fallback.<k>").
 //
 // Every kernel is emitted straight into the program's one KernelBuilder (kernels::emit_eager_kernel
 // between begin_kernel / end_kernel, its operands addressed through KernelBuilder::view; row loops
@@ -44,11 +48,20 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+#include <utility>
+
 #include "compiler/graph.h"
+#include "kernels/eager.h"
 #include "sightline/device/executable.h"
 #include "sightline/device/spec.h"
 
 namespace sightline::compiler {
+
+// A view op applied to a view at element `offset` with `desc`'s shape and strides: the result's offset
+// and desc, or nullopt for a reshape that needs a copy first (the rules of eager views).
+std::optional<std::pair<int64_t, kernels::TensorDesc>> apply_view_desc(OpId op, const OpAttrs& attrs, int64_t offset,
+                                                                       const kernels::TensorDesc& desc);
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name);

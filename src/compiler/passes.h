@@ -10,7 +10,9 @@
 //   autocast            (CompileOptions::autocast = matmul_bf16 only) f32 matmul/linear operands cast
 //                       to bf16, the result widened back to f32 (autocast.cpp); before the fusions, so
 //                       the matmul of every fused group the compiler emits reads bf16
-//   fuse_epilogues      a matmul/linear and the elementwise ops on its result (bias, activation, residual)
+//   fuse_epilogues      a matmul/linear and the elementwise ops on its result (bias, activation, residual),
+//                       then on to the views of that result and the ops on them (a projection's heads:
+//                       view, permute, slice, cat, neg, mul, add with cos / sin) up to one root
 //   fuse_rows           elementwise ops and last-dim reductions over one row space -> one group on chip
 //   choose_layout       which dims of each node map to the 128 partitions
 //

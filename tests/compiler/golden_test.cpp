@@ -61,5 +61,13 @@ TEST(Golden, DecoderBlock) {
   expect_golden("decoder_block.txt", dump(optimized_with_checks(g)));
 }
 
+// ESM-2's scaled rotary q: the projection and every op on its head views in one epilogue group.
+TEST(Golden, RotaryHeads) {
+  const TensorMeta metas[] = {{{1, 8, 32}, DType::f32}, {{40, 32}, DType::f32}, {{40}, DType::f32},
+                              {{1, 1, 8, 8}, DType::f32}, {{1, 1, 8, 8}, DType::f32}};
+  const Graph g = capture_graph(&testing::esm_rotary_q, metas, Device::cpu());
+  expect_golden("rotary_heads.txt", dump(optimized_with_checks(g)));
+}
+
 }  // namespace
 }  // namespace sightline::compiler

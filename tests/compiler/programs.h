@@ -73,6 +73,26 @@ inline std::vector<Tensor> decoder_args(const DecoderDims& dims, Generator& g) {
 }
 
 // Both tensors on the cpu with the same shape, elementwise within atol + rtol * |expected|.
+// ESM-2's q (examples/models/esm2): linear with bias, view / permute to [b, heads, s, dh], scaled, rotary
+// with chunk. a = {x [b, s, model], w [heads * dh, model], bias, cos, sin [1, 1, s, dh]}.
+inline std::vector<Tensor> esm_rotary_q(const std::vector<Tensor>& a) {
+  const Tensor &x = a[0], &w = a[1], &bias = a[2], &cos = a[3], &sin = a[4];
+  const int64_t b = x.size(0), s = x.size(1), dh = cos.size(-1), heads = w.size(0) / dh;
+  Tensor q = linear(x, w, bias).view({b, s, heads, dh}).permute({0, 2, 1, 3});
+  q = q * std::pow(static_cast<double>(dh), -0.5);
+  const std::vector<Tensor> halves = chunk(q, 2, -1);
+  return {q * cos + cat({-halves[1], halves[0]}, -1) * sin};
+}
+
+// Llama's k (examples/models/llama): linear without bias, view / transpose, rotate_half with slices.
+// a = {x [b, s, model], w [heads * dh, model], cos, sin [1, 1, s, dh]}.
+inline std::vector<Tensor> llama_rotary_k(const std::vector<Tensor>& a) {
+  const Tensor &x = a[0], &w = a[1], &cos = a[2], &sin = a[3];
+  const int64_t b = x.size(0), s = x.size(1), dh = cos.size(-1), half = dh / 2;
+  const Tensor k = linear(x, w).view({b, s, -1, dh}).transpose(1, 2);
+  return {k * cos + cat({-k.slice(-1, half, dh), k.slice(-1, 0, half)}, -1) * sin};
+}
+
 inline void expect_close(const Tensor& actual, const Tensor& expected, double atol = 1e-4,
                          double rtol = 1e-4) {
   ASSERT_EQ(actual.shape(), expected.shape());

@@ -1,0 +1,188 @@
+// The rotary / scaling chain on a projection's head views fused into the projection's matmul epilogue
+// (compiler/view_epilogue.h): one kernel per projection, every instruction labelled with the user's op,
+// results against the cpu reference; a chain whose views do not map falls back op by op, with its reason.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+
+#include "compiler/capture.h"
+#include "compiler/lower.h"
+#include "compiler/passes.h"
+#include "compiler/view_epilogue.h"
+#include "neuron/neuron.h"
+#include "device_runs.h"
+#include "programs.h"
+
+namespace sightline::compiler {
+namespace {
+
+using testing::executions_of;
+using testing::expect_close;
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+const Device kCore0 = Device::parse("neuron:0");
+
+// Rows rolled by one (cat of row slices): the pieces are other rows of the result than the places they
+// take, which a partition cannot reach.
+std::vector<Tensor> rolled_rows(const std::vector<Tensor>& a) {
+  const Tensor y = linear(a[0], a[1]);
+  const int64_t s = y.size(0);
+  return {cat({y.slice(0, 1, s), y.slice(0, 0, 1)}, 0) * 2.0};
+}
+
+struct Case {
+  const char* name;
+  Fn fn;
+  bool bias;
+  int64_t batch, seq, model, heads, dh;
+};
+
+std::vector<Case> cases() {
+  return {
+      {"esm_q", &testing::esm_rotary_q, true, 1, 40, 64, 5, 24},
+      {"esm_q_batch", &testing::esm_rotary_q, true, 2, 100, 96, 4, 24},
+      {"llama_k", &testing::llama_rotary_k, false, 1, 40, 64, 4, 32},
+      // q of 10 heads of 64: 640 columns, which the matmul kernel stores as panels of 512 and 128.
+      {"llama_q_panels", &testing::llama_rotary_k, false, 2, 70, 64, 10, 64},
+  };
+}
+
+std::vector<Tensor> args_of(const Case& c, DType dtype, Generator& g) {
+  const int64_t n = c.heads * c.dh;
+  std::vector<Tensor> a = {randn({c.batch, c.seq, c.model}, {}, &g), randn({n, c.model}, {}, &g) * 0.2};
+  if (c.bias) a.push_back(randn({n}, {}, &g));
+  a.push_back(randn({1, 1, c.seq, c.dh}, {}, &g));
+  a.push_back(randn({1, 1, c.seq, c.dh}, {}, &g));
+  for (Tensor& t : a) t = t.to(dtype);
+  return a;
+}
+
+std::vector<TensorMeta> metas_of(const std::vector<Tensor>& args) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : args) metas.push_back({t.shape(), t.dtype()});
+  return metas;
+}
+
+std::string metadata(const device::Executable& exe, const std::string& key) {
+  for (const auto& [k, v] : exe.metadata) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
+TEST(RotaryEpilogue, IsOneKernelLabelledWithTheUsersOps) {
+  Generator g(41);
+  for (const Case& c : cases()) {
+    const Graph graph = optimize(capture_graph(c.fn, metas_of(args_of(c, DType::f32, g)), Device::cpu()));
+    const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), c.name);
+    // The projection with its epilogue, then the copy of the returned [b, heads, s, dh] view of the
+    // stored [b, s, heads * dh] result into the contiguous result (a model's attention reads the view).
+    EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << c.name;
+    EXPECT_EQ(metadata(exe, "compiled.kernels"), "2") << c.name;
+    EXPECT_EQ(metadata(exe, "compiled.epilogue_fallback.0"), "") << c.name;
+    const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
+    EXPECT_EQ(ops, (std::set<std::string>{"aten::linear", "aten::mul", "aten::add", "aten::neg", "aten::cat",
+                                          "aten::contiguous"}))
+        << c.name;
+  }
+}
+
+TEST(RotaryEpilogue, MatchesTheCpuReference) {
+  Generator g(42);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const Case& c : cases()) {
+      const std::vector<Tensor> host = args_of(c, dtype, g);
+      std::vector<Tensor> reference_args, device_args;
+      for (const Tensor& t : host) {
+        reference_args.push_back(t.to(DType::f32));
+        device_args.push_back(t.to(kCore0));
+      }
+      const Tensor expected = c.fn(reference_args)[0];
+      auto compiled = compile(c.fn);
+      std::vector<Tensor> actual;
+      EXPECT_EQ(executions_of([&] { actual = compiled(device_args); }).size(), 1u) << c.name;
+      // f32: the same operations in the same order as the reference, the matmul's sum in another order.
+      // bf16: each op of the chain rounds to bf16, as eager bf16 ops do; the reference computes in f32.
+      const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
+      expect_close(actual[0], expected, tolerance, tolerance);
+    }
+  }
+}
+
+TEST(RotaryEpilogue, RowsAViewMovesFallBackWithTheReason) {
+  Generator g(43);
+  const std::vector<Tensor> host = {randn({40, 32}, {}, &g), randn({48, 32}, {}, &g)};
+  const Graph graph = optimize(capture_graph(Fn(&rolled_rows), metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "rolled");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "0");
+  EXPECT_NE(metadata(exe, "compiled.epilogue_fallback.0").find("aten::cat"), std::string::npos)
+      << metadata(exe, "compiled.epilogue_fallback.0");
+  const std::set<std::string> ops(exe.source_ops.begin(), exe.source_ops.end());
+  EXPECT_TRUE(ops.contains("aten::cat"));
+  auto compiled = compile(Fn(&rolled_rows));
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  expect_close(compiled(device_args)[0], rolled_rows(host)[0], 1e-5, 1e-5);
+}
+
+// The scaled q returned too: a value read outside the group can only be its root, so the epilogue
+// stops at the scale and the rotary ops after it run op by op; both results as on the cpu.
+TEST(RotaryEpilogue, AValueReadOutsideEndsTheGroup) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor &x = a[0], &cos = a[2], &sin = a[3];
+    const int64_t b = x.size(0), s = x.size(1), dh = cos.size(-1), half = dh / 2;
+    const Tensor q = linear(x, a[1]).view({b, s, -1, dh}).transpose(1, 2) * 0.5;
+    return std::vector<Tensor>{q * cos + cat({-q.slice(-1, half, dh), q.slice(-1, 0, half)}, -1) * sin, q};
+  };
+  Generator g(44);
+  const Case c{"scaled", Fn(fn), false, 1, 40, 64, 4, 32};
+  const std::vector<Tensor> host = args_of(c, DType::f32, g);
+  const Graph graph = optimize(capture_graph(c.fn, metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), c.name);
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1");
+  auto compiled = compile(c.fn);
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  const std::vector<Tensor> actual = compiled(device_args), expected = c.fn(host);
+  ASSERT_EQ(actual.size(), 2u);
+  for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
+}
+
+// A value of the group read twice by one op (the projection squared): a group the chain fusion does not
+// make, resolved by the same plan (both operands and the result at the same positions of the tile).
+TEST(RotaryEpilogue, AValueReadTwiceByOneOp) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor y = linear(a[0], a[1]);
+    return std::vector<Tensor>{y * y};
+  };
+  Generator g(45);
+  const std::vector<Tensor> host = {randn({2, 30, 32}, {}, &g), randn({48, 32}, {}, &g)};
+  const Graph graph = optimize(capture_graph(Fn(fn), metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "square");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1");
+  EXPECT_EQ(metadata(exe, "compiled.kernels"), "1");
+  auto compiled = compile(Fn(fn));
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  expect_close(compiled(device_args)[0], fn(host)[0], 1e-5, 1e-5);
+}
+
+TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
+  // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
+  const RowPattern half{32, {{10, 64}, {32, 1}}};
+  int64_t first = -1;
+  const std::optional<RowPattern> panel = restrict_to_columns(half, 640, 512, 128, &first);
+  ASSERT_TRUE(panel);
+  EXPECT_EQ(first, 8);
+  EXPECT_EQ(panel->offset, 32);
+  EXPECT_EQ(panel->dims[0].size, 2u);
+  EXPECT_EQ(panel->dims[1].size, 32u);
+  // A window that cuts a head does not map.
+  EXPECT_FALSE(restrict_to_columns(half, 640, 0, 96));
+  // The whole row is the pattern itself.
+  EXPECT_EQ(restrict_to_columns(half, 640, 0, 640)->dims[0].size, 10u);
+}
+
+}  // namespace
+}  // namespace sightline::compiler
