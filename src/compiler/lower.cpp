@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <variant>
 
 #include <fmt/format.h>
@@ -115,6 +116,11 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
+    exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
+    for (size_t k = 0; k < attention_store_fallbacks_.size(); ++k) {
+      exe.metadata.emplace_back(fmt::format("compiled.attention_output_fallback.{}", k),
+                                attention_store_fallbacks_[k]);
+    }
     for (size_t k = 0; k < row_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.row_group_fallback.{}", k), row_fallbacks_[k]);
     }
@@ -936,6 +942,79 @@ class Lowerer {
     return out;
   }
 
+  // Where the attention at node `at` can store its result: when that result is read only by a chain
+  // of views (each read only by the next) ending in a contiguous copy, and the views only reorder its
+  // dims (permute, transpose, and views that add or drop dims of one), the kernel stores each head's
+  // rows straight into the copy's destination, at the pitch the views give them, and the copy
+  // disappears. The views are resolved by their strides, not by their names: the chain applied to the
+  // result's contiguous layout says which dim of the result each dim of the copy is, and the chain
+  // applied to the store's layout must give the copy's. Otherwise the reason.
+  struct AttentionStore {
+    size_t copy = 0;   // the contiguous node the kernel's store replaces
+    TensorDesc desc;   // the attention result's layout inside the copy's destination
+  };
+  std::variant<AttentionStore, std::string> attention_store(const Graph& graph, size_t at,
+                                                            const std::vector<int>& uses) const {
+    auto sole_reader = [&](size_t value) -> std::optional<size_t> {
+      if (uses[value] != 1) return std::nullopt;
+      for (size_t j = value + 1; j < graph.nodes.size(); ++j) {
+        const Node& n = graph.nodes[j];
+        if (std::find(n.inputs.begin(), n.inputs.end(), static_cast<int>(value)) != n.inputs.end()) return j;
+      }
+      return std::nullopt;  // read by the graph's outputs
+    };
+    const TensorMeta& meta = graph.nodes[at].meta;
+    const TensorDesc base = TensorDesc::contiguous(meta.dtype, meta.shape);
+    auto through = [](const std::vector<const Node*>& chain, TensorDesc desc) -> std::optional<std::pair<int64_t, TensorDesc>> {
+      int64_t offset = 0;
+      for (const Node* v : chain) {
+        const auto applied = apply_view_desc(v->op, v->attrs, offset, desc);
+        if (!applied) return std::nullopt;
+        std::tie(offset, desc) = *applied;
+      }
+      return std::pair{offset, desc};
+    };
+    std::vector<const Node*> chain;
+    size_t value = at;
+    while (true) {
+      const std::optional<size_t> reader = sole_reader(value);
+      if (!reader) return std::string("the result is read by more than one op or returned");
+      const Node& n = graph.nodes[*reader];
+      if (n.kind == NodeKind::op && n.op == OpId::contiguous) {
+        if (chain.empty()) return std::string("the result is copied with no view before the copy");
+        const std::optional<std::pair<int64_t, TensorDesc>> viewed = through(chain, base);
+        if (!viewed) return std::string("the views before the copy do not resolve to strides");
+        const TensorDesc& v = viewed->second;
+        const Dims copy_strides = contiguous_strides(n.meta.shape);
+        // Dim i of the result (extent > 1) is the copy's dim with its contiguous stride and extent.
+        TensorDesc desc = base;
+        for (int i = 0; i < base.shape.size(); ++i) {
+          if (base.shape[i] == 1) continue;
+          bool found = false;
+          for (int j = 0; j < v.shape.size() && !found; ++j) {
+            if (v.strides[j] == base.strides[i] && v.shape[j] == base.shape[i]) {
+              desc.strides[i] = copy_strides[j];
+              found = true;
+            }
+          }
+          if (!found) return std::string("the views before the copy do more than reorder the result's dims");
+        }
+        const std::optional<std::pair<int64_t, TensorDesc>> stored = through(chain, desc);
+        bool contiguous = stored && stored->first == 0;
+        for (int j = 0; contiguous && j < n.meta.shape.size(); ++j) {
+          contiguous = n.meta.shape[j] == 1 || stored->second.strides[j] == copy_strides[j];
+        }
+        if (!contiguous) return std::string("the views before the copy do more than reorder the result's dims");
+        return AttentionStore{*reader, desc};
+      }
+      if (n.kind != NodeKind::op || !op_info(n.op).is_view) {
+        return std::string("the result is read by an op other than views and a contiguous copy");
+      }
+      chain.push_back(&n);
+      value = *reader;
+    }
+  }
+
   Place scratch(const TensorMeta& meta) {
     const uint32_t io =
         builder_.output(fmt::format("scratch{}", scratch_ios_.size()), meta.dtype, to_vector(meta.shape));
@@ -984,6 +1063,16 @@ class Lowerer {
       if (results[k] && produces) destination.emplace(graph.outputs[k], *results[k]);
     }
     std::vector<Place> values(graph.nodes.size());
+    // How many times each value is read (by nodes and as an output), for the attention's store.
+    std::vector<int> uses(graph.nodes.size(), 0);
+    for (const Node& n : graph.nodes) {
+      for (int v : n.inputs) {
+        if (v != kNoValue) ++uses[static_cast<size_t>(v)];
+      }
+    }
+    for (int v : graph.outputs) ++uses[static_cast<size_t>(v)];
+    // Contiguous copies an attention kernel already wrote (attention_store): their value is that place.
+    std::set<size_t> stored_copies;
     // Attention's scores are lowered with the matmul that reads them (one kernel), not before it.
     const std::map<size_t, AttentionMatch> attention_at = find_attention(graph);
     std::vector<bool> deferred(graph.nodes.size(), false);
@@ -1008,9 +1097,31 @@ class Lowerer {
         const size_t scores = static_cast<size_t>(it->second.scores - graph.nodes.data());
         std::optional<Place> at_dst;
         if (auto d = destination.find(static_cast<int>(i)); d != destination.end()) at_dst = d->second;
+        // The result stored straight into the contiguous copy that a permute of it feeds, when it can.
+        std::variant<AttentionStore, std::string> plan = std::string("the result is returned");
+        if (!at_dst) plan = attention_store(graph, i, uses);
+        const AttentionStore* store = std::get_if<AttentionStore>(&plan);
+        if (store) {
+          const Node& copy = graph.nodes[store->copy];
+          Place copy_dst;
+          if (auto d = destination.find(static_cast<int>(store->copy)); d != destination.end()) {
+            copy_dst = d->second;
+          } else {
+            copy_dst = scratch(copy.meta);
+          }
+          at_dst = Place{copy_dst.io, copy_dst.offset, store->desc};
+          // The copy writes there when the kernel does not take these shapes after all.
+          destination[static_cast<int>(store->copy)] = copy_dst;
+        }
         if (std::optional<Place> fused = attention(it->second, n, deferred_operands.at(scores),
                                                    values[static_cast<size_t>(n.inputs[1])], at_dst)) {
           values[i] = *fused;
+          if (store) {
+            stored_copies.insert(store->copy);
+            ++attention_stores_;
+          } else {
+            attention_store_fallbacks_.push_back(std::get<std::string>(plan));
+          }
           continue;
         }
         // The kernel does not take these shapes: the scores' group (and its cast or its softmax rows),
@@ -1032,6 +1143,10 @@ class Lowerer {
       }
       if (n.kind == NodeKind::input) {
         values[i] = inputs[static_cast<size_t>(n.input_index)];
+        continue;
+      }
+      if (stored_copies.count(i)) {
+        values[i] = destination.at(static_cast<int>(i));
         continue;
       }
       plan_weight_prefetch(graph, i, values, deferred);
@@ -1197,6 +1312,8 @@ class Lowerer {
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
+  int attention_stores_ = 0;                // of those, stored straight into a permute's contiguous copy
+  std::vector<std::string> attention_store_fallbacks_;  // why the other attentions' results were not
   int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too

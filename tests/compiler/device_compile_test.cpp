@@ -92,6 +92,40 @@ TEST(CompiledOnNeuron, FusedAttentionMatchesTheCpuReference) {
   }
 }
 
+// The attention's result permuted to [b, s, heads, dh] and copied contiguous, as the models' context
+// (tests/compiler/lower_test.cpp: the kernel stores into the copy, which is no kernel of its own), and
+// a result read twice (the copy runs as its own kernel), against the cpu reference; the tolerances of
+// the test above.
+TEST(CompiledOnNeuron, AttentionStoredIntoThePermutedCopyMatchesTheCpuReference) {
+  for (const bool twice : {false, true}) {
+    auto attention = [twice](const std::vector<Tensor>& in) {
+      const Tensor y = matmul(softmax(matmul(in[0], in[1].transpose(-2, -1)) * 0.2 + in[3], -1), in[2]);
+      const int64_t b = y.shape()[0], s = y.shape()[2];
+      const Tensor context = y.permute({0, 2, 1, 3}).contiguous().view({b, s, -1});
+      return twice ? std::vector<Tensor>{context, y} : std::vector<Tensor>{context};
+    };
+    auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(attention));
+    Generator g(28);
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const int64_t s : {40, 200}) {
+        std::vector<Tensor> host;
+        for (int i = 0; i < 3; ++i) host.push_back(randn({2, 3, s, 24}, {}, &g).to(dtype));
+        std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
+        for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
+        host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
+        std::vector<Tensor> reference_args;
+        for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
+        const std::vector<Tensor> expected = attention(reference_args);
+        std::vector<Tensor> actual;
+        EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+        ASSERT_EQ(actual.size(), expected.size());
+        const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
+        for (size_t k = 0; k < actual.size(); ++k) expect_close(actual[k], expected[k], tolerance, tolerance);
+      }
+    }
+  }
+}
+
 // Llama's bf16 attention, softmax(scores.to(f32)).to(bf16) @ v, compiles to the same one attention kernel
 // (tests/compiler/lower_test.cpp), against the same function on the cpu in bf16: the cpu rounds the
 // scores to bf16 after the matmul, the scale and the mask before its f32 softmax, the kernel keeps them
