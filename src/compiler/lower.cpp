@@ -965,7 +965,8 @@ class Lowerer {
     };
     const TensorMeta& meta = graph.nodes[at].meta;
     const TensorDesc base = TensorDesc::contiguous(meta.dtype, meta.shape);
-    auto through = [](const std::vector<const Node*>& chain, TensorDesc desc) -> std::optional<std::pair<int64_t, TensorDesc>> {
+    using Viewed = std::optional<std::pair<int64_t, TensorDesc>>;  // a view's offset and desc
+    auto through = [](const std::vector<const Node*>& chain, TensorDesc desc) -> Viewed {
       int64_t offset = 0;
       for (const Node* v : chain) {
         const auto applied = apply_view_desc(v->op, v->attrs, offset, desc);
@@ -982,7 +983,7 @@ class Lowerer {
       const Node& n = graph.nodes[*reader];
       if (n.kind == NodeKind::op && n.op == OpId::contiguous) {
         if (chain.empty()) return std::string("the result is copied with no view before the copy");
-        const std::optional<std::pair<int64_t, TensorDesc>> viewed = through(chain, base);
+        const Viewed viewed = through(chain, base);
         if (!viewed) return std::string("the views before the copy do not resolve to strides");
         const TensorDesc& v = viewed->second;
         const Dims copy_strides = contiguous_strides(n.meta.shape);
@@ -999,7 +1000,7 @@ class Lowerer {
           }
           if (!found) return std::string("the views before the copy do more than reorder the result's dims");
         }
-        const std::optional<std::pair<int64_t, TensorDesc>> stored = through(chain, desc);
+        const Viewed stored = through(chain, desc);
         bool contiguous = stored && stored->first == 0;
         for (int j = 0; contiguous && j < n.meta.shape.size(); ++j) {
           contiguous = n.meta.shape[j] == 1 || stored->second.strides[j] == copy_strides[j];
@@ -1097,7 +1098,7 @@ class Lowerer {
         const size_t scores = static_cast<size_t>(it->second.scores - graph.nodes.data());
         std::optional<Place> at_dst;
         if (auto d = destination.find(static_cast<int>(i)); d != destination.end()) at_dst = d->second;
-        // The result stored straight into the contiguous copy that a permute of it feeds, when it can.
+        // The result stored straight into the contiguous copy its permuted view feeds, when it can.
         std::variant<AttentionStore, std::string> plan = std::string("the result is returned");
         if (!at_dst) plan = attention_store(graph, i, uses);
         const AttentionStore* store = std::get_if<AttentionStore>(&plan);
@@ -1312,9 +1313,9 @@ class Lowerer {
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
-  int attention_stores_ = 0;                // of those, stored straight into a permute's contiguous copy
-  std::vector<std::string> attention_store_fallbacks_;  // why the other attentions' results were not
   int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
+  int attention_stores_ = 0;                // of those, stored straight into a permute's contiguous copy
+  std::vector<std::string> attention_store_fallbacks_;  // why the others kept their copy (attention_store)
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
   struct Prefetch {
