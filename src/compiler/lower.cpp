@@ -13,6 +13,7 @@
 #include "compiler/row_kernel.h"
 #include "compiler/view_epilogue.h"
 #include "core/view_meta.h"
+#include "device/core.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 #include "kernels/emit.h"
@@ -84,7 +85,8 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 
 class Lowerer {
  public:
-  Lowerer(const device::Spec& spec, const std::string& name) : spec_(spec), builder_(spec, name) {}
+  Lowerer(const device::Spec& spec, const std::string& name, bool prefetch)
+      : spec_(spec), builder_(spec, name), prefetch_(prefetch) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -1249,13 +1251,14 @@ class Lowerer {
   // at most 1/kPrefetchShare of the free SBUF; node i's kernel emits their loads before its first store
   // when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
   // and frees them. Fused nodes plan their SBUF against a dry run or a check made with all of it free,
-  // so none is taken from them.
+  // so none is taken from them. Whether the program keeps its prefetches is decided by lower() on the
+  // cost model (the comment above lower()): plan_weight_prefetch does nothing when prefetch_ is off.
   static constexpr uint64_t kPrefetchShare = 4;
 
   void plan_weight_prefetch(const Graph& graph, size_t i, const std::vector<Place>& values,
                             const std::vector<bool>& deferred) {
     const Node& at = graph.nodes[i];
-    if (at.kind != NodeKind::op || op_info(at.op).is_view) return;
+    if (!prefetch_ || at.kind != NodeKind::op || op_info(at.op).is_view) return;
     // One weight ahead: beside node i's own (when it is a linear that reads one), none other pending.
     for (const Prefetch& p : prefetches_) {
       if (p.linear != &at) return;
@@ -1309,6 +1312,7 @@ class Lowerer {
 
   const device::Spec& spec_;
   kernels::KernelBuilder builder_;
+  bool prefetch_ = true;  // plan_weight_prefetch runs (lower() keeps the faster of the two programs)
   std::map<DType, Constants> constants_;
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
@@ -1378,8 +1382,37 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
   return std::nullopt;
 }
 
-device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name) {
-  return Lowerer(spec, name).run(graph);
+namespace {
+
+// The modeled duration of a lowered program run alone on one core, timing only (as row_kernel.cpp's
+// time_alone times a candidate schedule): exact, the same on every machine.
+double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
+  device::Core core(spec);
+  std::vector<uint64_t> addresses;
+  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+}
+
+}  // namespace
+
+// The weight prefetch moves loads ahead of the linear into the kernel before it. That takes the
+// weight off the linear's path, but the loads then sit in that kernel's DMA queues ahead of its own
+// transfers and stores (pieces of stream_min_piece_bytes on the first few queues: 256 x 256 bf16 is
+// 1.4 us on each of 4 of trn2's 16, where the linear would spread its own weight loads over all 16)
+// and delay what waits for those, and their panels shrink the SBUF that kernel plans with; which wins
+// depends on the whole program's overlap, which only a run of it shows. So the rule is measured, not guessed: the program is lowered with the
+// prefetch and, when it prefetched any weight, without it, each is timed on a timing-only run of the
+// cost model, and the faster is kept (a tie keeps the one without: fewer SBUF panels held across
+// kernels). The prefetch therefore never makes a program slower than without it.
+device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
+                         WeightPrefetch prefetch) {
+  if (prefetch != WeightPrefetch::best) return Lowerer(spec, name, prefetch == WeightPrefetch::always).run(graph);
+  device::Executable with = Lowerer(spec, name, true).run(graph);
+  const auto count = std::find_if(with.metadata.begin(), with.metadata.end(),
+                                  [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
+  if (count == with.metadata.end() || count->second == "0") return with;
+  device::Executable without = Lowerer(spec, name, false).run(graph);
+  return modeled_ns(spec, with) < modeled_ns(spec, without) ? std::move(with) : std::move(without);
 }
 
 std::vector<IoBinding> io_bindings(const device::Executable& exe) {

@@ -63,8 +63,14 @@ namespace sightline::compiler {
 std::optional<std::pair<int64_t, kernels::TensorDesc>> apply_view_desc(OpId op, const OpAttrs& attrs, int64_t offset,
                                                                        const kernels::TensorDesc& desc);
 
+// Whether a linear's weight is loaded by the kernel before it (docs/architecture.md §10): `best`
+// lowers the program with and without the prefetch and keeps the one the cost model times faster;
+// `always` and `never` force one (tests and A/B measurements).
+enum class WeightPrefetch : uint8_t { best, always, never };
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
-device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name);
+device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
+                         WeightPrefetch prefetch = WeightPrefetch::best);
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
