@@ -22,7 +22,10 @@ namespace {
 
 // Bumped whenever the lowering changes what it emits for a graph, so that disk cache entries written by
 // an older lowering are rebuilt instead of run.
-constexpr int kLoweringVersion = 3;  // 3: aten::gelu without {approximate=tanh} is the erf form
+// 3: aten::gelu without {approximate=tanh} is the erf form
+// 4: view-level matmul epilogues (rotary), the attention's store into the permuted context, the linears'
+//    weight prefetch and bias in the evacuation, Llama's f32-softmax attention, argmax's 16-bit indices
+constexpr int kLoweringVersion = 4;
 
 // A compiled program: the optimized graph for one input signature and, for arguments on a neuron
 // device, its device executable (null when the graph could not be lowered: it is replayed eagerly).
