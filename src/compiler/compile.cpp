@@ -12,6 +12,7 @@
 #include "sightline/host_clock.h"
 #include "compiler/device_program.h"
 #include "compiler/execute.h"
+#include "compiler/lower.h"
 #include "compiler/passes.h"
 #include "neuron/neuron.h"
 #include "sightline/backend.h"
@@ -20,12 +21,6 @@
 namespace sightline {
 namespace {
 
-// Bumped whenever the lowering changes what it emits for a graph, so that disk cache entries written by
-// an older lowering are rebuilt instead of run.
-// 3: aten::gelu without {approximate=tanh} is the erf form
-// 4: view-level matmul epilogues (rotary), the attention's store into the permuted context, the linears'
-//    weight prefetch and bias in the evacuation, Llama's f32-softmax attention, argmax's 16-bit indices
-constexpr int kLoweringVersion = 4;
 
 // A compiled program: the optimized graph for one input signature and, for arguments on a neuron
 // device, its device executable (null when the graph could not be lowered: it is replayed eagerly).
@@ -78,7 +73,7 @@ bool is_neuron(const Device& device) { return device.to_string().starts_with("ne
 // The disk cache key: what decides the executable, and not the core it runs on (any core loads it).
 std::string device_cache_key(const compiler::Graph& graph, std::span<const TensorMeta> inputs,
                              const device::Spec& spec, Autocast autocast) {
-  std::string key = fmt::format("lowering {}\nspec {}\n", kLoweringVersion, spec.identity());
+  std::string key = fmt::format("lowering {}\nspec {}\n", compiler::kLoweringVersion, spec.identity());
   // Keys of programs without autocast are unchanged, so their disk cache entries stay valid.
   if (autocast != Autocast::none) key += fmt::format("autocast {}\n", autocast_name(autocast));
   key += "guards";

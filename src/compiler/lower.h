@@ -72,6 +72,15 @@ enum class WeightPrefetch : uint8_t { best, always, never };
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch = WeightPrefetch::best);
 
+// The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
+// lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
+// written by an older lowering are rebuilt instead of run. tests/compiler/lowering_version_test.cpp pins
+// the executables of a set of graphs to this number and fails when they change without a bump.
+// 3: aten::gelu without {approximate=tanh} is the erf form
+// 4: view-level matmul epilogues (rotary), the attention's store into the permuted context, the linears'
+//    weight prefetch and bias in the evacuation, Llama's f32-softmax attention, argmax's 16-bit indices
+inline constexpr int kLoweringVersion = 4;
+
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
 struct IoBinding {
