@@ -7,6 +7,7 @@
 #include "device/test_programs.h"
 #include "formats/neff.h"
 #include "sightline/error.h"
+#include "rejects.h"
 
 namespace sightline::formats {
 namespace {
@@ -25,14 +26,9 @@ device::Executable sample() {
   return exe;
 }
 
-std::string error_of(std::span<const uint8_t> bytes) {
-  try {
-    neff_parse(bytes, "test.neff");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+void parse(std::span<const uint8_t> bytes) { neff_parse(bytes, "test.neff"); }
+
+std::string error_of(std::span<const uint8_t> bytes) { return testing::error_of(parse, bytes); }
 
 TEST(Neff, RoundTripIsEqualAndHashStable) {
   const device::Executable exe = sample();
@@ -77,24 +73,11 @@ TEST(Neff, DifferentProgramsHaveDifferentHashes) {
 }
 
 TEST(Neff, EveryTruncationIsRejected) {
-  const std::vector<uint8_t> bytes = neff_serialize(sample());
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    const std::string e = error_of(std::span(bytes).first(n));
-    ASSERT_FALSE(e.empty()) << "truncated to " << n << " bytes was accepted";
-    ASSERT_NE(e.find("truncated"), std::string::npos) << e;
-    ASSERT_NE(e.find("test.neff"), std::string::npos) << e;
-  }
+  testing::expect_every_truncation_rejected(parse, neff_serialize(sample()), "test.neff");
 }
 
 TEST(Neff, EverySingleByteCorruptionIsRejected) {
-  const std::vector<uint8_t> bytes = neff_serialize(sample());
-  for (size_t at = 0; at < bytes.size(); ++at) {
-    std::vector<uint8_t> bad = bytes;
-    bad[at] ^= static_cast<uint8_t>(1 + at % 255);
-    const std::string e = error_of(bad);
-    ASSERT_FALSE(e.empty()) << "corruption at " << at << " was accepted";
-    ASSERT_TRUE(e.find("corrupt") != std::string::npos || e.find("truncated") != std::string::npos) << e;
-  }
+  testing::expect_every_byte_corruption_rejected(parse, neff_serialize(sample()));
 }
 
 TEST(Neff, ErrorsSayWhereAndWhat) {

@@ -11,6 +11,7 @@
 #include "formats/neff.h"
 #include "formats/ntff.h"
 #include "sightline/error.h"
+#include "rejects.h"
 
 namespace sightline::formats {
 namespace {
@@ -84,14 +85,9 @@ void expect_same(const NtffTrace& a, const NtffTrace& b) {
   }
 }
 
-std::string error_of(std::span<const uint8_t> bytes) {
-  try {
-    ntff_parse(bytes, "test.ntff");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+void parse(std::span<const uint8_t> bytes) { ntff_parse(bytes, "test.ntff"); }
+
+std::string error_of(std::span<const uint8_t> bytes) { return testing::error_of(parse, bytes); }
 
 TEST(Ntff, RecordIsAtMost32Bytes) {
   static_assert(sizeof(NtffRecord) == 32);
@@ -267,24 +263,11 @@ TEST(Ntff, DumpListsExecutionsAndRecordsAndChecksThePairing) {
 }
 
 TEST(Ntff, EveryTruncationIsRejected) {
-  const std::vector<uint8_t> bytes = ntff_serialize(sample());
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    const std::string e = error_of(std::span(bytes).first(n));
-    ASSERT_FALSE(e.empty()) << "truncated to " << n << " bytes was accepted";
-    ASSERT_NE(e.find("truncated"), std::string::npos) << e;
-    ASSERT_NE(e.find("test.ntff"), std::string::npos) << e;
-  }
+  testing::expect_every_truncation_rejected(parse, ntff_serialize(sample()), "test.ntff");
 }
 
 TEST(Ntff, EverySingleByteCorruptionIsRejected) {
-  const std::vector<uint8_t> bytes = ntff_serialize(sample());
-  for (size_t at = 0; at < bytes.size(); ++at) {
-    std::vector<uint8_t> bad = bytes;
-    bad[at] ^= static_cast<uint8_t>(1 + at % 255);
-    const std::string e = error_of(bad);
-    ASSERT_FALSE(e.empty()) << "corruption at " << at << " was accepted";
-    ASSERT_TRUE(e.find("corrupt") != std::string::npos || e.find("truncated") != std::string::npos) << e;
-  }
+  testing::expect_every_byte_corruption_rejected(parse, ntff_serialize(sample()));
 }
 
 TEST(Ntff, ErrorsSayWhereAndWhat) {
