@@ -8,15 +8,22 @@
 // so the scores and probabilities never leave SBUF/PSUM: the HBM traffic is q, k, v, the mask and the
 // output, once each (k and v once per key/value head: query heads of a group reuse them). Numerics
 // as the CPU reference: scores and softmax in f32, P rounded to the input dtype, P v accumulated in f32.
+// The (head, query tile) items are software-pipelined part by part, so that many small heads cost about
+// their busiest engine's work instead of a chain of latencies each, and the steps two engines can run
+// (the mask, the max's subtraction, the normalization, P^T's evacuations) go where the spec's costs
+// balance the engines; either way the instructions compute the same bits (build_attention).
 //
 // Limits: E <= 128 (the contraction of q k^T on the partitions), Ev <= 512 (one PSUM bank) and the
 // keys of one query tile in PSUM next to the transposes and the output (S <= 2560 on trn2); longer
 // sequences would need a tiled (flash) schedule, and the error says to use the eager composition.
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
+#include "device/cost_model.h"
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
 
@@ -92,40 +99,16 @@ void build_attention(EagerContext& c) {
   const std::vector<int64_t> mask_strides = mask ? broadcast_strides(*mask, scores_shape) : std::vector<int64_t>{};
   const std::vector<int64_t> outer(q.shape.begin(), q.shape.begin() + (r - 2));
 
-  // Tiles: the per-head operands double buffered, the identity for the transposes once.
-  TilePool kt_pool = b.pool("k_t", dt, sf, 2), v_pool = b.pool("v", dt, static_cast<uint32_t>(s_chunks) * evf, 2);
-  TilePool qt_pool = b.pool("q_t", dt, lq_max, 2);
-  TilePool score_pool = b.pool("scores", DType::f32, sf, 2), p_pool = b.pool("p", dt, sf, 2);
-  TilePool pt_pool = b.pool("p_t", dt, lq_max, 2), y_pool = b.pool("y", c.out.dtype, evf, 2);
-  TilePool stat_pool = b.pool("stats", DType::f32, 2, 3);
-  TilePool mask_pool, bias_pool;
-  const bool causal = c.attrs.is_causal;
-  if (mask) mask_pool = b.pool("mask", mask->dtype, sf, 2);
-  if (causal || (mask && mask->dtype == DType::boolean)) bias_pool = b.pool("bias", DType::f32, sf, 2);
-  phase(AttentionPhase::values);  // the identity is for the transposes of P
-  const Tile ident = b.sbuf(dt, lq_max, 0, "identity");
-  {
-    const Tile ramp = b.sbuf(DType::f32, lq_max, 0, "ramp");
-    b.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
-    b.tensor_scalar(AluOp::is_equal, ident.ap(), ramp.ap(), 0.0f);
-    b.free(ramp);
-  }
-  TilePool score_psum = b.pool("scores_psum", DType::f32, score_banks * static_cast<uint32_t>(bank / 4), 1,
-                               Memory::psum);
-  TilePool pt_psum = b.pool("p_t_psum", DType::f32, lq_max, 2, Memory::psum);
-  TilePool out_psum = b.pool("out_psum", DType::f32, evf, 1, Memory::psum);
-  const float scale = static_cast<float>(c.attrs.scalar), neg_inf = -std::numeric_limits<float>::infinity();
-  const uint32_t moving_max = spec.tensor.moving_free_max;
-
-  // The work items (head, query tile) in order, each's loads emitted one item ahead of its compute and
-  // store (pipeline(): a DMA queue runs in order, so the next head's loads must not queue behind this
-  // head's store). k^T and v are loaded once per key/value head, the mask once per distinct block
-  // (a padding mask [B, 1, 1, S] is the same for every head of a batch).
+  // The work items (head, query tile) in order. k^T and v are loaded once per key/value head, the mask
+  // once per distinct block (a padding mask [B, 1, 1, S] is the same for every head of a batch).
   struct Item {
     int64_t q_base = 0, k_base = 0, v_base = 0, m_base = 0, o_base = 0, q0 = 0;
     uint16_t lp = 0;
     Tile kt, vt;
     AccessPattern qt, m;
+    // The buffers the body's parts write (taken from their rings in emit_part), which later parts read.
+    Tile sp, scores, bias, stats, p, op, y;
+    std::vector<std::pair<Tile, Tile>> transposes;  // per chunk of keys: P^T in PSUM, then in SBUF
   };
   std::vector<Item> items;
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
@@ -144,10 +127,234 @@ void build_attention(EagerContext& c) {
       items.push_back(it);
     }
   });
+
+  // One item's body is a chain of parts, each on one engine (or one of two, placed below):
+  //   scores (Tensor) | scale (Scalar) | mask (Vector or GpSimd) | row max (Vector) |
+  //   subtract the max (Vector or GpSimd) | exp with the row sum, 1 / sum (Scalar) |
+  //   normalize (Vector or GpSimd) | P^T and P v (Tensor; P^T evacuated by Vector or Scalar) |
+  //   evacuate and store (Scalar, DMA)
+  // Every engine runs its stream in order, so a body emitted whole keeps each engine waiting on the
+  // others along the item's chain, and the items ran one after another at the chain's latency (ESM-2's
+  // 20 heads of 24 over 128 keys: 2.4 us each, about twice their busiest engine's work). Each part is
+  // a stage of its own, emitted one item apart (pipeline_staged()): while the Scalar engine
+  // exponentiates one item, the Vector engine takes the next one's row max and the Tensor engine an
+  // earlier one's P v. The loads run `ahead` items in front. The rings (allocate_rings) grow with the
+  // stages their values span; where they do not fit, the body is one stage, one item behind its loads.
+  enum Part : int { kScores, kScale, kMask, kMax, kSubtract, kExp, kNormalize, kValues, kOut, kParts };
+  struct Schedule {
+    size_t ahead = 1;
+    bool staged = false;  // every part a stage of its own; else the whole body is one stage
+  };
+  const auto stage_of = [](const Schedule& sc, int part) { return sc.staged ? static_cast<size_t>(part) : 0; };
+  const bool causal = c.attrs.is_causal;
+  const bool with_bias = causal || (mask && mask->dtype == DType::boolean);
+  const float scale = static_cast<float>(c.attrs.scalar), neg_inf = -std::numeric_limits<float>::infinity();
+  const uint32_t moving_max = spec.tensor.moving_free_max;
+  const uint16_t ep = static_cast<uint16_t>(e);
+
+  // Where the parts that two engines can run go (chosen below). Either engine gives the same bits:
+  // GpSimd's tensor_tensor / tensor_scalar are the Vector engine's ALU, and P^T holds probabilities,
+  // never -0, the one value an identity activation (x * 1 + 0) changes.
+  struct Placement {
+    Engine mask = Engine::vector, subtract = Engine::vector, normalize = Engine::vector;
+    int64_t evac_on_scalar = 0;  // how many of the s_chunks evacuations of P^T, spread evenly
+  };
+  const auto evac_on_scalar = [&](const Placement& pl, int64_t ch) {
+    return (ch + 1) * pl.evac_on_scalar / s_chunks > ch * pl.evac_on_scalar / s_chunks;
+  };
+
+  // The instructions of part `which` of item `it` from its buffers: what the kernel emits, and what
+  // the placement costs. The output's store (the builder splits it) is emitted after part kOut's.
+  using device::Instruction;
+  Tile ident;
+  auto part_instructions = [&](int which, const Item& it, const Placement& pl) {
+    const uint16_t lp = it.lp;
+    std::vector<Instruction> out;
+    switch (which) {
+      case kScores:  // scores = q k^T, one matmul per PSUM bank of keys
+        for (uint32_t n0 = 0; n0 < sf; n0 += moving_max) {
+          const uint32_t nw = std::min(moving_max, sf - n0);
+          out.push_back(device::matmul(it.sp.region(0, lp, n0, nw), it.qt, it.kt.region(0, ep, n0, nw), false));
+        }
+        break;
+      case kScale:  // * scale into SBUF (f32)
+        out.push_back(device::activate(ActFunc::identity, it.scores.rows(lp), it.sp.region(0, lp, 0, sf), scale));
+        break;
+      case kMask: {
+        // -inf where the mask says no: an additive mask is added; a bool one (true = attend) and the
+        // causal mask become an f32 bias first (iota gives j - p - q0 for query q0 + p and key j).
+        const AccessPattern scores = it.scores.rows(lp), bias = with_bias ? it.bias.rows(lp) : AccessPattern{};
+        if (mask && mask->dtype == DType::boolean) {
+          out.push_back(device::tensor_scalar(AluOp::keep_unless, bias, it.m, neg_inf, /*reverse=*/true, pl.mask));
+          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, bias, pl.mask));
+        } else if (mask) {
+          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, it.m, pl.mask));
+        } else if (causal) {
+          out.push_back(device::iota(bias, static_cast<float>(-it.q0), -1.0f));
+          out.push_back(device::tensor_scalar(AluOp::is_gt, bias, bias, 0.0f, false, pl.mask));  // j - i > 0
+          out.push_back(device::tensor_scalar(AluOp::keep_if, bias, bias, neg_inf, /*reverse=*/true, pl.mask));
+          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, bias, pl.mask));
+        }
+        break;
+      }
+      case kMax:  // the softmax along the keys, in SBUF
+        out.push_back(device::tensor_reduce(AluOp::max, it.stats.column(lp, 0), it.scores.rows(lp)));
+        break;
+      case kSubtract:
+        out.push_back(device::tensor_scalar(AluOp::subtract, it.scores.rows(lp), it.scores.rows(lp),
+                                            it.stats.column(lp, 0), false, pl.subtract));
+        break;
+      case kExp: {
+        Instruction exp = device::activate(ActFunc::exp, it.scores.rows(lp), it.scores.rows(lp));
+        exp.aux = it.stats.column(lp, 1);  // the row sum
+        out.push_back(exp);
+        out.push_back(device::activate(ActFunc::reciprocal, it.stats.column(lp, 1), it.stats.column(lp, 1)));
+        break;
+      }
+      case kNormalize:
+        out.push_back(device::tensor_scalar(AluOp::multiply, it.p.rows(lp), it.scores.rows(lp), it.stats.column(lp, 1),
+                                            false, pl.normalize));
+        break;
+      case kValues:  // out = P v: per chunk of keys, P^T through the array (P @ I), then accumulate
+        for (int64_t ch = 0; ch < s_chunks; ++ch) {
+          const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
+          const AccessPattern tp = it.transposes[static_cast<size_t>(ch)].first.region(0, w, 0, lp);
+          const AccessPattern pt = it.transposes[static_cast<size_t>(ch)].second.region(0, w, 0, lp);
+          out.push_back(device::matmul(tp, it.p.region(0, lp, static_cast<uint32_t>(ch) * parts, w),
+                                       ident.region(0, lp, 0, lp), false));
+          out.push_back(evac_on_scalar(pl, ch) ? device::activate(ActFunc::identity, pt, tp)
+                                               : device::tensor_copy(pt, tp));
+          out.push_back(device::matmul(it.op.region(0, lp, 0, evf), pt,
+                                       it.vt.region(0, w, static_cast<uint32_t>(ch) * evf, evf), ch > 0));
+        }
+        break;
+      case kOut:
+        out.push_back(device::activate(ActFunc::identity, it.y.rows(lp), it.op.region(0, lp, 0, evf)));
+        break;
+      default: break;
+    }
+    return out;
+  };
+
+  // The placement by the spec's costs (device::compute_instruction_ns), of one full item's parts: the
+  // one minimizing (items - 1) x the busiest engine's work per item + every engine's work (the items
+  // pipeline, and the last one's chain drains after them), as compile()'s row loops place their steps.
+  // The old placement (every choice on the Vector engine, P^T's evacuations alternating) wins ties.
+  Placement place{.evac_on_scalar = s_chunks / 2};
+  {
+    const uint16_t lp = static_cast<uint16_t>(lq_max);
+    const auto tile = [&](Memory memory, DType tile_dtype, uint16_t p, uint32_t elements) {
+      return Tile{memory, tile_dtype, p, 0, elements, 0};
+    };
+    Item probe;
+    probe.lp = lp;
+    probe.kt = tile(Memory::sbuf, dt, ep, sf);
+    probe.vt = tile(Memory::sbuf, dt, parts, static_cast<uint32_t>(s_chunks) * evf);
+    probe.qt = tile(Memory::sbuf, dt, ep, lp).ap();
+    if (mask) probe.m = tile(Memory::sbuf, mask->dtype, lp, sf).ap();
+    probe.sp = tile(Memory::psum, DType::f32, lp, sf);
+    probe.scores = probe.bias = tile(Memory::sbuf, DType::f32, lp, sf);
+    probe.stats = tile(Memory::sbuf, DType::f32, lp, 2);
+    probe.p = tile(Memory::sbuf, dt, lp, sf);
+    probe.op = tile(Memory::psum, DType::f32, lp, evf);
+    probe.y = tile(Memory::sbuf, c.out.dtype, lp, evf);
+    probe.transposes.assign(static_cast<size_t>(s_chunks),
+                            {tile(Memory::psum, DType::f32, parts, lp), tile(Memory::sbuf, dt, parts, lp)});
+    ident = tile(Memory::sbuf, dt, parts, lp);
+    const auto cost = [&](const Placement& pl) {
+      std::array<double, device::kEngineCount> work{};
+      for (int which = 0; which < kParts; ++which) {
+        for (const Instruction& in : part_instructions(which, probe, pl)) {
+          work[static_cast<size_t>(in.engine())] += device::compute_instruction_ns(spec, in);
+        }
+      }
+      double total = 0;
+      for (double w : work) total += w;
+      return static_cast<double>(items.size() - 1) * *std::max_element(work.begin(), work.end()) + total;
+    };
+    double best = cost(place);
+    for (const Engine mask_on : {Engine::vector, Engine::gpsimd}) {
+      for (const Engine subtract_on : {Engine::vector, Engine::gpsimd}) {
+        for (const Engine normalize_on : {Engine::vector, Engine::gpsimd}) {
+          for (int64_t on_scalar = 0; on_scalar <= s_chunks; ++on_scalar) {
+            const Placement pl{mask_on, subtract_on, normalize_on, on_scalar};
+            if (const double ns = cost(pl); ns < best) best = ns, place = pl;
+          }
+        }
+      }
+    }
+  }
+
+  ident = b.sbuf(dt, lq_max, 0, "identity");
+  // The rings of schedule `sc`, or false (nothing left allocated) when they do not fit. A ring holds at
+  // least one buffer per stage its value spans: item i + 1's first part is emitted before item i's later
+  // ones, so a shorter ring would hand item i the next item's data (the loads: `ahead` more). The SBUF
+  // rings and the PSUM ones where the banks allow have one buffer more, so that a part does not wait for
+  // the buffer a later stage of an earlier item still reads.
+  TilePool kt_pool, v_pool, qt_pool, score_pool, p_pool, pt_pool, y_pool, stat_pool, mask_pool, bias_pool;
+  TilePool score_psum, pt_psum, out_psum, ramp;
+  auto allocate_rings = [&](const Schedule& sc, bool last) {
+    const auto span = [&](int from, int to) { return stage_of(sc, to) - stage_of(sc, from) + 1; };
+    const auto loaded = [&](int reader) { return sc.ahead + stage_of(sc, reader) + 1; };
+    const uint32_t out_banks = banks_for(uint64_t(ev) * 4, bank);
+    const auto psum_banks = [&](size_t score_ring, size_t out_ring) {
+      return score_ring * score_banks + 2 + out_ring * out_banks;
+    };
+    size_t score_ring = span(kScores, kScale), out_ring = span(kValues, kOut);
+    if (psum_banks(score_ring, out_ring) > spec.psum_banks) {
+      SIGHTLINE_ASSERT(!last);  // one buffer of each: need_banks above
+      return false;
+    }
+    if (psum_banks(score_ring + 1, out_ring) <= spec.psum_banks) ++score_ring;
+    if (psum_banks(score_ring, out_ring + 1) <= spec.psum_banks) ++out_ring;
+    std::vector<TilePool*> made;
+    try {
+      const auto make = [&](TilePool& pool, std::string_view pool_name, DType pool_dtype, uint32_t elements,
+                            size_t count) {
+        pool = b.pool(pool_name, pool_dtype, elements, count);
+        made.push_back(&pool);
+      };
+      make(kt_pool, "k_t", dt, sf, loaded(kScores));
+      make(v_pool, "v", dt, static_cast<uint32_t>(s_chunks) * evf, loaded(kValues));
+      make(qt_pool, "q_t", dt, lq_max, loaded(kScores));
+      make(score_pool, "scores", DType::f32, sf, span(kScale, kNormalize) + 1);
+      make(p_pool, "p", dt, sf, span(kNormalize, kValues) + 1);
+      make(pt_pool, "p_t", dt, lq_max, 2);
+      // Staged, two more outputs: the next items' results do not wait for a store's fixed cost.
+      make(y_pool, "y", c.out.dtype, evf, span(kOut, kOut) + 1 + (sc.staged ? 2 : 0));
+      make(stat_pool, "stats", DType::f32, 2, std::max<size_t>(3, span(kMax, kNormalize) + 1));
+      if (mask) make(mask_pool, "mask", mask->dtype, sf, loaded(kMask));
+      if (with_bias) make(bias_pool, "bias", DType::f32, sf, 2);
+      // The identity's ramp last: a ring in its place would wait for the identity to be built.
+      make(ramp, "ramp", DType::f32, lq_max, 1);
+    } catch (const Error&) {
+      if (last) throw;  // the kernel's own minimum: the builder's overflow error names what is short
+      for (TilePool* pool : made) b.free(*pool);
+      return false;
+    }
+    score_psum = b.pool("scores_psum", DType::f32, score_banks * static_cast<uint32_t>(bank / 4), score_ring,
+                        Memory::psum);
+    pt_psum = b.pool("p_t_psum", DType::f32, lq_max, 2, Memory::psum);
+    out_psum = b.pool("out_psum", DType::f32, evf, out_ring, Memory::psum);
+    return true;
+  };
+  // The deepest schedule whose rings fit, down to the whole body one item behind its loads.
+  const std::vector<Schedule> schedules = {{2, true}, {1, true}, {1, false}};
+  Schedule sched;
+  for (size_t i = 0; i < schedules.size(); ++i) {
+    if (allocate_rings(schedules[i], i + 1 == schedules.size())) {
+      sched = schedules[i];
+      break;
+    }
+  }
+  phase(AttentionPhase::values);  // the identity is for the transposes of P
+  b.iota(ramp.at(0).ap(), 0.0f, -1.0f);  // i - p
+  b.tensor_scalar(AluOp::is_equal, ident.ap(), ramp.at(0).ap(), 0.0f);
+  b.free(ramp);
+
   int64_t loaded_k = -1, loaded_v = -1, loaded_m = -1;
   Tile kt, vt;
   AccessPattern m_loaded;
-  const uint16_t ep = static_cast<uint16_t>(e);
   auto load = [&](size_t i) {
     Item& it = items[i];
     // k^T [E, S] and v [S (chunks of partitions), Ev], once per key/value head.
@@ -186,72 +393,45 @@ void build_attention(EagerContext& c) {
     }
     it.vt = vt;
   };
-  auto body = [&](size_t i) {
-    const Item& it = items[i];
-    const uint16_t lp = it.lp;
-    const int64_t q0 = it.q0;
-    // scores = q k^T, one matmul per PSUM bank of keys, then * scale into SBUF (f32).
-    phase(AttentionPhase::scores);
-    const Tile sp = score_psum.next();
-    for (uint32_t n0 = 0; n0 < sf; n0 += moving_max) {
-      const uint32_t nw = std::min(moving_max, sf - n0);
-      b.matmul(sp.region(0, lp, n0, nw), it.qt, it.kt.region(0, ep, n0, nw), false);
+  // Part `which` of item `it`: its buffers from their rings, the phase that labels it, its instructions.
+  auto emit_part = [&](int which, Item& it) {
+    constexpr AttentionPhase phase_of[kParts] = {
+        AttentionPhase::scores,  AttentionPhase::scale,   AttentionPhase::mask,
+        AttentionPhase::softmax, AttentionPhase::softmax, AttentionPhase::softmax,
+        AttentionPhase::softmax, AttentionPhase::values,  AttentionPhase::values};
+    switch (which) {
+      case kScores: it.sp = score_psum.next(); break;
+      case kScale: it.scores = score_pool.next(); break;
+      case kMask:
+        if (with_bias) it.bias = bias_pool.next();
+        break;
+      case kMax: it.stats = stat_pool.next(); break;
+      case kNormalize: it.p = p_pool.next(); break;
+      case kValues:
+        it.op = out_psum.next();
+        it.transposes.clear();
+        for (int64_t ch = 0; ch < s_chunks; ++ch) {
+          const Tile tp = pt_psum.next();
+          it.transposes.emplace_back(tp, pt_pool.next());
+        }
+        break;
+      case kOut: it.y = y_pool.next(); break;
+      default: break;
     }
-    const AccessPattern scores = score_pool.next().rows(lp);
-    phase(AttentionPhase::scale);
-    b.activate(ActFunc::identity, scores, sp.region(0, lp, 0, sf), scale);
-    phase(AttentionPhase::mask);
-    if (mask) {
-      if (mask->dtype == DType::boolean) {
-        const AccessPattern bias = bias_pool.next().rows(lp);
-        b.tensor_scalar(AluOp::keep_unless, bias, it.m, neg_inf, /*reverse=*/true);  // -inf where false
-        b.tensor_tensor(AluOp::add, scores, scores, bias);
-      } else {
-        b.tensor_tensor(AluOp::add, scores, scores, it.m);
-      }
-    } else if (causal) {
-      // j - i > 0 masks: iota gives j - p - q0 for query q0 + p and key j.
-      const AccessPattern bias = bias_pool.next().rows(lp);
-      b.iota(bias, static_cast<float>(-q0), -1.0f);
-      b.tensor_scalar(AluOp::is_gt, bias, bias, 0.0f);
-      b.tensor_scalar(AluOp::keep_if, bias, bias, neg_inf, /*reverse=*/true);  // -inf where masked
-      b.tensor_tensor(AluOp::add, scores, scores, bias);
+    phase(phase_of[which]);
+    for (const Instruction& in : part_instructions(which, it, place)) b.emit(in);
+    if (which == kOut) {
+      b.store(hbm_pattern(c.out_io, c.out.dtype, it.o_base + it.q0 * c.out.strides[r - 2], it.lp, c.out.strides[r - 2],
+                          {{evf, stride32(c.out.strides[r - 1])}}),
+              it.y.rows(it.lp));
     }
-    // The softmax along the keys, in SBUF.
-    phase(AttentionPhase::softmax);
-    const Tile st = stat_pool.next();
-    const AccessPattern row_max = st.column(lp, 0), row_sum = st.column(lp, 1);
-    b.reduce(AluOp::max, row_max, scores);
-    b.tensor_scalar(AluOp::subtract, scores, scores, row_max);
-    b.activate(ActFunc::exp, scores, scores, 1.0f, 0.0f, row_sum);
-    b.activate(ActFunc::reciprocal, row_sum, row_sum);
-    const Tile p = p_pool.next();
-    b.tensor_scalar(AluOp::multiply, p.rows(lp), scores, row_sum);
-    // out = P v: per chunk of keys, P^T through the array (P @ I), then accumulate.
-    phase(AttentionPhase::values);
-    const Tile op = out_psum.next();
-    const AccessPattern acc = op.region(0, lp, 0, evf);
-    for (int64_t ch = 0; ch < s_chunks; ++ch) {
-      const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
-      const uint32_t j0 = static_cast<uint32_t>(ch) * parts;
-      const Tile tp = pt_psum.next();
-      b.matmul(tp.region(0, w, 0, lp), p.region(0, lp, j0, w), ident.region(0, lp, 0, lp), false);
-      const AccessPattern pt = pt_pool.next().region(0, w, 0, lp);
-      if (ch % 2 == 0) {
-        b.copy(pt, tp.region(0, w, 0, lp));  // alternate VectorE and ScalarE for the evacuations
-      } else {
-        b.activate(ActFunc::identity, pt, tp.region(0, w, 0, lp));
-      }
-      b.matmul(acc, pt, it.vt.region(0, w, static_cast<uint32_t>(ch) * evf, evf), ch > 0);
-    }
-    const AccessPattern y = y_pool.next().rows(lp);
-    b.activate(ActFunc::identity, y, acc);
-    b.store(hbm_pattern(c.out_io, c.out.dtype, it.o_base + q0 * c.out.strides[r - 2], lp, c.out.strides[r - 2],
-                        {{evf, stride32(c.out.strides[r - 1])}}),
-            y);
   };
-  // Every ring above holds two buffers: one item ahead.
-  pipeline(items.size(), 1, load, body);
+  const size_t stages = stage_of(sched, kParts - 1) + 1;
+  pipeline_staged(items.size(), sched.ahead, stages, load, [&](size_t st, size_t i) {
+    for (int which = 0; which < kParts; ++which) {
+      if (stage_of(sched, which) == st) emit_part(which, items[i]);
+    }
+  });
 }
 
 }  // namespace sightline::kernels
