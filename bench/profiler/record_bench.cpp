@@ -97,6 +97,7 @@ void BM_collect_1m(benchmark::State& state) {
     ns += since_ns(start);
   }
   state.SetItemsProcessed(state.iterations() * kEvents);
+  state.counters["event_bytes"] = static_cast<double>(sizeof(FunctionEvent));  // the anchor's bytes per event
   bench::report_against_memcpy(state, ns / static_cast<double>(state.iterations()),
                                std::size_t{kEvents} * sizeof(FunctionEvent));
 }

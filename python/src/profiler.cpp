@@ -268,8 +268,8 @@ void init_profiler(py::module_& m) {
           d["device_index"] = e.device_index;
           d["start_ns"] = e.start_ns;
           d["end_ns"] = e.end_ns;
-          d["input_shapes"] = e.input_shapes;
-          d["stack"] = e.stack;
+          d["input_shapes"] = e.input_shapes.to_vector();
+          d["stack"] = e.stack.to_vector();
           d["parent"] = e.parent;
           out.append(d);
         }

@@ -211,7 +211,7 @@ void export_trace(Database& db, const profiler::CollectedTrace& trace, DeviceRow
       if (e.input_shapes.empty()) {
         op.null();
       } else {
-        op.s(nlohmann::json(e.input_shapes).dump());
+        op.s(nlohmann::json(e.input_shapes.to_vector()).dump());
       }
       op.run();
     } else if (e.kind == profiler::EventKind::runtime) {

@@ -390,19 +390,20 @@ CollectedTrace build_trace(const Collection& collection, std::vector<ActivityBat
       previous = key;
       ++kept;
     };
+    // The memory records are taken in the same walk over the records (each is read once here).
     for (std::size_t i = 0; i < collection.records.size(); ++i) {
-      if (record_kept(collection.records[i])) see(record_key(collection.records[i], i));
+      const CollectedRecord& collected = collection.records[i];
+      if (collected.record.kind == EventKind::memory) {
+        if (window.include_cpu) trace.memory.push_back(memory_from_record(collected, collection));
+      } else if (record_kept(collected)) {
+        see(record_key(collected, i));
+      }
     }
     std::uint64_t b = 0;
     for (const ActivityBatch& batch : batches) {
       for (const FunctionEvent& event : batch.events) {
         if (wanted(event.device_type != DeviceType::cpu)) see({event.start_ns, event.end_ns, event.id, kBatchEvent | b++});
       }
-    }
-  }
-  for (const CollectedRecord& collected : collection.records) {
-    if (collected.record.kind == EventKind::memory && window.include_cpu) {
-      trace.memory.push_back(memory_from_record(collected, collection));
     }
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <iterator>
+#include <span>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +20,18 @@
 
 namespace sightline::profiler {
 namespace {
+
+// format_shapes over any contiguous list of shapes (an event keeps them in a CompactVector).
+std::string format_shape_list(std::span<const std::vector<std::int64_t>> shapes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (i != 0) out += ", ";
+    fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(shapes[i], ", "));
+  }
+  out += "]";
+  return out;
+}
+
 
 constexpr std::int64_t kColumnWidth = 12;  // torch's DEFAULT_COLUMN_WIDTH
 constexpr std::int64_t kSpacing = 2;       // torch's SPACING_SIZE: two spaces after every column
@@ -169,15 +182,8 @@ std::string format_memory(std::int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    if (i != 0) out += ", ";
-    fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(shapes[i], ", "));
-  }
-  out += "]";
-  return out;
-}
+
+std::string format_shapes(const std::vector<std::vector<std::int64_t>>& shapes) { return format_shape_list(shapes); }
 
 KeyAverages::KeyAverages(std::vector<FunctionEventAvg> rows, std::string device_name, bool with_flops,
                          std::uint64_t dropped_events, bool profile_memory)
@@ -230,7 +236,7 @@ TableCells KeyAverages::table_cells(const TableOptions& options) const {
   for (const FunctionEventAvg* event : events) {
     name_width = std::max<std::int64_t>(name_width, std::int64_t(event->key.size()) + 4);
     shapes_width =
-        std::max<std::int64_t>(shapes_width, std::int64_t(format_shapes(event->input_shapes).size()) + 4);
+        std::max<std::int64_t>(shapes_width, std::int64_t(format_shape_list(event->input_shapes).size()) + 4);
   }
   name_width = std::min(name_width, options.max_name_column_width);
   shapes_width = std::min(shapes_width, options.max_shapes_column_width);
@@ -334,7 +340,7 @@ TableCells KeyAverages::table_cells(const TableOptions& options) const {
     }
     cells.push_back(std::to_string(event->count));
     if (has_input_shapes)
-      cells.push_back(format_shapes(event->input_shapes).substr(0, std::size_t(shapes_width)));
+      cells.push_back(format_shape_list(event->input_shapes).substr(0, std::size_t(shapes_width)));
     if (show_flops) {
       cells.push_back(event->flops == 0 ? std::string("--")
                                         : fmt::format("{:8.3f}", double(event->flops) * flops_unit.first));
@@ -544,7 +550,7 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
     if (options.group_by_input_shape) {
       // Appended in two steps: `"\x1f" + std::string&&` trips a false -Wrestrict in GCC 12 at -O3.
       group += '\x1f';
-      group += format_shapes(event.input_shapes);
+      group += format_shape_list(event.input_shapes);
     }
     const std::size_t stack_depth = options.group_by_stack_n > 0
                                         ? std::min(event.stack.size(), std::size_t(options.group_by_stack_n))
@@ -560,7 +566,7 @@ KeyAverages key_averages(const CollectedTrace& trace, const KeyAveragesOptions& 
       row.device_type = event.device_type;
       row.is_user_annotation = event.is_user_annotation();
       row.has_cpu_parent = event.parent >= 0;
-      if (options.group_by_input_shape) row.input_shapes = event.input_shapes;
+      if (options.group_by_input_shape) row.input_shapes = event.input_shapes.to_vector();
       row.stack.assign(event.stack.begin(), event.stack.begin() + std::ptrdiff_t(stack_depth));
     }
     FunctionEventAvg& row = rows[found->second];

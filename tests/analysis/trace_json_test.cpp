@@ -63,7 +63,7 @@ TEST(TraceJsonHostile, CallStackReadsBothForms) {
   json trace = valid_trace();
   auto stack_of = [](const json& t) {
     for (const profiler::FunctionEvent& e : analysis::trace_json_parse(t.dump(), "t.json").events)
-      if (e.name == "aten::mul") return e.stack;
+      if (e.name == "aten::mul") return e.stack.to_vector();
     return std::vector<std::string>{};
   };
   EXPECT_EQ(stack_of(trace), frames);

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "sightline/profiler/compact_vector.h"
 #include "sightline/profiler/record.h"
 
 namespace sightline::profiler {
@@ -30,28 +31,31 @@ struct TraceArg {
   std::variant<std::int64_t, double, std::string> value{};
 };
 
+// One event of a trace. A collected trace writes a million of these into fresh memory, so the lists
+// most events leave empty are CompactVectors (one pointer each) and the small fields share words; the
+// size is held by a static_assert below.
 struct FunctionEvent {
   std::uint64_t id = 0;           // correlation id; device work: the id of the runtime call
   std::uint64_t external_id = 0;  // the framework op it belongs to (its own id for an op)
   std::string name{};
   EventKind kind = EventKind::cpu_op;
   DeviceType device_type = DeviceType::cpu;
-  std::int64_t thread = 0;    // OS thread id of host events
   int device_index = -1;      // device events: device (core) index
+  std::int64_t thread = 0;    // OS thread id of host events
   std::int64_t resource = 0;  // device events: lane on the device (queue, engine)
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::vector<std::vector<std::int64_t>> input_shapes{};
+  CompactVector<std::vector<std::int64_t>> input_shapes{};
   // with_stack: the call stack it was recorded under, innermost frame first, "file(line): function".
-  std::vector<std::string> stack{};
+  CompactVector<std::string> stack{};
   std::uint64_t flops = 0;
   std::uint64_t bytes = 0;
-  std::vector<TraceArg> args{};
+  CompactVector<TraceArg> args{};
 
   // Filled by build_trace: indices into CollectedTrace::events.
   std::int64_t parent = -1;
-  std::vector<std::int64_t> children{};
-  std::vector<std::int64_t> kernels{};  // device events attributed to this op
+  CompactVector<std::int64_t> children{};
+  CompactVector<std::int64_t> kernels{};  // device events attributed to this op
 
   // Filled by build_trace (torch's FunctionEvent properties).
   std::int64_t cpu_time_total_ns = 0;
@@ -68,6 +72,7 @@ struct FunctionEvent {
   std::int64_t duration_ns() const { return end_ns - start_ns; }
   bool is_user_annotation() const { return kind == EventKind::user_annotation; }
 };
+static_assert(sizeof(FunctionEvent) <= 216, "a collected trace writes one per event: keep it small");
 
 // One allocation (bytes > 0) or release (bytes < 0), torch's [memory] record.
 struct MemoryEvent {
