@@ -304,6 +304,7 @@ class Lowerer {
     }
     std::vector<TensorDesc> descs;
     for (const Place& p : mm_operands) descs.push_back(p.desc);
+    const auto taken = find_prefetch(mm.op, mm_operands);
     const TensorDesc result = TensorDesc::contiguous(meta.dtype, meta.shape);
     // A dry run of the matmul kernel on a builder of its own tells its result tiles in store order
     // (each in SBUF, and where in the result it goes) and the SBUF its tiles leave free. Each tile must
@@ -323,8 +324,11 @@ class Lowerer {
       for (size_t i = 0; i < descs.size(); ++i)
         io.push_back(kernels::declare_input(dry, fmt::format("in{}", i), descs[i]));
       const uint32_t out_io = kernels::declare_output(dry, "out", result);
+      const std::optional<kernels::PrefetchedWeight> dry_weight =
+          mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks plan;
       plan.whole_rows = row_wide;
+      plan.weight = dry_weight ? &*dry_weight : nullptr;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
         tiles.push_back({y, d});
@@ -409,6 +413,7 @@ class Lowerer {
     };
     kernels::EagerHooks hooks;
     hooks.whole_rows = row_wide;
+    prefetch_hooks(hooks, taken);
     hooks.allocated = [&] {
       for (size_t k = 1; k < chain.size(); ++k) {
         if (op_is_binary_elementwise(chain[k]->op)) {
@@ -462,6 +467,7 @@ class Lowerer {
     builder_.end_kernel(scope);
     SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
                          tiles.size());
+    if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
     return out;
@@ -500,6 +506,7 @@ class Lowerer {
     }
     std::vector<TensorDesc> descs;
     for (const Place& p : mm_operands) descs.push_back(p.desc);
+    const auto taken = find_prefetch(mm.op, mm_operands);
     const TensorDesc result = TensorDesc::contiguous(dtype, meta.shape);
     // A result tile: rows [r0, r0 + rows) on partitions from p0, columns [c0, c0 + width) of them.
     struct ResultTile {
@@ -543,8 +550,11 @@ class Lowerer {
       for (size_t i = 0; i < descs.size(); ++i)
         io.push_back(kernels::declare_input(dry, fmt::format("in{}", i), descs[i]));
       const uint32_t out_io = kernels::declare_output(dry, "out", result);
+      const std::optional<kernels::PrefetchedWeight> dry_weight =
+          mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks dry_hooks;
       dry_hooks.whole_rows = whole_rows;
+      dry_hooks.weight = dry_weight ? &*dry_weight : nullptr;
       dry_hooks.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       bool rows_runs = true;
       dry_hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
@@ -652,6 +662,7 @@ class Lowerer {
     };
     kernels::EagerHooks hooks;
     hooks.whole_rows = use_whole_rows;
+    prefetch_hooks(hooks, taken);
     hooks.allocated = [&] {
       for (int b = 1; b < plan.buffers; ++b) {
         values[static_cast<size_t>(b)] =
@@ -731,6 +742,7 @@ class Lowerer {
     builder_.end_kernel(scope);
     SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
                          tiles.size());
+    if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
     return Place{out.io, out.offset + plan.offset, {dtype, root.meta.shape, plan.strides}};
@@ -1209,56 +1221,124 @@ class Lowerer {
       tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
     }
     kernels::EagerHooks hooks;
-    // A matmul's loads are all out before its first store: the next linear's weight loads queue there,
-    // behind them and ahead of the stores, and move while this product computes.
-    if (pending_prefetch() && op_info(op).kind == OpKind::matmul) {
-      hooks.before_stores = [this] { emit_weight_prefetch(); };
-    }
-    auto taken = prefetches_.end();
-    if (op == OpId::linear && operands.size() >= 2) {
-      const Place& w = operands[1];
-      taken = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) {
-        const Place& x = operands[0];
-        return p.emitted && w.io == p.io && w.offset == p.offset && w.desc.shape == p.weight.weight.shape &&
-               w.desc.strides == p.weight.weight.strides && w.desc.dtype == p.weight.weight.dtype &&
-               (!p.weight.activation || (x.io == p.x_io && x.offset == p.x_offset));
-      });
-    }
+    const auto taken = find_prefetch(op, operands);
     const bool takes_prefetch = taken != prefetches_.end();
-    // The hook may add to prefetches_ no element: emit_weight_prefetch marks one, so `taken` stays valid.
-    if (takes_prefetch) hooks.weight = &taken->weight;
+    if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
                                op_info(op).kind == OpKind::matmul ? &hooks : nullptr);
     builder_.end_kernel(scope);
-    if (takes_prefetch) {
-      if (taken->weight.activation) ++prefetched_activations_;
-      release(*taken);
-      prefetches_.erase(taken);
-      ++prefetched_weights_;
-    }
+    if (takes_prefetch) took_prefetch(taken);
     ++kernel_count_;
     return out;
+  }
+
+  // A weight prefetched for a linear ahead (plan_weight_prefetch), until the linear reads it.
+  struct Prefetch {
+    kernels::PrefetchedWeight weight;
+    uint32_t io = 0;
+    int64_t offset = 0;
+    const Node* linear = nullptr;  // the node it is for
+    bool emitted = false;          // its loads are in the program
+    uint32_t x_io = 0;             // where the prefetched activation (weight.activation) is read from
+    int64_t x_offset = 0;
+  };
+
+  // A matmul kernel's part in the prefetch: its loads are all out before its first store, so the next
+  // linear's weight loads queue there, behind them and ahead of the stores, and move while this product
+  // computes; and it reads `taken`'s panels (when it is the linear they are for). The hook adds no
+  // element to prefetches_ (emit_weight_prefetch marks one), so `taken` stays valid.
+  void prefetch_hooks(kernels::EagerHooks& hooks, std::vector<Prefetch>::iterator taken) {
+    if (pending_prefetch()) hooks.before_stores = [this] { emit_weight_prefetch(); };
+    if (taken != prefetches_.end()) hooks.weight = &taken->weight;
+  }
+
+  // The prefetch whose loads are out for this linear's weight (and input) at `operands`, if any.
+  std::vector<Prefetch>::iterator find_prefetch(OpId op, std::span<const Place> operands) {
+    if (op != OpId::linear || operands.size() < 2) return prefetches_.end();
+    const Place &x = operands[0], &w = operands[1];
+    return std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) {
+      return p.emitted && w.io == p.io && w.offset == p.offset && w.desc.shape == p.weight.weight.shape &&
+             w.desc.strides == p.weight.weight.strides && w.desc.dtype == p.weight.weight.dtype &&
+             (!p.weight.activation || (x.io == p.x_io && x.offset == p.x_offset));
+    });
+  }
+
+  void took_prefetch(std::vector<Prefetch>::iterator taken) {
+    if (taken->weight.activation) ++prefetched_activations_;
+    release(*taken);
+    prefetches_.erase(taken);
+    ++prefetched_weights_;
+  }
+
+  // A fused kernel plans its tiles on a dry run of its own builder, and its tiles must come out the same
+  // in the program's: so the dry builder first gets what the program's SBUF holds between kernels, the
+  // prefetched panels (and inputs), at the same addresses. Returns the dry copy of `taken` (the prefetch
+  // the kernel reads), if any, for the dry run's EagerHooks::weight.
+  std::optional<kernels::PrefetchedWeight> mirror_prefetches(kernels::KernelBuilder& dry, const Prefetch* taken) const {
+    struct Unit {
+      uint32_t offset;
+      const Prefetch* owner;
+      bool activation;
+    };
+    std::vector<Unit> units;
+    for (const Prefetch& p : prefetches_) {
+      if (p.weight.panels.size() > 0) units.push_back({p.weight.panels.at(0).offset, &p, false});
+      if (p.weight.activation) units.push_back({p.weight.activation->offset, &p, true});
+    }
+    std::sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.offset < b.offset; });
+    std::optional<kernels::PrefetchedWeight> copy;
+    std::vector<kernels::Tile> fillers;
+    std::map<const Prefetch*, kernels::PrefetchedWeight> made;
+    for (const Unit& u : units) {
+      const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
+      const uint32_t next = (used + 63) / 64 * 64;
+      if (u.offset > next) fillers.push_back(dry.sbuf(DType::f32, (u.offset - next) / 4, 0, "between_kernels"));
+      kernels::PrefetchedWeight& w = made[u.owner];
+      w.weight = u.owner->weight.weight;
+      if (!u.activation) {
+        std::optional<kernels::PrefetchedWeight> panels =
+            kernels::allocate_linear_weight(dry, w.weight, std::numeric_limits<uint64_t>::max());
+        SIGHTLINE_ASSERT(panels && panels->panels.size() == u.owner->weight.panels.size());
+        w.panels = panels->panels;
+        for (size_t k = 0; k < w.panels.size(); ++k)
+          SIGHTLINE_ASSERT_MSG(w.panels.at(k).offset == u.owner->weight.panels.at(k).offset,
+                               "prefetched panel {} at {} in the dry run, {} in the program", k,
+                               w.panels.at(k).offset, u.owner->weight.panels.at(k).offset);
+      } else {
+        const bool allocated =
+            kernels::allocate_linear_activation(dry, w, u.owner->weight.x, std::numeric_limits<uint64_t>::max());
+        SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
+      }
+    }
+    for (const kernels::Tile& t : fillers) dry.free(t);
+    SIGHTLINE_ASSERT(dry.sbuf_free_bytes() == builder_.sbuf_free_bytes());
+    if (taken) copy = made.at(taken);
+    return copy;
   }
 
   // Weight prefetch across kernel boundaries. A linear's weight is a program argument, which nothing in
   // the program writes, so it can be loaded into SBUF while the kernel before the linear runs: a DMA
   // queue runs its transfers in order, and the weight loads emitted with the linear would start only
   // once the previous kernel's stores are through. Before lowering node `i` of `graph`, when the next
-  // node that emits a kernel is a linear whose weight is an argument and node `i` is an op lowered by
-  // kernel(), the weight's SBUF panels are allocated (so node i's kernel plans around them) if they take
+  // node that emits a kernel is a linear whose weight is an argument (an aten::linear, or a matmul
+  // epilogue group of one: linear_inputs) and node `i` is an op lowered by kernel() or a matmul epilogue
+  // group, the weight's SBUF panels are allocated (so node i's kernel plans around them) if they take
   // at most 1/kPrefetchShare of the free SBUF; node i's kernel emits their loads before its first store
   // when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
-  // and frees them. Fused nodes plan their SBUF against a dry run or a check made with all of it free,
-  // so none is taken from them. Whether the program keeps its prefetches is decided by lower() on the
-  // cost model (the comment above lower()): plan_weight_prefetch does nothing when prefetch_ is off.
+  // and frees them. An epilogue group plans its tiles on a dry run, which gets the same panels first
+  // (mirror_prefetches), so its tiles come out as they will in the program. Row groups plan their SBUF
+  // with a check made with all of it free, so none is taken from them. Whether the program keeps its
+  // prefetches is decided by lower() on the cost model (the comment above lower()):
+  // plan_weight_prefetch does nothing when prefetch_ is off.
   static constexpr uint64_t kPrefetchShare = 4;
 
   void plan_weight_prefetch(const Graph& graph, size_t i, const std::vector<Place>& values,
                             const std::vector<bool>& deferred) {
     const Node& at = graph.nodes[i];
-    if (!prefetch_ || at.kind != NodeKind::op || op_info(at.op).is_view) return;
+    const bool at_epilogue = at.kind == NodeKind::fused && at.fusion == FusionKind::matmul_epilogue;
+    if (!prefetch_ || !(at_epilogue || (at.kind == NodeKind::op && !op_info(at.op).is_view))) return;
     // One weight ahead: beside node i's own (when it is a linear that reads one), none other pending.
     for (const Prefetch& p : prefetches_) {
       if (p.linear != &at) return;
@@ -1270,8 +1350,10 @@ class Lowerer {
       next = &m;
       break;
     }
-    if (!next || next->kind != NodeKind::op || next->op != OpId::linear || next->inputs.size() < 2) return;
-    const auto w = static_cast<size_t>(next->inputs[1]);
+    if (!next) return;
+    const std::optional<std::pair<size_t, size_t>> linear = linear_inputs(*next);
+    if (!linear) return;
+    const size_t w = linear->second;
     if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
     const Place& weight = values[w];
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
@@ -1280,14 +1362,37 @@ class Lowerer {
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
     // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
     // read one activation: then the linear waits for nothing of the kernel before it.
-    const auto x = static_cast<size_t>(next->inputs[0]);
+    const size_t x = linear->first;
     if (x < i && kernels::allocate_linear_activation(builder_, p.weight, values[x].desc,
                                                      budget - (free - builder_.sbuf_free_bytes()))) {
       p.x_io = values[x].io;
       p.x_offset = values[x].offset;
     }
     prefetches_.push_back(std::move(p));
-    if (op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+    if (!at_epilogue && op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  // The graph values a linear reads as (x, weight): an aten::linear node's, or a matmul epilogue group's
+  // whose matmul is a linear of two of the group's inputs; nullopt for any other node.
+  static std::optional<std::pair<size_t, size_t>> linear_inputs(const Node& n) {
+    if (n.kind == NodeKind::op) {
+      if (n.op != OpId::linear || n.inputs.size() < 2) return std::nullopt;
+      return std::pair<size_t, size_t>{static_cast<size_t>(n.inputs[0]), static_cast<size_t>(n.inputs[1])};
+    }
+    if (n.kind != NodeKind::fused || n.fusion != FusionKind::matmul_epilogue || !n.body) return std::nullopt;
+    const Graph& body = *n.body;
+    const auto mm = std::find_if(body.nodes.begin(), body.nodes.end(), [](const Node& m) { return m.kind == NodeKind::op; });
+    if (mm == body.nodes.end() || mm->op != OpId::linear || mm->inputs.size() < 2) return std::nullopt;
+    auto group_input = [&](int v) -> std::optional<size_t> {
+      if (v < 0) return std::nullopt;
+      const Node& in = body.nodes[static_cast<size_t>(v)];
+      if (in.kind != NodeKind::input || in.input_index < 0 || static_cast<size_t>(in.input_index) >= n.inputs.size())
+        return std::nullopt;
+      return static_cast<size_t>(n.inputs[static_cast<size_t>(in.input_index)]);
+    };
+    const std::optional<size_t> x = group_input(mm->inputs[0]), w = group_input(mm->inputs[1]);
+    if (!x || !w) return std::nullopt;
+    return std::pair<size_t, size_t>{*x, *w};
   }
 
   void release(const auto& p) {  // a Prefetch (declared with the members below)
@@ -1322,15 +1427,6 @@ class Lowerer {
   std::vector<std::string> attention_store_fallbacks_;  // why the others kept their copy (attention_store)
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
-  struct Prefetch {
-    kernels::PrefetchedWeight weight;
-    uint32_t io = 0;
-    int64_t offset = 0;
-    const Node* linear = nullptr;  // the node it is for
-    bool emitted = false;          // its loads are in the program
-    uint32_t x_io = 0;             // where the prefetched activation (weight.activation) is read from
-    int64_t x_offset = 0;
-  };
   std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
