@@ -85,8 +85,9 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 
 class Lowerer {
  public:
-  Lowerer(const device::Spec& spec, const std::string& name, bool prefetch)
-      : spec_(spec), builder_(spec, name), prefetch_(prefetch) {}
+  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch)
+      : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
+        after_loads_(prefetch == WeightPrefetch::after_loads) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -1250,7 +1251,7 @@ class Lowerer {
   // computes; and it reads `taken`'s panels (when it is the linear they are for). The hook adds no
   // element to prefetches_ (emit_weight_prefetch marks one), so `taken` stays valid.
   void prefetch_hooks(kernels::EagerHooks& hooks, std::vector<Prefetch>::iterator taken) {
-    if (pending_prefetch()) hooks.before_stores = [this] { emit_weight_prefetch(); };
+    if (pending_prefetch()) (after_loads_ ? hooks.after_loads : hooks.before_stores) = [this] { emit_weight_prefetch(); };
     if (taken != prefetches_.end()) hooks.weight = &taken->weight;
   }
 
@@ -1417,7 +1418,8 @@ class Lowerer {
 
   const device::Spec& spec_;
   kernels::KernelBuilder builder_;
-  bool prefetch_ = true;  // plan_weight_prefetch runs (lower() keeps the faster of the two programs)
+  bool prefetch_ = true;  // plan_weight_prefetch runs (lower() keeps the fastest program)
+  bool after_loads_ = false;  // a matmul kernel emits the prefetch behind all its loads, not at its first store
   std::map<DType, Constants> constants_;
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
@@ -1496,19 +1498,30 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // transfers and stores (pieces of stream_min_piece_bytes on the first few queues: 256 x 256 bf16 is
 // 1.4 us on each of 4 of trn2's 16, where the linear would spread its own weight loads over all 16)
 // and delay what waits for those, and their panels shrink the SBUF that kernel plans with; which wins
-// depends on the whole program's overlap, which only a run of it shows. So the rule is measured, not guessed: the program is lowered with the
-// prefetch and, when it prefetched any weight, without it, each is timed on a timing-only run of the
-// cost model, and the faster is kept (a tie keeps the one without: fewer SBUF panels held across
-// kernels). The prefetch therefore never makes a program slower than without it.
+// depends on the whole program's overlap, which only a run of it shows. A matmul kernel before the
+// linear can take the loads at its first store, ahead of the later panels of its own b (which the next
+// weight then delays), or behind all its loads (the next weight then starts later); which is faster
+// depends on the program too. So the rule is measured, not guessed: the program is lowered with the
+// prefetch and, when it prefetched any weight, without it and with the loads behind the kernels' own,
+// each is timed on a timing-only run of the cost model, and the fastest is kept (a tie keeps the one
+// without: fewer SBUF panels held across kernels; then the first-store placement). The prefetch
+// therefore never makes a program slower than without it.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch) {
-  if (prefetch != WeightPrefetch::best) return Lowerer(spec, name, prefetch == WeightPrefetch::always).run(graph);
-  device::Executable with = Lowerer(spec, name, true).run(graph);
+  if (prefetch != WeightPrefetch::best) return Lowerer(spec, name, prefetch).run(graph);
+  device::Executable with = Lowerer(spec, name, WeightPrefetch::always).run(graph);
   const auto count = std::find_if(with.metadata.begin(), with.metadata.end(),
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
   if (count == with.metadata.end() || count->second == "0") return with;
-  device::Executable without = Lowerer(spec, name, false).run(graph);
-  return modeled_ns(spec, with) < modeled_ns(spec, without) ? std::move(with) : std::move(without);
+  device::Executable best = Lowerer(spec, name, WeightPrefetch::never).run(graph);
+  double best_ns = modeled_ns(spec, best);
+  if (const double ns = modeled_ns(spec, with); ns < best_ns) {
+    best = std::move(with);
+    best_ns = ns;
+  }
+  device::Executable after = Lowerer(spec, name, WeightPrefetch::after_loads).run(graph);
+  if (after != best && modeled_ns(spec, after) < best_ns) best = std::move(after);
+  return best;
 }
 
 std::vector<IoBinding> io_bindings(const device::Executable& exe) {

@@ -358,7 +358,44 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
               on, off, bound, first);
   EXPECT_LE(on, bound);
   EXPECT_GT(off, bound);
-  EXPECT_EQ(run_ns(best), std::min(on, off));
+  const double after = run_ns(lower(g, spec, "linears", WeightPrefetch::after_loads));
+  EXPECT_EQ(run_ns(best), std::min({on, off, after}));
+}
+
+// Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
+// when a resident b still has panels to fetch (4 panels of 512 columns: the first two are out by then),
+// so some of the next weight's pieces queue ahead of them; `after_loads` behind every load of its own.
+TEST(Lowering, AfterLoadsPrefetchQueuesBehindTheKernelsOwnLoads) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = relu(linear(in[0], in[1]));
+        return std::vector<Tensor>{linear(h, in[2]) + in[0]};
+      },
+      {{{128, 1024}, DType::bf16}, {{2048, 1024}, DType::bf16}, {{1024, 2048}, DType::bf16}});
+  // Whether, on some DMA queue, a load of the first weight follows a load of the second.
+  auto first_weight_behind_second = [](const device::Executable& exe) {
+    uint32_t w1 = 0, w2 = 0;
+    for (uint32_t i = 0; i < exe.io.size(); ++i) {
+      if (exe.io[i].name == "arg1") w1 = i;
+      if (exe.io[i].name == "arg2") w2 = i;
+    }
+    for (const std::vector<device::Instruction>& queue : exe.dma_queues) {
+      bool second = false;
+      for (const device::Instruction& in : queue) {
+        if (in.src0.memory != device::Memory::hbm) continue;
+        if (in.src0.tensor == w2) second = true;
+        if (in.src0.tensor == w1 && second) return true;
+      }
+    }
+    return false;
+  };
+  const device::Executable at_first_store = lower(g, spec, "linears", WeightPrefetch::always);
+  const device::Executable after_loads = lower(g, spec, "linears", WeightPrefetch::after_loads);
+  EXPECT_EQ(metadata(at_first_store, "compiled.prefetched_weights"), "1");
+  EXPECT_EQ(metadata(after_loads, "compiled.prefetched_weights"), "1");
+  EXPECT_TRUE(first_weight_behind_second(at_first_store));
+  EXPECT_FALSE(first_weight_behind_second(after_loads));
 }
 
 TEST(Lowering, ScratchTensorsSurviveANeffRoundTrip) {
