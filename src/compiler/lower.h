@@ -63,10 +63,12 @@ namespace sightline::compiler {
 std::optional<std::pair<int64_t, kernels::TensorDesc>> apply_view_desc(OpId op, const OpAttrs& attrs, int64_t offset,
                                                                        const kernels::TensorDesc& desc);
 
-// Whether a linear's weight is loaded by the kernel before it (docs/architecture.md §10): `best`
-// lowers the program with and without the prefetch and keeps the one the cost model times faster;
-// `always` and `never` force one (tests and A/B measurements).
-enum class WeightPrefetch : uint8_t { best, always, never };
+// Whether a linear's weight is loaded by the kernel before it (docs/architecture.md §10), and where in a
+// matmul kernel before it the loads go: `always` right before its first store, `after_loads` behind all
+// of its own loads (EagerHooks::before_stores, ::after_loads). `best` lowers the program each way and
+// without the prefetch and keeps the one the cost model times fastest; the others force one (tests and
+// A/B measurements).
+enum class WeightPrefetch : uint8_t { best, always, after_loads, never };
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,

@@ -61,8 +61,11 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 // kernel has allocated its tiles, before its first instruction (room for the caller's own tiles above
 // them); `before_store` runs for each result tile once it is in SBUF (`y`), right before the kernel
 // stores it to `dst` (an HBM pattern of the output): the compiler's matmul epilogue; `before_stores`
-// runs once, right before the kernel's first store (its loads are emitted by then), so that a caller's
-// transfers emitted there queue behind the kernel's loads but ahead of its stores; `weight` hands a
+// runs once, right before the kernel's first store, so that a caller's transfers emitted there queue
+// behind the kernel's loads emitted by then (a resident b's later panels are fetched one panel ahead,
+// after the first stores) but ahead of its stores; `after_loads` likewise, as soon as the kernel has
+// emitted all its loads (right before the store that follows the last of them; the first store when
+// the kernel streams its operands), behind every load of the kernel; `weight` hands a
 // linear kernel its weight already loaded into SBUF (prefetch_linear_weight), so it loads none.
 // The phases of the attention kernel: q k^T (and its operand loads), the scale, the mask, the softmax,
 // and P v (the transposes of P, v's loads, the store).
@@ -84,6 +87,7 @@ struct EagerHooks {
   // instructions with the op it comes from.
   std::function<void(AttentionPhase)> attention_phase;
   std::function<void()> before_stores;
+  std::function<void()> after_loads;
   const struct PrefetchedWeight* weight = nullptr;
 };
 

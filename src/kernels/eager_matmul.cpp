@@ -383,6 +383,10 @@ class GemmEmitter {
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
     if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
     if (!stored_ && hooks_ && hooks_->before_stores) hooks_->before_stores();
+    if (!after_loads_done_ && (!plan_.resident || !loads_remain) && hooks_ && hooks_->after_loads) {
+      after_loads_done_ = true;
+      hooks_->after_loads();
+    }
     stored_ = true;
     if (tail_queues > 0) {
       const uint64_t pieces = std::clamp<uint64_t>(y.bytes() / kMinPieceBytes, 1, tail_queues);
@@ -628,6 +632,7 @@ class GemmEmitter {
   bool a_used_ = false;
   Tile a_preloaded_tile_;
   bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
+  bool after_loads_done_ = false;  // EagerHooks::after_loads has run
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "compiler/passes.h"
 #include "device/timing.h"
 #include "device/core.h"
+#include "device/cost_model.h"
 #include "formats/neff.h"
 #include "programs.h"
 
@@ -313,6 +314,88 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
   const Graph decoder = decoder_graph();
   EXPECT_LE(run_ns(lower(decoder, spec, "decoder")),
             run_ns(lower(decoder, spec, "decoder", WeightPrefetch::never)));
+}
+
+// Two linears whose results take a residual add in their matmul epilogues, back to back (the second
+// reads the first's result), as a transformer's projections are. The second's weight is loaded while
+// the first kernel runs (the prefetch across kernels takes epilogue groups on either side), so its stream
+// follows the first weight's instead of queueing behind the first kernel's stores. A bound from the
+// model (docs/hardware-model.md §1.4, §1.6): the first kernel as timed alone, plus the second weight at
+// HBM bandwidth, plus what of the second kernel cannot overlap that stream (loading the first result as
+// a^T over every queue, F plus its data at the queues' rate; the second product's Tensor-engine time;
+// its store, the same). Without the prefetch the second weight queues behind the first kernel's stores,
+// and the program does not meet it.
+TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const int64_t m = 128, k = 1024;
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = linear(in[0], in[1]) + in[0];
+        return std::vector<Tensor>{linear(h, in[2]) + h};
+      },
+      {{{m, k}, DType::bf16}, {{k, k}, DType::bf16}, {{k, k}, DType::bf16}});
+  const device::Executable with = lower(g, spec, "linears", WeightPrefetch::always);
+  const device::Executable without = lower(g, spec, "linears", WeightPrefetch::never);
+  const device::Executable best = lower(g, spec, "linears");
+  EXPECT_EQ(metadata(with, "compiled.fused_epilogues"), "2");
+  EXPECT_EQ(metadata(with, "compiled.prefetched_weights"), "1");
+  EXPECT_EQ(metadata(without, "compiled.prefetched_weights"), "0");
+  const Graph one = optimized(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{linear(in[0], in[1]) + in[0]}; },
+      {{{m, k}, DType::bf16}, {{k, k}, DType::bf16}});
+  const double first = run_ns(lower(one, spec, "linear"));
+  const double f = spec.dma.fixed_cost_ns, all_queues = spec.dma.queues * spec.dma.queue_bytes_per_ns;
+  const double weight = double(k) * k * 2, activation = double(m) * k * 2;
+  const uint32_t cols = spec.tensor.moving_free_max;
+  const double matmul = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, 128, 0, DType::f32, {cols}), device::sbuf(0, 128, 0, DType::bf16, {128}),
+                           device::sbuf(0, 128, 0, DType::bf16, {cols}), true));
+  const double tensor = double(k / spec.partitions) * double(k / cols) * matmul;
+  const double bound = first + weight / spec.hbm.bytes_per_ns + (f + activation / all_queues) + tensor +
+                       (f + activation / all_queues);
+  const double on = run_ns(with), off = run_ns(without);
+  std::printf("two epilogue linears: %.1f ns with the prefetch, %.1f ns without, bound %.1f ns (first alone %.1f)\n",
+              on, off, bound, first);
+  EXPECT_LE(on, bound);
+  EXPECT_GT(off, bound);
+  const double after = run_ns(lower(g, spec, "linears", WeightPrefetch::after_loads));
+  EXPECT_EQ(run_ns(best), std::min({on, off, after}));
+}
+
+// Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
+// when a resident b still has panels to fetch (4 panels of 512 columns: the first two are out by then),
+// so some of the next weight's pieces queue ahead of them; `after_loads` behind every load of its own.
+TEST(Lowering, AfterLoadsPrefetchQueuesBehindTheKernelsOwnLoads) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = relu(linear(in[0], in[1]));
+        return std::vector<Tensor>{linear(h, in[2]) + in[0]};
+      },
+      {{{128, 1024}, DType::bf16}, {{2048, 1024}, DType::bf16}, {{1024, 2048}, DType::bf16}});
+  // Whether, on some DMA queue, a load of the first weight follows a load of the second.
+  auto first_weight_behind_second = [](const device::Executable& exe) {
+    uint32_t w1 = 0, w2 = 0;
+    for (uint32_t i = 0; i < exe.io.size(); ++i) {
+      if (exe.io[i].name == "arg1") w1 = i;
+      if (exe.io[i].name == "arg2") w2 = i;
+    }
+    for (const std::vector<device::Instruction>& queue : exe.dma_queues) {
+      bool second = false;
+      for (const device::Instruction& in : queue) {
+        if (in.src0.memory != device::Memory::hbm) continue;
+        if (in.src0.tensor == w2) second = true;
+        if (in.src0.tensor == w1 && second) return true;
+      }
+    }
+    return false;
+  };
+  const device::Executable at_first_store = lower(g, spec, "linears", WeightPrefetch::always);
+  const device::Executable after_loads = lower(g, spec, "linears", WeightPrefetch::after_loads);
+  EXPECT_EQ(metadata(at_first_store, "compiled.prefetched_weights"), "1");
+  EXPECT_EQ(metadata(after_loads, "compiled.prefetched_weights"), "1");
+  EXPECT_TRUE(first_weight_behind_second(at_first_store));
+  EXPECT_FALSE(first_weight_behind_second(after_loads));
 }
 
 TEST(Lowering, ScratchTensorsSurviveANeffRoundTrip) {
