@@ -1,5 +1,8 @@
 // Fused rms_norm / layer_norm: correctness against the CPU reference, and device time against the HBM
 // floor and against the naive six-op sequence (simulated time is deterministic, so it can be tested).
+#include <cstring>
+
+#include "device/cost_model.h"
 #include "kernel_test_util.h"
 
 namespace sightline::kernel_tests {
@@ -103,6 +106,48 @@ TEST(EagerNormalization, MemoryBoundBuiltInsAreWithinATenthOfTheHbmFloor) {
                                      << floor_ns << " ns";
     }
   }
+}
+
+// The compute engines' work in an executable: every instruction at its modeled cost, one after another.
+double engine_work_ns(const device::Executable& exe) {
+  double ns = 0;
+  for (const auto& stream : exe.engines) {
+    for (const device::Instruction& in : stream) ns += device::compute_instruction_ns(trn2(), in);
+  }
+  return ns;
+}
+
+// Issue 19: a layer_norm of one row tile ([128, 480] f32, ESM-2 t12's at 128 tokens). Its x must load and
+// its y be stored, each paying the DMA fixed cost once; its bytes must cross HBM once (x, y, the weight and
+// the bias); its engines must do one row tile's work, at worst one step after another: half the engine
+// work of the staged kernel over two row tiles. The staged kernel on one tile took longer than the three
+// together (8.9 us against 7.1): its weight and bias were broadcast loads of three times x's bytes on the
+// queues ahead of x, and its steps and its store ran end to end.
+TEST(EagerNormalization, OneRowTileLayerNormIsWithinItsFixedCostsHbmFloorAndEngineWork) {
+  const int64_t rows = 128, n = 480;
+  const OpAttrs attrs = with_eps(1e-5);
+  const std::vector<Tensor> inputs = {random({1, rows, n}), random({n}), random({n})};
+  const DeviceResult r = run_eager(OpId::layer_norm, inputs, attrs, {.functional = false, .record = false});
+  const DeviceResult two = run_eager(OpId::layer_norm, {shaped({2 * rows, n}), shaped({n}), shaped({n})}, attrs,
+                                     {.functional = false, .record = false});
+  const double engine_ns = engine_work_ns(two.exe) / 2;
+  const double bytes = (2.0 * rows * n + 2.0 * n) * 4;
+  const double bound = 2 * trn2().dma.fixed_cost_ns + bytes / trn2().hbm.bytes_per_ns + engine_ns;
+  const double ns = r.run.duration_ns;
+  RecordProperty("layer_norm_ns", std::to_string(ns));
+  RecordProperty("bound_ns", std::to_string(bound));
+  EXPECT_LE(ns, bound) << "layer_norm [128, 480] f32: " << ns << " ns, engine work " << engine_ns << " ns";
+  // The column halves compute the same bits as the staged kernel of several row tiles: the first 128 rows
+  // of a [256, 480] layer_norm (two tiles) against those rows alone (one tile), f32 and bf16.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = random({2 * rows, n}, dt), w = random({n}, dt), b = random({n}, dt);
+    const Tensor staged = run_eager(OpId::layer_norm, {x, w, b}, attrs).out;
+    const Tensor one = run_eager(OpId::layer_norm, {x.slice(0, 0, rows), w, b}, attrs).out;
+    EXPECT_EQ(std::memcmp(one.raw_data(), staged.raw_data(), one.nbytes()), 0) << dtype_name(dt);
+  }
+  check_op(OpId::layer_norm, inputs, attrs, 1e-4);
+  check_op(OpId::layer_norm, {random({100, n}, DType::bf16), random({n}, DType::bf16)}, attrs, 3e-2);
+  check_op(OpId::layer_norm, {random({2, 1, 77}).transpose(0, 1)}, attrs, 1e-4);
 }
 
 }  // namespace
