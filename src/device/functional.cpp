@@ -271,24 +271,24 @@ bool ranges_overlap(const uint8_t* a, int64_t a_min, int64_t a_max, const uint8_
          static_cast<intptr_t>(y + b_min) < static_cast<intptr_t>(x + a_max);
 }
 
-// out[i, j] (+)= sum_p stationary[p][i] * moving[p][j] for rows i in [i0, i1), p ascending for every
-// element (the same additions in the same order as one p-i-j loop, so the same bits), four output rows
-// at a time so that each moving row is loaded once per four rows, in column blocks that stay in L1.
-// Columns from j_begin.
+// out[i, j] (+)= sum_p stationary[p][i] * moving[p][j] for rows i in [i0, i1) and columns j in [j0, j1),
+// p ascending for every element (the same additions in the same order as one p-i-j loop, so the same
+// bits), four output rows at a time so that each moving row is loaded once per four rows, in column
+// blocks that stay in L1.
 void matmul_rows(const float* const* stationary, const float* const* moving, float* const* out, size_t k,
-                 size_t n, size_t i0, size_t i1, size_t j_begin) {
+                 size_t i0, size_t i1, size_t j0, size_t j1) {
   constexpr size_t kColumns = 256;
   for (size_t i = i0; i < i1; i += 4) {
     const size_t rows = std::min<size_t>(4, i1 - i);
-    for (size_t j0 = j_begin; j0 < n; j0 += kColumns) {
-      const size_t jn = std::min(kColumns, n - j0);
+    for (size_t jb = j0; jb < j1; jb += kColumns) {
+      const size_t jn = std::min(kColumns, j1 - jb);
       if (rows == 4) {
-        float* __restrict o0 = out[i] + j0;
-        float* __restrict o1 = out[i + 1] + j0;
-        float* __restrict o2 = out[i + 2] + j0;
-        float* __restrict o3 = out[i + 3] + j0;
+        float* __restrict o0 = out[i] + jb;
+        float* __restrict o1 = out[i + 1] + jb;
+        float* __restrict o2 = out[i + 2] + jb;
+        float* __restrict o3 = out[i + 3] + jb;
         for (size_t p = 0; p < k; ++p) {
-          const float* __restrict b = moving[p] + j0;
+          const float* __restrict b = moving[p] + jb;
           const float* s = stationary[p] + i;
           const float w0 = s[0], w1 = s[1], w2 = s[2], w3 = s[3];
           for (size_t j = 0; j < jn; ++j) {
@@ -302,9 +302,9 @@ void matmul_rows(const float* const* stationary, const float* const* moving, flo
         continue;
       }
       for (size_t r = 0; r < rows; ++r) {
-        float* __restrict o = out[i + r] + j0;
+        float* __restrict o = out[i + r] + jb;
         for (size_t p = 0; p < k; ++p) {
-          const float* __restrict b = moving[p] + j0;
+          const float* __restrict b = moving[p] + jb;
           const float w = stationary[p][i + r];
           for (size_t j = 0; j < jn; ++j) o[j] += w * b[j];
         }
@@ -334,13 +334,15 @@ struct FloatVector<16> {
 template <int Lanes>
 __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* stationary,
                                                             const float* const* moving, float* const* out,
-                                                            size_t k, size_t n, size_t i0, size_t i1) {
+                                                            size_t k, size_t i0, size_t i1, size_t j0,
+                                                            size_t j1) {
   using Vec = typename FloatVector<Lanes>::type;
   constexpr size_t kWidth = 2 * Lanes;
-  // Operand rows are SBUF partition rows, a multiple of 4 KiB apart: a vector from each of k of them
-  // maps every load to one cache set, so neither L1 nor L2 keeps them and each p of the k loop waits on
-  // memory. The stationary columns of these output rows, and each block of kWidth moving columns, are
-  // first copied into contiguous panels (bits moved, not computed: the same products and sums).
+  // Operand rows are SBUF partition rows, each in a page of its own: a vector from each of k of them is
+  // a line and a TLB entry apiece, in an order the hardware prefetcher does not follow. The stationary
+  // columns of these output rows, and each block of kWidth moving columns, are first copied into
+  // contiguous panels (bits moved, not computed: the same products and sums). Each moving panel serves
+  // every row of [i0, i1), so a caller gives a call as many rows as it can.
   const size_t rows4 = (i1 - i0) / 4 * 4;
   thread_local std::vector<float> st_panel, mv_panel;
   if (st_panel.size() < k * rows4) st_panel.resize(k * rows4);
@@ -349,8 +351,8 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
   for (size_t p = 0; rows4 > 0 && p < k; ++p) {
     std::memcpy(st_panel.data() + p * rows4, stationary[p] + i0, rows4 * sizeof(float));
   }
-  size_t j = 0;
-  for (; rows4 > 0 && j + kWidth <= n; j += kWidth) {
+  size_t j = j0;
+  for (; rows4 > 0 && j + kWidth <= j1; j += kWidth) {
     for (size_t p = 0; p < k; ++p) std::memcpy(mv_panel.data() + p * kWidth, moving[p] + j, kWidth * sizeof(float));
     for (size_t i = i0; i < i0 + rows4; i += 4) {
       float* const o[4] = {out[i], out[i + 1], out[i + 2], out[i + 3]};
@@ -381,20 +383,21 @@ __attribute__((always_inline)) inline void matmul_rows_simd(const float* const* 
     }
   }
   // The columns left (fewer than a block) of the groups of four rows, then the last rows, every column.
-  if (rows4 > 0 && j < n) matmul_rows(stationary, moving, out, k, n, i0, i0 + rows4, j);
-  if (i0 + rows4 < i1) matmul_rows(stationary, moving, out, k, n, i0 + rows4, i1, 0);
+  if (rows4 > 0 && j < j1) matmul_rows(stationary, moving, out, k, i0, i0 + rows4, j, j1);
+  if (i0 + rows4 < i1) matmul_rows(stationary, moving, out, k, i0 + rows4, i1, j0, j1);
 }
 
 __attribute__((target("avx2"))) void matmul_rows_avx2(const float* const* stationary,
                                                        const float* const* moving, float* const* out,
-                                                       size_t k, size_t n, size_t i0, size_t i1) {
-  matmul_rows_simd<8>(stationary, moving, out, k, n, i0, i1);
+                                                       size_t k, size_t i0, size_t i1, size_t j0, size_t j1) {
+  matmul_rows_simd<8>(stationary, moving, out, k, i0, i1, j0, j1);
 }
 
 __attribute__((target("avx512f"))) void matmul_rows_avx512(const float* const* stationary,
                                                            const float* const* moving, float* const* out,
-                                                           size_t k, size_t n, size_t i0, size_t i1) {
-  matmul_rows_simd<16>(stationary, moving, out, k, n, i0, i1);
+                                                           size_t k, size_t i0, size_t i1, size_t j0,
+                                                           size_t j1) {
+  matmul_rows_simd<16>(stationary, moving, out, k, i0, i1, j0, j1);
 }
 #endif
 
@@ -476,14 +479,14 @@ __attribute__((target("avx2"))) void transpose_f32_avx2(uint8_t* dst, int64_t ds
 #endif
 
 void matmul_rows_fast(const float* const* stationary, const float* const* moving, float* const* out, size_t k,
-                      size_t n, size_t i0, size_t i1) {
+                      size_t i0, size_t i1, size_t j0, size_t j1) {
 #ifdef SIGHTLINE_AVX2_PATHS
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) return matmul_rows_avx512(stationary, moving, out, k, n, i0, i1);
-  if (avx2) return matmul_rows_avx2(stationary, moving, out, k, n, i0, i1);
+  if (avx512) return matmul_rows_avx512(stationary, moving, out, k, i0, i1, j0, j1);
+  if (avx2) return matmul_rows_avx2(stationary, moving, out, k, i0, i1, j0, j1);
 #endif
-  matmul_rows(stationary, moving, out, k, n, i0, i1, 0);
+  matmul_rows(stationary, moving, out, k, i0, i1, j0, j1);
 }
 
 }  // namespace
@@ -527,8 +530,8 @@ FunctionalExecutor::View FunctionalExecutor::view(const AccessPattern& ap, const
     v.first_partition = ap.partition_start;
     v.data = chip.data(ap.partition_start) + ap.offset;
     v.written = &chip.written();
-    v.written_base = uint64_t{ap.partition_start} * chip.bytes_per_partition() + ap.offset;
-    v.partition_stride = chip.bytes_per_partition();
+    v.written_base = uint64_t{ap.partition_start} * chip.row_stride() + ap.offset;
+    v.partition_stride = static_cast<int64_t>(chip.row_stride());
   }
   v.direct = v.dtype == DType::f32 && v.contiguous && reinterpret_cast<uintptr_t>(v.data) % 4 == 0 &&
              v.partition_stride % 4 == 0;
@@ -1004,12 +1007,30 @@ void FunctionalExecutor::matmul_run(const Instruction& in) {
     if (!accumulate) std::fill_n(out, n, 0.0f);
     out_rows_[row] = out;
   }
-  // Output rows are independent: split them (in groups of four) over the CPU backend's thread pool.
-  const int64_t groups = static_cast<int64_t>((m + 3) / 4);
-  const int64_t grain = std::max<int64_t>(1, 16384 / static_cast<int64_t>(std::max<size_t>(k * n, 1)));
-  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
-    matmul_rows_fast(st_rows_.data(), mv_rows_.data(), out_rows_.data(), k, n, static_cast<size_t>(g0) * 4,
-                std::min(m, static_cast<size_t>(g1) * 4));
+  // Output elements are independent: split them over the CPU backend's thread pool in tiles of up to
+  // kTileRows rows x kTileColumns columns. A tile copies its moving columns once for all its rows, so
+  // tiles take every row of a narrow stationary operand (m = 32 tokens: each moving element is used 32
+  // times) and are split by columns instead; copying the same moving rows once per group of four rows
+  // made the copy cost more than the arithmetic.
+  constexpr size_t kTileRows = 64, kTileColumns = 128;
+  const size_t row_tiles = std::max<size_t>(1, (m + kTileRows - 1) / kTileRows);
+  const size_t column_tiles = std::max<size_t>(1, (n + kTileColumns - 1) / kTileColumns);
+  const size_t tile_rows = (m + row_tiles - 1) / row_tiles, tile_columns = (n + column_tiles - 1) / column_tiles;
+  const size_t rows_step = std::max<size_t>(4, (tile_rows + 3) / 4 * 4);
+  const size_t columns_step = std::max<size_t>(32, (tile_columns + 31) / 32 * 32);
+  const auto tiles_of = [](size_t extent, size_t step) { return (extent + step - 1) / step; };
+  const int64_t row_count = static_cast<int64_t>(tiles_of(m, rows_step));
+  const int64_t tiles = row_count * static_cast<int64_t>(tiles_of(n, columns_step));
+  // Below about 64k multiply-adds a tile, handing it to another thread costs more than it saves.
+  const int64_t grain = std::max<int64_t>(
+      1, int64_t{1 << 16} / static_cast<int64_t>(std::max<size_t>(k * rows_step * columns_step, 1)));
+  if (m > 0 && n > 0) parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const size_t i0 = static_cast<size_t>(t % row_count) * rows_step;
+      const size_t j0 = static_cast<size_t>(t / row_count) * columns_step;
+      matmul_rows_fast(st_rows_.data(), mv_rows_.data(), out_rows_.data(), k, i0, std::min(m, i0 + rows_step),
+                       j0, std::min(n, j0 + columns_step));
+    }
   });
   for (uint32_t row = 0; row < m; ++row) commit(dst, row, out_rows_[row]);
 }
@@ -1089,11 +1110,11 @@ void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
   // order a row-by-row copy reads (partition, then run), to name the hole that copy would name.
   bool written = src.partition_stride == es;
   for_each_run(src, [&](int64_t off, int64_t) {
-    for (int64_t i = 0; written && i < n; ++i) {
-      const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(src.written_base) + off + i * stride);
-      const uint64_t end = begin + uint64_t{src.partitions} * static_cast<uint64_t>(es);
-      written = src.written->first_unwritten(begin, end) == end;
-    }
+    if (!written) return;
+    const uint64_t begin = static_cast<uint64_t>(static_cast<int64_t>(src.written_base) + off);
+    const uint64_t bytes = uint64_t{src.partitions} * static_cast<uint64_t>(es);
+    written = src.written->first_unwritten_rows(begin, stride, static_cast<uint64_t>(n), bytes) ==
+              static_cast<uint64_t>(n);
   });
   if (!written) {
     for (uint32_t p = 0; p < src.partitions; ++p) {

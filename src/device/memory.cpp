@@ -134,10 +134,38 @@ uint64_t WrittenMap::first_unwritten_strided(uint64_t begin, int64_t stride, uin
   return count;
 }
 
+uint64_t OnChipMemory::row_stride_for(uint32_t bytes_per_partition) {
+  const uint64_t lines = (uint64_t{bytes_per_partition} + kLineBytes - 1) / kLineBytes;
+  return (lines | 1) * kLineBytes;
+}
+
+uint64_t WrittenMap::first_unwritten_rows(uint64_t begin, int64_t stride, uint64_t count, uint64_t bytes) const {
+  if (bytes == 0) return count;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t b = begin + static_cast<uint64_t>(static_cast<int64_t>(i) * stride), e = b + bytes;
+    const uint64_t g0 = b / kGranuleBytes, g1 = (e + kGranuleBytes - 1) / kGranuleBytes;  // [g0, g1)
+    const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
+    if (w1 > w0 + 1) {
+      if (first_unwritten(b, e) != e) return i;
+      continue;
+    }
+    const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
+    const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
+    if (stamps_[w0 / kBlockWords] != generation_ || stamps_[w1 / kBlockWords] != generation_) return i;
+    if (w0 == w1) {
+      if ((~words_[w0] & first_mask & last_mask) != 0) return i;
+    } else if ((~words_[w0] & first_mask) != 0 || (~words_[w1] & last_mask) != 0) {
+      return i;
+    }
+  }
+  return count;
+}
+
 OnChipMemory::OnChipMemory(uint32_t partitions, uint32_t bytes_per_partition)
     : partitions_(partitions),
       bytes_per_partition_(bytes_per_partition),
-      mem_(uint64_t{partitions} * bytes_per_partition) {}
+      row_stride_(row_stride_for(bytes_per_partition)),
+      mem_(uint64_t{partitions} * row_stride_) {}
 
 uint64_t HbmMemory::size_class(uint64_t size) {
   // Four classes per power of two: at most 25% of a block goes unused.

@@ -53,6 +53,10 @@ class WrittenMap {
   // entirely written, or `count`. `stride` may be negative; every element must lie inside the map.
   void mark_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width);
   uint64_t first_unwritten_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width) const;
+  // Whether each of `count` ranges [begin + i * stride, + bytes) is entirely written: the index of the
+  // first that is not, or `count`. One call for the rows of a block a transposing load reads; a range
+  // within one or two words is tested inline. `stride` may be negative; every range must lie inside.
+  uint64_t first_unwritten_rows(uint64_t begin, int64_t stride, uint64_t count, uint64_t bytes) const;
   void forget_all();
   // Host bytes the map itself takes.
   uint64_t shadow_bytes() const { return words_count_ * 8 + blocks_count_ * 4; }
@@ -73,24 +77,37 @@ struct TrackedBytes {
   explicit TrackedBytes(uint64_t n = 0) : data(n), written(n) {}
 };
 
-// SBUF or PSUM: partitions x bytes_per_partition, partition-major.
+// SBUF or PSUM: partitions x bytes_per_partition, partition-major, each partition's bytes row_stride()
+// host bytes after the previous one's start.
+//
+// The host stride is not bytes_per_partition itself: SBUF and PSUM partitions are a multiple of 4 KiB
+// (trn2: 192 KiB and 16 KiB), so the same byte of every partition would fall in one set of each cache
+// (L1 repeats every 4 KiB, L2 every 64 or 128 KiB), and work that touches a column of partitions (a
+// matmul's operands, a transposing load's 8 destination rows at a time, a tile's rows) would keep
+// evicting itself. row_stride() is a whole number of cache lines and an odd one, so consecutive
+// partitions start in different sets of every cache whose set count is a power of two. The padding
+// after each partition is never read or written (validation keeps every access inside its partition).
 class OnChipMemory {
  public:
+  static constexpr uint32_t kLineBytes = 64;
+
   OnChipMemory(uint32_t partitions, uint32_t bytes_per_partition);
 
-  uint8_t* data(uint32_t partition) const {
-    return mem_.data.data() + uint64_t{partition} * bytes_per_partition_;
-  }
-  // Written-ness of the whole memory; partition p's bytes start at p * bytes_per_partition().
+  uint8_t* data(uint32_t partition) const { return mem_.data.data() + uint64_t{partition} * row_stride_; }
+  // Written-ness of the whole memory; partition p's bytes start at p * row_stride().
   WrittenMap& written() { return mem_.written; }
   uint32_t partitions() const { return partitions_; }
   uint32_t bytes_per_partition() const { return bytes_per_partition_; }
+  uint64_t row_stride() const { return row_stride_; }
+  // The host stride for `bytes_per_partition`: rounded up to whole lines, then to an odd number of them.
+  static uint64_t row_stride_for(uint32_t bytes_per_partition);
   // Forgets every write: at the start of an execution nothing on chip is valid. O(1).
   void reset() { mem_.written.forget_all(); }
 
  private:
   uint32_t partitions_;
   uint32_t bytes_per_partition_;
+  uint64_t row_stride_;
   TrackedBytes mem_;
 };
 

@@ -136,5 +136,78 @@ TEST(DeviceMemory, PartlyWrittenRowsNameTheFirstUnwrittenByte) {
   }
 }
 
+// first_unwritten_rows answers what a first_unwritten per row would: rows inside one word, across two,
+// and wider, with positive and negative strides, holes of one granule, and blocks never written.
+TEST(DeviceMemory, RowsOfAStridedBlockAreCheckedLikeOneRangeEach) {
+  WrittenMap map(1 << 21);
+  for (uint64_t b = 0; b < (1 << 19); b += 4096) map.mark(b, b + 3000);  // 3000 of every 4096 bytes
+  const uint64_t hole = 600000 + 5120 * 50 + 40;  // one granule left out of a written stretch
+  map.mark(600000, hole);
+  map.mark(hole + 2, 600000 + 5120 * 120);
+  for (const uint64_t bytes : {uint64_t{2}, uint64_t{56}, uint64_t{120}, uint64_t{130}, uint64_t{256}, uint64_t{1000}}) {
+    for (const int64_t stride : {int64_t{4096}, int64_t{5120}, int64_t{-4096}, int64_t{6}}) {
+      for (const uint64_t start : {uint64_t{0}, uint64_t{62}, uint64_t{126}, uint64_t{400000}, uint64_t{600000}}) {
+        const uint64_t begin = stride < 0 ? start + 100 * 4096 : start;
+        const uint64_t count = 100;
+        uint64_t want = count;
+        for (uint64_t i = 0; i < count && want == count; ++i) {
+          const uint64_t b = begin + static_cast<uint64_t>(static_cast<int64_t>(i) * stride);
+          if (map.first_unwritten(b, b + bytes) != b + bytes) want = i;
+        }
+        EXPECT_EQ(map.first_unwritten_rows(begin, stride, count, bytes), want)
+            << bytes << " bytes, stride " << stride << ", from " << begin;
+      }
+    }
+  }
+  // Fully written rows, then one granule missing in row 7.
+  WrittenMap rows(1 << 16);
+  rows.mark(0, 1 << 16);
+  EXPECT_EQ(rows.first_unwritten_rows(10, 512, 100, 60), 100u);
+  rows.forget_all();
+  for (uint64_t i = 0; i < 100; ++i) {
+    if (i != 7) rows.mark(10 + i * 512, 10 + i * 512 + 60);
+  }
+  rows.mark(10 + 7 * 512, 10 + 7 * 512 + 40);
+  EXPECT_EQ(rows.first_unwritten_rows(10, 512, 100, 60), 7u);
+  EXPECT_EQ(rows.first_unwritten_rows(10, 512, 7, 60), 7u);
+  EXPECT_EQ(rows.first_unwritten_rows(10, 512, 100, 0), 100u);
+}
+
+// On-chip partitions lie an odd number of cache lines apart on the host, at least bytes_per_partition,
+// so that the same byte of consecutive partitions falls in different cache sets; written-ness follows
+// the same stride, and a hole in a partition other than the first is still named by partition and byte.
+TEST(DeviceMemory, OnChipPartitionsAreAnOddNumberOfLinesApart) {
+  for (const uint32_t bytes : {229376u, 16384u, 4096u, 100u, 64u, 1u}) {
+    const uint64_t stride = OnChipMemory::row_stride_for(bytes);
+    EXPECT_GE(stride, bytes) << bytes;
+    EXPECT_EQ(stride % OnChipMemory::kLineBytes, 0u) << bytes;
+    EXPECT_EQ(stride / OnChipMemory::kLineBytes % 2, 1u) << bytes;
+    EXPECT_LT(stride, uint64_t{bytes} + 2 * OnChipMemory::kLineBytes) << bytes;
+  }
+  OnChipMemory memory(4, 16384);
+  EXPECT_EQ(memory.data(1) - memory.data(0), static_cast<std::ptrdiff_t>(memory.row_stride()));
+  EXPECT_EQ(memory.row_stride(), 16384u + 64u);
+
+  testing::Harness h(Spec::builtin());
+  Executable& exe = h.executable();
+  exe.semaphore_count = 1;
+  // Partitions 0..3 written in full, partition 4 only up to byte 40.
+  Instruction fill = iota(sbuf(0, 4, 0, DType::f32, {16}), 0, 1);
+  fill.updates.push_back({0, 1});
+  Instruction part = iota(sbuf(4, 1, 0, DType::f32, {10}), 0, 1);
+  part.updates.push_back({0, 1});
+  Instruction read = tensor_copy(sbuf(0, 5, 128, DType::f32, {16}), sbuf(0, 5, 0, DType::f32, {16}));
+  read.waits.push_back({0, 2});
+  exe.stream(Engine::gpsimd).push_back(fill);
+  exe.stream(Engine::gpsimd).push_back(part);
+  exe.stream(Engine::vector).push_back(read);
+  try {
+    h.core().run(exe, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SBUF partition 4 byte 40"));
+  }
+}
+
 }  // namespace
 }  // namespace sightline::device

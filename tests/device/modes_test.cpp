@@ -80,6 +80,34 @@ TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
   ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0);
 }
 
+// A narrow stationary operand (m below 128, as a model's 32 tokens are) is split over threads by
+// columns; tails of rows (m not a multiple of 4) and of columns (n not a multiple of a vector block) are
+// the scalar loop's. Every result is the same bits as the serial p-i-j sum, accumulated over K tiles.
+TEST(DeviceModes, NarrowMatmulIsExactlyTheSerialSum) {
+  for (const auto& [m, n] : {std::pair<uint32_t, uint32_t>{32, 512}, {32, 130}, {37, 512}, {20, 33}, {3, 200},
+                             {32, 16}, {64, 257}}) {
+    SCOPED_TRACE(fmt::format("m {}, n {}", m, n));
+    const uint32_t k = 256;
+    Core core(Spec::builtin("trn2"));
+    const Executable exe = testing::matmul_program(m, k, n);
+    const std::vector<float> a_t = random_values(size_t{k} * m, 8), b = random_values(size_t{k} * n, 9);
+    const std::vector<uint64_t> io{core.hbm_allocate(a_t.size() * 4), core.hbm_allocate(b.size() * 4),
+                                   core.hbm_allocate(size_t{m} * n * 4)};
+    core.hbm_write(io[0], a_t.data(), a_t.size() * 4);
+    core.hbm_write(io[1], b.data(), b.size() * 4);
+    core.run(exe, io);
+    std::vector<float> c(size_t{m} * n);
+    core.hbm_read(io[2], c.data(), c.size() * 4);
+    std::vector<float> want(size_t{m} * n, 0.0f);
+    for (uint32_t p = 0; p < k; ++p) {
+      for (uint32_t i = 0; i < m; ++i) {
+        for (uint32_t j = 0; j < n; ++j) want[size_t{i} * n + j] += a_t[size_t{p} * m + i] * b[size_t{p} * n + j];
+      }
+    }
+    ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0);
+  }
+}
+
 // dst == src is computed in place; a dst that partly overlaps its source reads the source as it was.
 TEST(DeviceModes, InPlaceAndOverlappingOperands) {
   const uint16_t parts = 8;

@@ -190,7 +190,8 @@ inline Executable rms_norm_program(const Spec& spec, uint32_t rows, uint32_t col
 }
 
 // C[m, n] = sum_k A[m, k] B[k, n], f32, with io 0 = A^T as [K, M], io 1 = B as [K, N], io 2 = C as [M, N].
-// K and M multiples of 128, N <= 512. All of A^T and B are loaded into SBUF first.
+// K a multiple of 128, M a multiple of 128 or below 128 (one output tile of M rows, as a model's 32
+// tokens are), N <= 512. All of A^T and B are loaded into SBUF first.
 inline Executable matmul_program(uint32_t m, uint32_t k, uint32_t n) {
   Executable exe;
   exe.name = "matmul_test";
@@ -200,7 +201,8 @@ inline Executable matmul_program(uint32_t m, uint32_t k, uint32_t n) {
   exe.source_ops = {"aten::mm"};
   exe.semaphore_count = 3;  // 0 loads, 1 matmul groups done, 2 PSUM evacuated
   exe.dma_queues.resize(2);
-  const uint32_t kt = k / 128, mt = m / 128;
+  const uint32_t kt = k / 128, mt = m < 128 ? 1 : m / 128;
+  const uint16_t tile = static_cast<uint16_t>(std::min<uint32_t>(m, 128));  // output rows of a tile
   const uint64_t a_bytes = uint64_t{m} * 4, b_base = uint64_t{kt} * a_bytes,
                  c_base = b_base + uint64_t{kt} * n * 4;
   for (uint32_t t = 0; t < kt; ++t) {
@@ -216,21 +218,21 @@ inline Executable matmul_program(uint32_t m, uint32_t k, uint32_t n) {
   for (uint32_t i = 0; i < mt; ++i) {
     const uint64_t bank = i * 2048ull;  // one PSUM bank per output tile
     for (uint32_t t = 0; t < kt; ++t) {
-      AccessPattern stationary = sbuf(0, 128, t * a_bytes + i * 128ull * 4, DType::f32, {128});
+      AccessPattern stationary = sbuf(0, 128, t * a_bytes + i * 128ull * 4, DType::f32, {tile});
       AccessPattern moving = sbuf(0, 128, b_base + t * n * 4ull, DType::f32, {n});
-      Instruction mm = matmul(psum(0, 128, bank, DType::f32, {n}), stationary, moving, t > 0);
+      Instruction mm = matmul(psum(0, tile, bank, DType::f32, {n}), stationary, moving, t > 0);
       if (i == 0 && t == 0) mm.waits.push_back({0, 2 * kt});
       if (t + 1 == kt) mm.updates.push_back({1, 1});
       mm.source_op = 0;
       exe.stream(Engine::tensor).push_back(mm);
     }
-    Instruction evacuate = tensor_copy(sbuf(0, 128, c_base + i * n * 4ull, DType::f32, {n}),
-                                       psum(0, 128, bank, DType::f32, {n}));
+    Instruction evacuate = tensor_copy(sbuf(0, tile, c_base + i * n * 4ull, DType::f32, {n}),
+                                       psum(0, tile, bank, DType::f32, {n}));
     evacuate.waits.push_back({1, i + 1});
     evacuate.updates.push_back({2, 1});
     exe.stream(Engine::vector).push_back(evacuate);
-    Instruction out = dma_copy(hbm(2, i * 128ull * n * 4, 128, n, DType::f32, {n}),
-                               sbuf(0, 128, c_base + i * n * 4ull, DType::f32, {n}));
+    Instruction out = dma_copy(hbm(2, i * 128ull * n * 4, tile, n, DType::f32, {n}),
+                               sbuf(0, tile, c_base + i * n * 4ull, DType::f32, {n}));
     out.waits.push_back({2, i + 1});
     exe.dma_queues[1].push_back(out);
   }
