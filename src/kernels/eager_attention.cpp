@@ -112,6 +112,7 @@ void build_attention(EagerContext& c) {
     AccessPattern qt, m;
     // The buffers the body's parts write (taken from their rings in emit_part), which later parts read.
     Tile sp, scores, bias, stats, p, op, y;
+    bool build_bias = true;  // false where an earlier item built the causal bias of this query tile
     std::vector<std::pair<Tile, Tile>> transposes;  // per chunk of keys: P^T in PSUM, then in SBUF
   };
   std::vector<Item> items;
@@ -153,6 +154,11 @@ void build_attention(EagerContext& c) {
   const auto stage_of = [](const Schedule& sc, int part) { return sc.staged ? static_cast<size_t>(part) : 0; };
   const bool causal = c.attrs.is_causal;
   const bool with_bias = causal || (mask && mask->dtype == DType::boolean);
+  // The causal bias depends only on the query tile: built once per tile where a buffer for each fits
+  // (allocate_rings), and reused by every head.
+  const bool causal_bias = causal && !mask;
+  const size_t query_tiles = static_cast<size_t>((l + lq_max - 1) / lq_max);
+  bool bias_per_tile = false;
   const float scale = static_cast<float>(c.attrs.scalar), neg_inf = -std::numeric_limits<float>::infinity();
   const uint32_t moving_max = spec.tensor.moving_free_max;
   const uint16_t ep = static_cast<uint16_t>(e);
@@ -186,6 +192,7 @@ void build_attention(EagerContext& c) {
     const uint16_t lp = it.lp;
     if (mask && mask->dtype != DType::boolean) return it.m;
     const AccessPattern bias = it.bias.rows(lp);
+    if (!it.build_bias) return bias;
     if (mask) {
       out.push_back(device::tensor_scalar(AluOp::keep_unless, bias, it.m, neg_inf, /*reverse=*/true, pl.mask));
     } else {
@@ -292,6 +299,7 @@ void build_attention(EagerContext& c) {
     };
     Item probe;
     probe.lp = lp;
+    probe.build_bias = !causal_bias;  // built once per query tile where the buffers fit, not per head
     probe.kt = tile(Memory::sbuf, dt, ep, sf);
     probe.vt = tile(Memory::sbuf, dt, parts, static_cast<uint32_t>(s_chunks) * evf);
     probe.qt = tile(Memory::sbuf, dt, ep, lp).ap();
@@ -380,7 +388,16 @@ void build_attention(EagerContext& c) {
       make(y_pool, "y", c.out.dtype, evf, span(kOut, kOut) + 1 + (sc.staged ? 2 : 0));
       make(stat_pool, "stats", DType::f32, 2, std::max<size_t>(3, span(kMax, kOut) + 1));
       if (mask) make(mask_pool, "mask", mask->dtype, sf, loaded(kMask));
-      if (with_bias) make(bias_pool, "bias", DType::f32, sf, 2);
+      if (causal_bias) {
+        try {
+          bias_pool = b.pool("bias", DType::f32, sf, query_tiles);
+          bias_per_tile = true;
+        } catch (const Error&) {
+          bias_per_tile = false;
+        }
+      }
+      if (with_bias && !bias_per_tile) make(bias_pool, "bias", DType::f32, sf, 2);
+      if (bias_per_tile) made.push_back(&bias_pool);
       // The identity's ramp last: a ring in its place would wait for the identity to be built.
       make(ramp, "ramp", DType::f32, lq_max, 1);
     } catch (const Error&) {
@@ -449,6 +466,18 @@ void build_attention(EagerContext& c) {
     }
     it.vt = vt;
   };
+  // The bias of item `it`: its query tile's (built by the tile's first item), or the ring's next.
+  std::vector<bool> bias_built(query_tiles, false);
+  const auto take_bias = [&](Item& it) {
+    if (!bias_per_tile) {
+      it.bias = bias_pool.next();
+      return;
+    }
+    const size_t tile_index = static_cast<size_t>(it.q0 / lq_max);
+    it.bias = bias_pool.at(tile_index);
+    it.build_bias = !bias_built[tile_index];
+    bias_built[tile_index] = true;
+  };
   // Part `which` of item `it`: its buffers from their rings, the phase that labels it, its instructions.
   auto emit_part = [&](int which, Item& it) {
     constexpr AttentionPhase phase_of[kParts] = {
@@ -459,10 +488,10 @@ void build_attention(EagerContext& c) {
       case kScores: it.sp = score_psum.next(); break;
       case kScale:
         it.scores = score_pool.next();
-        if (with_bias && place.mask_in_evacuation) it.bias = bias_pool.next();
+        if (with_bias && place.mask_in_evacuation) take_bias(it);
         break;
       case kMask:
-        if (with_bias && !place.mask_in_evacuation) it.bias = bias_pool.next();
+        if (with_bias && !place.mask_in_evacuation) take_bias(it);
         break;
       case kMax: it.stats = stat_pool.next(); break;
       case kExp: it.p = p_pool.next(); break;
