@@ -9,7 +9,7 @@
 //   ScalarE / VectorE  out = (P v) / sum             evacuating PSUM (times 1 / sum, or divided)
 // so the scores and probabilities never leave SBUF/PSUM: the HBM traffic is q, k, v, the mask and the
 // output, once each (k and v once per key/value head: query heads of a group reuse them). Numerics
-// as the CPU reference up to rounding: scores and softmax in f32, P (the unnormalized exp, in (0, 1])
+// as the CPU reference up to rounding: scores and softmax in f32, P (the unnormalized exp, in [0, 1])
 // rounded to the input dtype, P v accumulated in f32, then normalized (flash attention's order: the
 // reference rounds P after the normalization, so a bf16 result differs in its last bits).
 // The (head, query tile) items are software-pipelined part by part, so that many small heads cost about
@@ -137,7 +137,7 @@ void build_attention(EagerContext& c) {
   //   scores (Tensor) | scale (Scalar or Vector; Vector with the mask where the scale is 1) |
   //   mask (Vector or GpSimd) | row max (Vector) | subtract the max (Vector or GpSimd) |
   //   exp with the row sum (Scalar) | 1 / sum (Scalar or GpSimd, for a Scalar evacuation of P v) |
-  //   P^T and P v (Tensor; P^T evacuated by Vector or Scalar) |
+  //   P^T (Tensor; evacuated by Vector or Scalar) | P v (Tensor, a stage later: not waiting for P^T) |
   //   evacuate P v normalized (Scalar: times 1 / sum; Vector: divided by the sum) and store (DMA)
   // Every engine runs its stream in order, so a body emitted whole keeps each engine waiting on the
   // others along the item's chain, and the items ran one after another at the chain's latency (ESM-2's
