@@ -1,17 +1,21 @@
 // scaled_dot_product_attention as one kernel: per batch and head, per tile of up to 128 queries,
 //   TensorE  scores[Lq, S] = (q^T)^T @ k^T          q^T [E, Lq] and k^T [E, S] read from their strides
-//   ScalarE  scores *= scale (evacuating PSUM into an f32 SBUF row per query)
+//   ScalarE / VectorE  scores *= scale (evacuating PSUM into an f32 SBUF row per query)
 //   VectorE  scores += bias                          additive mask; -inf where a bool mask is false or
-//                                                    (is_causal) where key j > query i (GpSimd iota)
-//   VectorE / ScalarE  softmax along the free axis   max, subtract, exp with the row sum, 1 / sum
+//                                                    (is_causal) where key j > query i (GpSimd iota);
+//                                                    with a scale of 1, added in the evacuation
+//   VectorE / ScalarE  softmax along the free axis   max, subtract, P = exp with the row sum
 //   TensorE  P^T chunks = P @ I (the transpose through the array), then out[Lq, Ev] += P^T^T @ v
+//   ScalarE / VectorE  out = (P v) / sum             evacuating PSUM (times 1 / sum, or divided)
 // so the scores and probabilities never leave SBUF/PSUM: the HBM traffic is q, k, v, the mask and the
 // output, once each (k and v once per key/value head: query heads of a group reuse them). Numerics
-// as the CPU reference: scores and softmax in f32, P rounded to the input dtype, P v accumulated in f32.
+// as the CPU reference up to rounding: scores and softmax in f32, P (the unnormalized exp, in [0, 1])
+// rounded to the input dtype, P v accumulated in f32, then normalized (flash attention's order: the
+// reference rounds P after the normalization, so a bf16 result differs in its last bits).
 // The (head, query tile) items are software-pipelined part by part, so that many small heads cost about
-// their busiest engine's work instead of a chain of latencies each, and the steps two engines can run
-// (the mask, the max's subtraction, the normalization, P^T's evacuations) go where the spec's costs
-// balance the engines; either way the instructions compute the same bits (build_attention).
+// their busiest engine's work instead of a chain of latencies each, and the steps two or three engines
+// can run (the scale's evacuation, the mask, the max's subtraction, the reciprocal, the evacuations of
+// P^T and P v) go where the spec's costs balance the engines (build_attention).
 //
 // Limits: E <= 128 (the contraction of q k^T on the partitions), Ev <= 512 (one PSUM bank) and the
 // keys of one query tile in PSUM next to the transposes and the output (S <= 2560 on trn2); longer
@@ -108,6 +112,7 @@ void build_attention(EagerContext& c) {
     AccessPattern qt, m;
     // The buffers the body's parts write (taken from their rings in emit_part), which later parts read.
     Tile sp, scores, bias, stats, p, op, y;
+    bool build_bias = true;  // false where an earlier item built the causal bias of this query tile
     std::vector<std::pair<Tile, Tile>> transposes;  // per chunk of keys: P^T in PSUM, then in SBUF
   };
   std::vector<Item> items;
@@ -129,10 +134,11 @@ void build_attention(EagerContext& c) {
   });
 
   // One item's body is a chain of parts, each on one engine (or one of two, placed below):
-  //   scores (Tensor) | scale (Scalar) | mask (Vector or GpSimd) | row max (Vector) |
-  //   subtract the max (Vector or GpSimd) | exp with the row sum, 1 / sum (Scalar) |
-  //   normalize (Vector or GpSimd) | P^T and P v (Tensor; P^T evacuated by Vector or Scalar) |
-  //   evacuate and store (Scalar, DMA)
+  //   scores (Tensor) | scale (Scalar or Vector; Vector with the mask where the scale is 1) |
+  //   mask (Vector or GpSimd) | row max (Vector) | subtract the max (Vector or GpSimd) |
+  //   exp with the row sum (Scalar) | 1 / sum (Scalar or GpSimd, for a Scalar evacuation of P v) |
+  //   P^T (Tensor; evacuated by Vector or Scalar) | P v (Tensor, a stage later: not waiting for P^T) |
+  //   evacuate P v normalized (Scalar: times 1 / sum; Vector: divided by the sum) and store (DMA)
   // Every engine runs its stream in order, so a body emitted whole keeps each engine waiting on the
   // others along the item's chain, and the items ran one after another at the chain's latency (ESM-2's
   // 20 heads of 24 over 128 keys: 2.4 us each, about twice their busiest engine's work). Each part is
@@ -140,7 +146,7 @@ void build_attention(EagerContext& c) {
   // exponentiates one item, the Vector engine takes the next one's row max and the Tensor engine an
   // earlier one's P v. The loads run `ahead` items in front. The rings (allocate_rings) grow with the
   // stages their values span; where they do not fit, the body is one stage, one item behind its loads.
-  enum Part : int { kScores, kScale, kMask, kMax, kSubtract, kExp, kNormalize, kValues, kOut, kParts };
+  enum Part : int { kScores, kScale, kMask, kMax, kSubtract, kExp, kNormalize, kTranspose, kValues, kOut, kParts };
   struct Schedule {
     size_t ahead = 1;
     bool staged = false;  // every part a stage of its own; else the whole body is one stage
@@ -148,15 +154,27 @@ void build_attention(EagerContext& c) {
   const auto stage_of = [](const Schedule& sc, int part) { return sc.staged ? static_cast<size_t>(part) : 0; };
   const bool causal = c.attrs.is_causal;
   const bool with_bias = causal || (mask && mask->dtype == DType::boolean);
+  // The causal bias depends only on the query tile: built once per tile where a buffer for each fits
+  // (allocate_rings), and reused by every head.
+  const bool causal_bias = causal && !mask;
+  const size_t query_tiles = static_cast<size_t>((l + lq_max - 1) / lq_max);
+  bool bias_per_tile = false;
   const float scale = static_cast<float>(c.attrs.scalar), neg_inf = -std::numeric_limits<float>::infinity();
   const uint32_t moving_max = spec.tensor.moving_free_max;
   const uint16_t ep = static_cast<uint16_t>(e);
 
-  // Where the parts that two engines can run go (chosen below). Either engine gives the same bits:
-  // GpSimd's tensor_tensor / tensor_scalar are the Vector engine's ALU, and P^T holds probabilities,
-  // never -0, the one value an identity activation (x * 1 + 0) changes.
+  // Where the parts that several engines can run go (chosen below). GpSimd's tensor_tensor /
+  // tensor_scalar are the Vector engine's ALU (the same bits); an activation and a Vector copy or
+  // multiply differ only on -0 (x * s + 0 gives +0, a multiply keeps -0: the values compare equal),
+  // and 1 / sum then a multiply differs from a division in the last bit, within the tests' tolerances.
   struct Placement {
-    Engine mask = Engine::vector, subtract = Engine::vector, normalize = Engine::vector;
+    Engine mask = Engine::vector, subtract = Engine::vector;
+    Engine scale = Engine::scalar;  // the scores' evacuation: an activation, or a Vector multiply
+    // With a scale of 1 the evacuation can add the mask (or the bias) on its way out of PSUM (Vector).
+    bool mask_in_evacuation = false;
+    // The normalization is deferred to the output's evacuation: P v's rows times 1 / sum on the Scalar
+    // engine (the reciprocal on Scalar or GpSimd), or divided by the sum on the Vector engine.
+    Engine out = Engine::scalar, reciprocal = Engine::scalar;
     int64_t evac_on_scalar = 0;  // how many of the s_chunks evacuations of P^T, spread evenly
   };
   const auto evac_on_scalar = [&](const Placement& pl, int64_t ch) {
@@ -167,6 +185,23 @@ void build_attention(EagerContext& c) {
   // the placement costs. The output's store (the builder splits it) is emitted after part kOut's.
   using device::Instruction;
   Tile ident;
+  // The mask's steps before its add (on the mask's engine) and what the scores add: an additive mask
+  // as loaded; a bool one (true = attend) and the causal mask become an f32 bias of -inf where the
+  // mask says no (iota gives j - p - q0 for query q0 + p and key j).
+  const auto mask_addend = [&](std::vector<Instruction>& out, const Item& it, const Placement& pl) {
+    const uint16_t lp = it.lp;
+    if (mask && mask->dtype != DType::boolean) return it.m;
+    const AccessPattern bias = it.bias.rows(lp);
+    if (!it.build_bias) return bias;
+    if (mask) {
+      out.push_back(device::tensor_scalar(AluOp::keep_unless, bias, it.m, neg_inf, /*reverse=*/true, pl.mask));
+    } else {
+      out.push_back(device::iota(bias, static_cast<float>(-it.q0), -1.0f));
+      out.push_back(device::tensor_scalar(AluOp::is_gt, bias, bias, 0.0f, false, pl.mask));  // j - i > 0
+      out.push_back(device::tensor_scalar(AluOp::keep_if, bias, bias, neg_inf, /*reverse=*/true, pl.mask));
+    }
+    return bias;
+  };
   auto part_instructions = [&](int which, const Item& it, const Placement& pl) {
     const uint16_t lp = it.lp;
     std::vector<Instruction> out;
@@ -177,26 +212,23 @@ void build_attention(EagerContext& c) {
           out.push_back(device::matmul(it.sp.region(0, lp, n0, nw), it.qt, it.kt.region(0, ep, n0, nw), false));
         }
         break;
-      case kScale:  // * scale into SBUF (f32)
-        out.push_back(device::activate(ActFunc::identity, it.scores.rows(lp), it.sp.region(0, lp, 0, sf), scale));
-        break;
-      case kMask: {
-        // -inf where the mask says no: an additive mask is added; a bool one (true = attend) and the
-        // causal mask become an f32 bias first (iota gives j - p - q0 for query q0 + p and key j).
-        const AccessPattern scores = it.scores.rows(lp), bias = with_bias ? it.bias.rows(lp) : AccessPattern{};
-        if (mask && mask->dtype == DType::boolean) {
-          out.push_back(device::tensor_scalar(AluOp::keep_unless, bias, it.m, neg_inf, /*reverse=*/true, pl.mask));
-          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, bias, pl.mask));
-        } else if (mask) {
-          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, it.m, pl.mask));
-        } else if (causal) {
-          out.push_back(device::iota(bias, static_cast<float>(-it.q0), -1.0f));
-          out.push_back(device::tensor_scalar(AluOp::is_gt, bias, bias, 0.0f, false, pl.mask));  // j - i > 0
-          out.push_back(device::tensor_scalar(AluOp::keep_if, bias, bias, neg_inf, /*reverse=*/true, pl.mask));
-          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, bias, pl.mask));
+      case kScale: {  // * scale into SBUF (f32); with a scale of 1, + the mask on the way
+        const AccessPattern scores = it.scores.rows(lp), raw = it.sp.region(0, lp, 0, sf);
+        if (pl.mask_in_evacuation) {
+          out.push_back(device::tensor_tensor(AluOp::add, scores, raw, mask_addend(out, it, pl)));
+        } else if (pl.scale == Engine::scalar) {
+          out.push_back(device::activate(ActFunc::identity, scores, raw, scale));
+        } else {
+          out.push_back(device::tensor_scalar(AluOp::multiply, scores, raw, scale));
         }
         break;
       }
+      case kMask:
+        if ((mask || causal) && !pl.mask_in_evacuation) {
+          const AccessPattern scores = it.scores.rows(lp);
+          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, mask_addend(out, it, pl), pl.mask));
+        }
+        break;
       case kMax:  // the softmax along the keys, in SBUF
         out.push_back(device::tensor_reduce(AluOp::max, it.stats.column(lp, 0), it.scores.rows(lp)));
         break;
@@ -204,18 +236,21 @@ void build_attention(EagerContext& c) {
         out.push_back(device::tensor_scalar(AluOp::subtract, it.scores.rows(lp), it.scores.rows(lp),
                                             it.stats.column(lp, 0), false, pl.subtract));
         break;
-      case kExp: {
-        Instruction exp = device::activate(ActFunc::exp, it.scores.rows(lp), it.scores.rows(lp));
-        exp.aux = it.stats.column(lp, 1);  // the row sum
+      case kExp: {  // P = exp, unnormalized, in the input dtype; the row sum beside it
+        Instruction exp = device::activate(ActFunc::exp, it.p.rows(lp), it.scores.rows(lp));
+        exp.aux = it.stats.column(lp, 1);
         out.push_back(exp);
-        out.push_back(device::activate(ActFunc::reciprocal, it.stats.column(lp, 1), it.stats.column(lp, 1)));
         break;
       }
-      case kNormalize:
-        out.push_back(device::tensor_scalar(AluOp::multiply, it.p.rows(lp), it.scores.rows(lp), it.stats.column(lp, 1),
-                                            false, pl.normalize));
+      case kNormalize: {  // 1 / sum, for the Scalar engine's evacuation of P v (the Vector one divides)
+        const AccessPattern sum = it.stats.column(lp, 1);
+        if (pl.out != Engine::scalar) break;
+        out.push_back(pl.reciprocal == Engine::scalar
+                          ? device::activate(ActFunc::reciprocal, sum, sum)
+                          : device::tensor_scalar(AluOp::divide, sum, sum, 1.0f, /*reverse=*/true, pl.reciprocal));
         break;
-      case kValues:  // out = P v: per chunk of keys, P^T through the array (P @ I), then accumulate
+      }
+      case kTranspose:  // per chunk of keys, P^T through the array (P @ I), evacuated to SBUF
         for (int64_t ch = 0; ch < s_chunks; ++ch) {
           const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
           const AccessPattern tp = it.transposes[static_cast<size_t>(ch)].first.region(0, w, 0, lp);
@@ -224,13 +259,27 @@ void build_attention(EagerContext& c) {
                                        ident.region(0, lp, 0, lp), false));
           out.push_back(evac_on_scalar(pl, ch) ? device::activate(ActFunc::identity, pt, tp)
                                                : device::tensor_copy(pt, tp));
+        }
+        break;
+      case kValues:  // out = P v, accumulated over the chunks of keys
+        for (int64_t ch = 0; ch < s_chunks; ++ch) {
+          const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
+          const AccessPattern pt = it.transposes[static_cast<size_t>(ch)].second.region(0, w, 0, lp);
           out.push_back(device::matmul(it.op.region(0, lp, 0, evf), pt,
                                        it.vt.region(0, w, static_cast<uint32_t>(ch) * evf, evf), ch > 0));
         }
         break;
-      case kOut:
-        out.push_back(device::activate(ActFunc::identity, it.y.rows(lp), it.op.region(0, lp, 0, evf)));
+      case kOut: {  // evacuate P v, normalized: times 1 / sum (Scalar) or divided by the sum (Vector)
+        const AccessPattern pv = it.op.region(0, lp, 0, evf), sum = it.stats.column(lp, 1);
+        if (pl.out == Engine::scalar) {
+          Instruction evacuate = device::activate(ActFunc::identity, it.y.rows(lp), pv);
+          evacuate.src1 = sum;  // the per-partition scale: the reciprocal of kNormalize
+          out.push_back(evacuate);
+        } else {
+          out.push_back(device::tensor_scalar(AluOp::divide, it.y.rows(lp), pv, sum));
+        }
         break;
+      }
       default: break;
     }
     return out;
@@ -239,7 +288,9 @@ void build_attention(EagerContext& c) {
   // The placement by the spec's costs (device::compute_instruction_ns), of one full item's parts: the
   // one minimizing (items - 1) x the busiest engine's work per item + every engine's work (the items
   // pipeline, and the last one's chain drains after them), as compile()'s row loops place their steps.
-  // The old placement (every choice on the Vector engine, P^T's evacuations alternating) wins ties.
+  // The previous kernel's placement (the mask and the subtraction on the Vector engine, the evacuations
+  // of the scores and of P v and the reciprocal on the Scalar engine, P^T's evacuations alternating)
+  // wins ties.
   Placement place{.evac_on_scalar = s_chunks / 2};
   {
     const uint16_t lp = static_cast<uint16_t>(lq_max);
@@ -248,6 +299,7 @@ void build_attention(EagerContext& c) {
     };
     Item probe;
     probe.lp = lp;
+    probe.build_bias = !causal_bias;  // built once per query tile where the buffers fit, not per head
     probe.kt = tile(Memory::sbuf, dt, ep, sf);
     probe.vt = tile(Memory::sbuf, dt, parts, static_cast<uint32_t>(s_chunks) * evf);
     probe.qt = tile(Memory::sbuf, dt, ep, lp).ap();
@@ -273,12 +325,22 @@ void build_attention(EagerContext& c) {
       return static_cast<double>(items.size() - 1) * *std::max_element(work.begin(), work.end()) + total;
     };
     double best = cost(place);
+    // The mask can join the evacuation only where nothing scales between them (a graph that scaled q).
+    const bool can_fuse_mask = (mask || causal) && scale == 1.0f;
     for (const Engine mask_on : {Engine::vector, Engine::gpsimd}) {
       for (const Engine subtract_on : {Engine::vector, Engine::gpsimd}) {
-        for (const Engine normalize_on : {Engine::vector, Engine::gpsimd}) {
-          for (int64_t on_scalar = 0; on_scalar <= s_chunks; ++on_scalar) {
-            const Placement pl{mask_on, subtract_on, normalize_on, on_scalar};
-            if (const double ns = cost(pl); ns < best) best = ns, place = pl;
+        for (const Engine scale_on : {Engine::scalar, Engine::vector}) {
+          for (const bool fuse : {false, true}) {
+            if (fuse && (!can_fuse_mask || scale_on != Engine::vector)) continue;
+            for (const Engine out_on : {Engine::scalar, Engine::vector}) {
+              for (const Engine reciprocal_on : {Engine::scalar, Engine::gpsimd}) {
+                if (out_on == Engine::vector && reciprocal_on != Engine::scalar) continue;  // none to place
+                for (int64_t on_scalar = 0; on_scalar <= s_chunks; ++on_scalar) {
+                  const Placement pl{mask_on, subtract_on, scale_on, fuse, out_on, reciprocal_on, on_scalar};
+                  if (const double ns = cost(pl); ns < best) best = ns, place = pl;
+                }
+              }
+            }
           }
         }
       }
@@ -317,14 +379,25 @@ void build_attention(EagerContext& c) {
       make(kt_pool, "k_t", dt, sf, loaded(kScores));
       make(v_pool, "v", dt, static_cast<uint32_t>(s_chunks) * evf, loaded(kValues));
       make(qt_pool, "q_t", dt, lq_max, loaded(kScores));
-      make(score_pool, "scores", DType::f32, sf, span(kScale, kNormalize) + 1);
-      make(p_pool, "p", dt, sf, span(kNormalize, kValues) + 1);
-      make(pt_pool, "p_t", dt, lq_max, 2);
+      make(score_pool, "scores", DType::f32, sf, span(kScale, kExp) + 1);
+      make(p_pool, "p", dt, sf, span(kExp, kTranspose) + 1);
+      // P v reads every chunk of P^T after the last one's transpose: a buffer per chunk per stage P^T
+      // spans, and one set more.
+      make(pt_pool, "p_t", dt, lq_max, static_cast<size_t>(s_chunks) * (span(kTranspose, kValues) + 1));
       // Staged, two more outputs: the next items' results do not wait for a store's fixed cost.
       make(y_pool, "y", c.out.dtype, evf, span(kOut, kOut) + 1 + (sc.staged ? 2 : 0));
-      make(stat_pool, "stats", DType::f32, 2, std::max<size_t>(3, span(kMax, kNormalize) + 1));
+      make(stat_pool, "stats", DType::f32, 2, std::max<size_t>(3, span(kMax, kOut) + 1));
       if (mask) make(mask_pool, "mask", mask->dtype, sf, loaded(kMask));
-      if (with_bias) make(bias_pool, "bias", DType::f32, sf, 2);
+      if (causal_bias) {
+        try {
+          bias_pool = b.pool("bias", DType::f32, sf, query_tiles);
+          bias_per_tile = true;
+        } catch (const Error&) {
+          bias_per_tile = false;
+        }
+      }
+      if (with_bias && !bias_per_tile) make(bias_pool, "bias", DType::f32, sf, 2);
+      if (bias_per_tile) made.push_back(&bias_pool);
       // The identity's ramp last: a ring in its place would wait for the identity to be built.
       make(ramp, "ramp", DType::f32, lq_max, 1);
     } catch (const Error&) {
@@ -339,7 +412,7 @@ void build_attention(EagerContext& c) {
     return true;
   };
   // The deepest schedule whose rings fit, down to the whole body one item behind its loads.
-  const std::vector<Schedule> schedules = {{2, true}, {1, true}, {1, false}};
+  const std::vector<Schedule> schedules = {{4, true}, {2, true}, {1, true}, {1, false}};
   Schedule sched;
   for (size_t i = 0; i < schedules.size(); ++i) {
     if (allocate_rings(schedules[i], i + 1 == schedules.size())) {
@@ -393,28 +466,43 @@ void build_attention(EagerContext& c) {
     }
     it.vt = vt;
   };
+  // The bias of item `it`: its query tile's (built by the tile's first item), or the ring's next.
+  std::vector<bool> bias_built(query_tiles, false);
+  const auto take_bias = [&](Item& it) {
+    if (!bias_per_tile) {
+      it.bias = bias_pool.next();
+      return;
+    }
+    const size_t tile_index = static_cast<size_t>(it.q0 / lq_max);
+    it.bias = bias_pool.at(tile_index);
+    it.build_bias = !bias_built[tile_index];
+    bias_built[tile_index] = true;
+  };
   // Part `which` of item `it`: its buffers from their rings, the phase that labels it, its instructions.
   auto emit_part = [&](int which, Item& it) {
     constexpr AttentionPhase phase_of[kParts] = {
         AttentionPhase::scores,  AttentionPhase::scale,   AttentionPhase::mask,
         AttentionPhase::softmax, AttentionPhase::softmax, AttentionPhase::softmax,
-        AttentionPhase::softmax, AttentionPhase::values,  AttentionPhase::values};
+        AttentionPhase::softmax, AttentionPhase::values,  AttentionPhase::values, AttentionPhase::values};
     switch (which) {
       case kScores: it.sp = score_psum.next(); break;
-      case kScale: it.scores = score_pool.next(); break;
+      case kScale:
+        it.scores = score_pool.next();
+        if (with_bias && place.mask_in_evacuation) take_bias(it);
+        break;
       case kMask:
-        if (with_bias) it.bias = bias_pool.next();
+        if (with_bias && !place.mask_in_evacuation) take_bias(it);
         break;
       case kMax: it.stats = stat_pool.next(); break;
-      case kNormalize: it.p = p_pool.next(); break;
-      case kValues:
-        it.op = out_psum.next();
+      case kExp: it.p = p_pool.next(); break;
+      case kTranspose:
         it.transposes.clear();
         for (int64_t ch = 0; ch < s_chunks; ++ch) {
           const Tile tp = pt_psum.next();
           it.transposes.emplace_back(tp, pt_pool.next());
         }
         break;
+      case kValues: it.op = out_psum.next(); break;
       case kOut: it.y = y_pool.next(); break;
       default: break;
     }

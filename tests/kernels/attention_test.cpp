@@ -30,10 +30,11 @@ device::RunResult run_heads(int64_t heads) {
 
 // Many small heads cost about their busiest engine's work, not a chain of latencies each: after the
 // first head, whose loads, chain of engines and store nothing can hide (the one-head kernel's time),
-// each further head adds at most the busiest compute engine's work per head and a quarter of it (the
+// each further head adds at most the busiest compute engine's work per head and 15 % of it (the
 // engines' chains do not pack perfectly). Run one after another, as the kernel ran them before its
 // parts were staged, each head adds its whole chain (2.3 us here, against 0.8 to 0.95 us of the
-// busiest engine's work): 37.3 us for the 16 heads where this bound allows 23.0 us; staged, 18.0 us.
+// busiest engine's work): 37.3 us for the 16 heads; staged with the Scalar engine the busiest (0.82 us
+// a head), 18.0 us; balanced over the engines (0.66 us a head), 16.0 us where the bound allows 16.3 us.
 TEST(EagerAttention, ManySmallHeadsCostTheirBusiestEnginesWork) {
   constexpr int64_t kHeads = 16;
   const device::RunResult one = run_heads(1), many = run_heads(kHeads);
@@ -42,7 +43,7 @@ TEST(EagerAttention, ManySmallHeadsCostTheirBusiestEnginesWork) {
     busiest = std::max(busiest, many.busy_ns[static_cast<size_t>(e)]);
   }
   const double per_head = busiest / kHeads;
-  EXPECT_LE(many.duration_ns, one.duration_ns + (kHeads - 1) * per_head * 1.25)
+  EXPECT_LE(many.duration_ns, one.duration_ns + (kHeads - 1) * per_head * 1.15)
       << "one head " << one.duration_ns << " ns, busiest engine " << per_head << " ns per head";
   // The heads overlap: the compute engines work at once, more than one of them busy on average.
   double compute = 0;
