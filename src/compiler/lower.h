@@ -70,9 +70,17 @@ std::optional<std::pair<int64_t, kernels::TensorDesc>> apply_view_desc(OpId op, 
 // A/B measurements).
 enum class WeightPrefetch : uint8_t { best, always, after_loads, never };
 
+// Which DMA queues a prefetch's pieces (round robin, KernelBuilder::set_queue_order) start from:
+// `from_first` queue 0 up; `from_last` the highest queue down (the kernel before a linear that is not a
+// matmul spreads its own loads from queue 0); `idlest` the queues the kernels since the one before the
+// current node keep busy least, by the modeled time of their transfers. With WeightPrefetch::best,
+// lower() times every placement with each prefetch placement and `queues` is unused.
+enum class PrefetchQueues : uint8_t { from_first, from_last, idlest };
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch = WeightPrefetch::best);
+                         WeightPrefetch prefetch = WeightPrefetch::best,
+                         PrefetchQueues queues = PrefetchQueues::from_first);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
