@@ -85,9 +85,10 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 
 class Lowerer {
  public:
-  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues)
+  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
+          bool idle_queues)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
-        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues) {}
+        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -1167,7 +1168,14 @@ class Lowerer {
       }
       previous_kernel_start_ = std::exchange(kernel_start_, builder_.dma_queue_lengths());
       plan_weight_prefetch(graph, i, values, deferred);
+      // Each kernel's transfers from the queues the kernels since the one before left idlest (idle_queues_).
+      if (idle_queues_) {
+        kernel_order_ = idlest_queue_order();
+        builder_.set_queue_order(kernel_order_);
+      }
       values[i] = lower_node(n, std::move(operands), dst);
+      kernel_order_.clear();
+      builder_.set_queue_order({});
       // Every kernel that could have emitted the prefetch's loads is out: emit them now at the latest.
       if (pending_prefetch()) emit_weight_prefetch();
       // A linear that did not take its prefetched weight (kernel() found another layout) leaves it unread.
@@ -1416,7 +1424,7 @@ class Lowerer {
       }
       p.emitted = true;
     }
-    builder_.set_queue_order({});
+    builder_.set_queue_order(kernel_order_);
   }
 
   // The queues for a prefetch's pieces, which go round robin from the first (PrefetchQueues): from_last
@@ -1424,11 +1432,17 @@ class Lowerer {
   // the transfers that the kernels since the one before the current node put on each queue
   // (KernelBuilder::dma_queue_ns), ties to the higher queue.
   std::vector<uint32_t> prefetch_queue_order() const {
+    if (queues_ == PrefetchQueues::idlest) return idlest_queue_order();
+    std::vector<uint32_t> order(spec_.dma.queues);
+    for (uint32_t q = 0; q < order.size(); ++q) order[q] = static_cast<uint32_t>(order.size() - 1 - q);
+    return order;
+  }
+
+  std::vector<uint32_t> idlest_queue_order() const {
     const std::vector<double> ns = builder_.dma_queue_ns(previous_kernel_start_);
     std::vector<uint32_t> order(ns.size());
     for (uint32_t q = 0; q < order.size(); ++q) order[q] = static_cast<uint32_t>(order.size() - 1 - q);
-    if (queues_ == PrefetchQueues::idlest)
-      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ns[a] < ns[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ns[a] < ns[b]; });
     return order;
   }
 
@@ -1436,7 +1450,9 @@ class Lowerer {
   kernels::KernelBuilder builder_;
   bool prefetch_ = true;  // plan_weight_prefetch runs (lower() keeps the fastest program)
   bool after_loads_ = false;  // a matmul kernel emits the prefetch behind all its loads, not at its first store
-  PrefetchQueues queues_ = PrefetchQueues::from_first;  // where a prefetch's pieces go (prefetch_queue_order)
+  PrefetchQueues queues_ = PrefetchQueues::from_first;
+  bool idle_queues_ = false;  // every kernel's queues through idlest_queue_order (lower()'s `kernel_queues`)
+  std::vector<uint32_t> kernel_order_;  // the current kernel's queue order (empty: none)  // where a prefetch's pieces go (prefetch_queue_order)
   std::vector<size_t> kernel_start_, previous_kernel_start_;  // the DMA queues' lengths as the current / previous node began
   std::map<DType, Constants> constants_;
   std::vector<uint32_t> scratch_ios_;
@@ -1528,29 +1544,43 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // queues the kernel before it loads on; ties keep queue 0 first. The prefetch therefore never makes a
 // program slower than without it.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch, PrefetchQueues queues) {
-  if (prefetch != WeightPrefetch::best) return Lowerer(spec, name, prefetch, queues).run(graph);
-  device::Executable with = Lowerer(spec, name, WeightPrefetch::always, PrefetchQueues::from_first).run(graph);
-  const auto count = std::find_if(with.metadata.begin(), with.metadata.end(),
+                         WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues) {
+  if (prefetch != WeightPrefetch::best)
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest).run(graph);
+  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle) { return Lowerer(spec, name, p, q, idle).run(graph); };
+  device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
+  WeightPrefetch best_p = WeightPrefetch::always;
+  PrefetchQueues best_q = PrefetchQueues::from_first;
+  const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
-  if (count == with.metadata.end() || count->second == "0") return with;
-  device::Executable best = Lowerer(spec, name, WeightPrefetch::never, PrefetchQueues::from_first).run(graph);
-  double best_ns = modeled_ns(spec, best);
-  if (const double ns = modeled_ns(spec, with); ns < best_ns) {
-    best = std::move(with);
-    best_ns = ns;
-  }
-  for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
-    for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
-      if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed above
-      device::Executable other = Lowerer(spec, name, p, q).run(graph);
-      if (other == best) continue;
-      if (const double ns = modeled_ns(spec, other); ns < best_ns) {
-        best = std::move(other);
-        best_ns = ns;
+  const bool prefetched = count != best.metadata.end() && count->second != "0";
+  double best_ns = 0;
+  auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q) {
+    if (other == best) return;
+    if (const double ns = modeled_ns(spec, other); ns < best_ns) {
+      best = std::move(other);
+      best_ns = ns;
+      best_p = p;
+      best_q = q;
+    }
+  };
+  if (prefetched) {
+    device::Executable with = std::move(best);
+    best = lowered(WeightPrefetch::never, PrefetchQueues::from_first, false);
+    best_p = WeightPrefetch::never;
+    best_ns = modeled_ns(spec, best);
+    keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
+    for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
+      for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
+        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed above
+        keep_if_faster(lowered(p, q, false), p, q);
       }
     }
+  } else {
+    best_ns = modeled_ns(spec, best);
   }
+  // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
+  keep_if_faster(lowered(best_p, best_q, true), best_p, best_q);
   return best;
 }
 

@@ -369,7 +369,8 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
       fastest = std::min(fastest, run_ns(lower(g, spec, "linears", p, q)));
     }
   }
-  EXPECT_EQ(run_ns(best), fastest);
+  // ... then that one with each kernel's transfers on the queues left idlest (KernelQueues), if faster.
+  EXPECT_LE(run_ns(best), fastest);
 }
 
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
@@ -480,6 +481,11 @@ TEST(Lowering, PrefetchedWeightGoesToTheQueuesTheKernelBeforeLeavesIdle) {
     return n;
   };
   EXPECT_EQ(transfers(idlest), transfers(first));
+  // Every kernel's transfers through the idlest order too (KernelQueues::idlest): the same transfers on
+  // other queues (the order is a permutation of them).
+  const device::Executable kernels_idle =
+      lower(g, spec, "linears", WeightPrefetch::never, PrefetchQueues::from_first, KernelQueues::idlest);
+  EXPECT_EQ(transfers(kernels_idle), transfers(lower(g, spec, "linears", WeightPrefetch::never)));
   const double best = run_ns(lower(g, spec, "linears"));
   for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads, WeightPrefetch::never}) {
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
