@@ -85,9 +85,10 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 
 class Lowerer {
  public:
-  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch)
+  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
+          bool idle_queues)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
-        after_loads_(prefetch == WeightPrefetch::after_loads) {}
+        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -1165,8 +1166,16 @@ class Lowerer {
         values[i] = destination.at(static_cast<int>(i));
         continue;
       }
+      previous_kernel_start_ = std::exchange(kernel_start_, builder_.dma_queue_lengths());
       plan_weight_prefetch(graph, i, values, deferred);
+      // Each kernel's transfers from the queues the kernels since the one before left idlest (idle_queues_).
+      if (idle_queues_) {
+        kernel_order_ = idlest_queue_order();
+        builder_.set_queue_order(kernel_order_);
+      }
       values[i] = lower_node(n, std::move(operands), dst);
+      kernel_order_.clear();
+      builder_.set_queue_order({});
       // Every kernel that could have emitted the prefetch's loads is out: emit them now at the latest.
       if (pending_prefetch()) emit_weight_prefetch();
       // A linear that did not take its prefetched weight (kernel() found another layout) leaves it unread.
@@ -1406,6 +1415,7 @@ class Lowerer {
   }
 
   void emit_weight_prefetch() {
+    if (queues_ != PrefetchQueues::from_first && pending_prefetch()) builder_.set_queue_order(prefetch_queue_order());
     for (Prefetch& p : prefetches_) {
       if (p.emitted) continue;
       kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
@@ -1414,12 +1424,36 @@ class Lowerer {
       }
       p.emitted = true;
     }
+    builder_.set_queue_order(kernel_order_);
+  }
+
+  // The queues for a prefetch's pieces, which go round robin from the first (PrefetchQueues): from_last
+  // the highest first, since a kernel's round-robin loads start at queue 0; idlest by the modeled time of
+  // the transfers that the kernels since the one before the current node put on each queue
+  // (KernelBuilder::dma_queue_ns), ties to the higher queue.
+  std::vector<uint32_t> prefetch_queue_order() const {
+    if (queues_ == PrefetchQueues::idlest) return idlest_queue_order();
+    std::vector<uint32_t> order(spec_.dma.queues);
+    for (uint32_t q = 0; q < order.size(); ++q) order[q] = static_cast<uint32_t>(order.size() - 1 - q);
+    return order;
+  }
+
+  std::vector<uint32_t> idlest_queue_order() const {
+    const std::vector<double> ns = builder_.dma_queue_ns(previous_kernel_start_);
+    std::vector<uint32_t> order(ns.size());
+    for (uint32_t q = 0; q < order.size(); ++q) order[q] = static_cast<uint32_t>(order.size() - 1 - q);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ns[a] < ns[b]; });
+    return order;
   }
 
   const device::Spec& spec_;
   kernels::KernelBuilder builder_;
   bool prefetch_ = true;  // plan_weight_prefetch runs (lower() keeps the fastest program)
   bool after_loads_ = false;  // a matmul kernel emits the prefetch behind all its loads, not at its first store
+  PrefetchQueues queues_ = PrefetchQueues::from_first;
+  bool idle_queues_ = false;  // every kernel's queues through idlest_queue_order (lower()'s `kernel_queues`)
+  std::vector<uint32_t> kernel_order_;  // the current kernel's queue order (empty: none)  // where a prefetch's pieces go (prefetch_queue_order)
+  std::vector<size_t> kernel_start_, previous_kernel_start_;  // the DMA queues' lengths as the current / previous node began
   std::map<DType, Constants> constants_;
   std::vector<uint32_t> scratch_ios_;
   int kernel_count_ = 0;
@@ -1504,23 +1538,49 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // depends on the program too. So the rule is measured, not guessed: the program is lowered with the
 // prefetch and, when it prefetched any weight, without it and with the loads behind the kernels' own,
 // each is timed on a timing-only run of the cost model, and the fastest is kept (a tie keeps the one
-// without: fewer SBUF panels held across kernels; then the first-store placement). The prefetch
-// therefore never makes a program slower than without it.
+// without: fewer SBUF panels held across kernels; then the first-store placement). Each placement is
+// also lowered with the prefetch's pieces on other queues (PrefetchQueues: from the highest, or the
+// idlest by the kernels' transfers so far), since a weight of a few pieces from queue 0 crowds the
+// queues the kernel before it loads on; ties keep queue 0 first. The prefetch therefore never makes a
+// program slower than without it.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch) {
-  if (prefetch != WeightPrefetch::best) return Lowerer(spec, name, prefetch).run(graph);
-  device::Executable with = Lowerer(spec, name, WeightPrefetch::always).run(graph);
-  const auto count = std::find_if(with.metadata.begin(), with.metadata.end(),
+                         WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues) {
+  if (prefetch != WeightPrefetch::best)
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest).run(graph);
+  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle) { return Lowerer(spec, name, p, q, idle).run(graph); };
+  device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
+  WeightPrefetch best_p = WeightPrefetch::always;
+  PrefetchQueues best_q = PrefetchQueues::from_first;
+  const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
-  if (count == with.metadata.end() || count->second == "0") return with;
-  device::Executable best = Lowerer(spec, name, WeightPrefetch::never).run(graph);
-  double best_ns = modeled_ns(spec, best);
-  if (const double ns = modeled_ns(spec, with); ns < best_ns) {
-    best = std::move(with);
-    best_ns = ns;
+  const bool prefetched = count != best.metadata.end() && count->second != "0";
+  double best_ns = 0;
+  auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q) {
+    if (other == best) return;
+    if (const double ns = modeled_ns(spec, other); ns < best_ns) {
+      best = std::move(other);
+      best_ns = ns;
+      best_p = p;
+      best_q = q;
+    }
+  };
+  if (prefetched) {
+    device::Executable with = std::move(best);
+    best = lowered(WeightPrefetch::never, PrefetchQueues::from_first, false);
+    best_p = WeightPrefetch::never;
+    best_ns = modeled_ns(spec, best);
+    keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
+    for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
+      for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
+        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed above
+        keep_if_faster(lowered(p, q, false), p, q);
+      }
+    }
+  } else {
+    best_ns = modeled_ns(spec, best);
   }
-  device::Executable after = Lowerer(spec, name, WeightPrefetch::after_loads).run(graph);
-  if (after != best && modeled_ns(spec, after) < best_ns) best = std::move(after);
+  // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
+  keep_if_faster(lowered(best_p, best_q, true), best_p, best_q);
   return best;
 }
 

@@ -70,9 +70,25 @@ std::optional<std::pair<int64_t, kernels::TensorDesc>> apply_view_desc(OpId op, 
 // A/B measurements).
 enum class WeightPrefetch : uint8_t { best, always, after_loads, never };
 
+// Which DMA queues a prefetch's pieces (round robin, KernelBuilder::set_queue_order) start from:
+// `from_first` queue 0 up; `from_last` the highest queue down (the kernel before a linear that is not a
+// matmul spreads its own loads from queue 0); `idlest` the queues the kernels since the one before the
+// current node keep busy least, by the modeled time of their transfers. With WeightPrefetch::best,
+// lower() times every placement with each prefetch placement and `queues` is unused.
+enum class PrefetchQueues : uint8_t { from_first, from_last, idlest };
+
+// Which DMA queues each kernel's own transfers take: `from_first` as the kernel places them (its
+// round-robin transfers from queue 0); `idlest` the same placement mapped onto the queues the kernels
+// since the one before it keep busy least (a kernel's first loads then do not queue behind the tail
+// stores of the kernel before). With WeightPrefetch::best, lower() times the fastest placement with
+// each and `kernel_queues` is unused.
+enum class KernelQueues : uint8_t { from_first, idlest };
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch = WeightPrefetch::best);
+                         WeightPrefetch prefetch = WeightPrefetch::best,
+                         PrefetchQueues queues = PrefetchQueues::from_first,
+                         KernelQueues kernel_queues = KernelQueues::from_first);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries

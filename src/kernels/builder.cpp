@@ -241,6 +241,36 @@ void KernelBuilder::end_kernel(const KernelScope& scope) {
   queue_cursor_ = scope.queue_cursor;
 }
 
+std::vector<size_t> KernelBuilder::dma_queue_lengths() const {
+  std::vector<size_t> lengths(spec_.dma.queues, 0);
+  for (size_t q = 0; q < exe_.dma_queues.size() && q < lengths.size(); ++q) lengths[q] = exe_.dma_queues[q].size();
+  return lengths;
+}
+
+std::vector<double> KernelBuilder::dma_queue_ns(const std::vector<size_t>& since) const {
+  std::vector<double> ns(spec_.dma.queues, 0.0);
+  for (size_t q = 0; q < exe_.dma_queues.size() && q < ns.size(); ++q) {
+    const std::vector<Instruction>& queue = exe_.dma_queues[q];
+    for (size_t i = q < since.size() ? since[q] : 0; i < queue.size(); ++i) {
+      ns[q] += spec_.dma.fixed_cost_ns +
+               static_cast<double>(std::max(queue[i].dst.bytes(), queue[i].src0.bytes())) / spec_.dma.queue_bytes_per_ns;
+    }
+  }
+  return ns;
+}
+
+void KernelBuilder::set_queue_order(std::vector<uint32_t> order) {
+  if (!order.empty()) {
+    std::vector<uint32_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    bool permutation = sorted.size() == spec_.dma.queues;
+    for (size_t q = 0; permutation && q < sorted.size(); ++q) permutation = sorted[q] == q;
+    SIGHTLINE_CHECK(permutation, "set_queue_order: the order must name each of the {} core's {} DMA queues once",
+                    spec_.name, spec_.dma.queues);
+  }
+  queue_order_ = std::move(order);
+}
+
 void KernelBuilder::emit(Instruction in, int dma_queue) {
   SIGHTLINE_CHECK(!built_, "kernel '{}': emit after build()", exe_.name);
   for (AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux}) resolve_view(*ap);
@@ -250,6 +280,7 @@ void KernelBuilder::emit(Instruction in, int dma_queue) {
     SIGHTLINE_CHECK(static_cast<uint32_t>(dma_queue) < spec_.dma.queues,
                     "DMA queue {} does not exist; the {} core has queues 0..{}", dma_queue, spec_.name,
                     spec_.dma.queues - 1);
+    if (!queue_order_.empty()) dma_queue = static_cast<int>(queue_order_[static_cast<size_t>(dma_queue)]);
     hazards_.track(in, HazardTracker::queue_stream(static_cast<uint32_t>(dma_queue)));
     if (exe_.dma_queues.size() <= static_cast<size_t>(dma_queue)) exe_.dma_queues.resize(dma_queue + 1);
     exe_.dma_queues[static_cast<size_t>(dma_queue)].push_back(std::move(in));

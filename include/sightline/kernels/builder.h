@@ -186,6 +186,15 @@ class KernelBuilder {
   };
   KernelScope begin_kernel();
   void end_kernel(const KernelScope& scope);
+  // How many DMA transfers each queue holds so far, and the modeled time of those from `since` on (an
+  // earlier dma_queue_lengths()): each transfer's fixed cost plus its bytes at the queue's bandwidth
+  // (docs/hardware-model.md §1.4), an estimate of how long a kernel keeps each queue busy.
+  std::vector<size_t> dma_queue_lengths() const;
+  std::vector<double> dma_queue_ns(const std::vector<size_t>& since) const;
+  // Places every DMA transfer put on queue q (by its caller or round robin) on order[q] instead, until
+  // called with an empty order: a stream of transfers placed from queue 0 on then goes to the queues a
+  // caller knows to be idle. `order` is a permutation of the spec's queues.
+  void set_queue_order(std::vector<uint32_t> order);
 
   // Validates the program against the spec and returns it. The builder is spent afterwards.
   device::Executable build();
@@ -221,6 +230,7 @@ class KernelBuilder {
   uint32_t next_tile_id_ = 1;
   uint32_t source_op_ = device::kNoSourceOp;
   uint32_t queue_cursor_ = 0;
+  std::vector<uint32_t> queue_order_;  // set_queue_order (empty: none)
   bool built_ = false;
 };
 
