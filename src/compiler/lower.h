@@ -98,8 +98,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 4: view-level matmul epilogues (rotary), the attention's store into the permuted context, the linears'
 //    weight prefetch and bias in the evacuation, Llama's f32-softmax attention, argmax's 16-bit indices
 // 5: attention heads staged part by part, their steps balanced over the engines; the weight prefetch
-//    from and into matmul epilogue groups and behind a kernel's own loads; layer_norm's x ahead of its
-//    parameters, one row tile in column halves
+//    from and into matmul epilogue groups and behind a kernel's own loads, its pieces and the kernels'
+//    transfers on the queues chosen by the cost model; layer_norm's x ahead of its parameters, one row
+//    tile in column halves
 inline constexpr int kLoweringVersion = 5;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
