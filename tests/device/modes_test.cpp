@@ -57,12 +57,12 @@ TEST(DeviceModes, FunctionalAndTimingOnlyModelTheSameTimes) {
   expect_same_records(core.run(mm, mm_io, {.functional = true}), core.run(mm, mm_io, {.functional = false}));
 }
 
-// The blocked matmul adds in the same order as a plain p-i-j loop: the result is the same bits.
-TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
-  const uint32_t m = 256, k = 256, n = 130;  // n not a multiple of the matmul's column block
+// Runs the m x k x n matmul program on random operands and checks its result is the same bits as the
+// serial p-i-j sum: PSUM accumulates one 128-row K tile per matmul instruction, in K order.
+void expect_matmul_is_serial_sum(uint32_t m, uint32_t k, uint32_t n, uint32_t seed) {
   Core core(Spec::builtin("trn2"));
   const Executable exe = testing::matmul_program(m, k, n);
-  const std::vector<float> a_t = random_values(size_t{k} * m, 4), b = random_values(size_t{k} * n, 5);
+  const std::vector<float> a_t = random_values(size_t{k} * m, seed), b = random_values(size_t{k} * n, seed + 1);
   const std::vector<uint64_t> io{core.hbm_allocate(a_t.size() * 4), core.hbm_allocate(b.size() * 4),
                                  core.hbm_allocate(size_t{m} * n * 4)};
   core.hbm_write(io[0], a_t.data(), a_t.size() * 4);
@@ -70,7 +70,6 @@ TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
   core.run(exe, io);
   std::vector<float> c(size_t{m} * n);
   core.hbm_read(io[2], c.data(), c.size() * 4);
-  // PSUM accumulates one 128-row K tile per matmul instruction, in K order.
   std::vector<float> want(size_t{m} * n, 0.0f);
   for (uint32_t p = 0; p < k; ++p) {
     for (uint32_t i = 0; i < m; ++i) {
@@ -80,6 +79,11 @@ TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
   ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0);
 }
 
+// The blocked matmul adds in the same order as a plain p-i-j loop: the result is the same bits.
+TEST(DeviceModes, MatmulIsExactlyTheSerialSum) {
+  expect_matmul_is_serial_sum(256, 256, 130, 4);  // n not a multiple of the matmul's column block
+}
+
 // A narrow stationary operand (m below 128, as a model's 32 tokens are) is split over threads by
 // columns; tails of rows (m not a multiple of 4) and of columns (n not a multiple of a vector block) are
 // the scalar loop's. Every result is the same bits as the serial p-i-j sum, accumulated over K tiles.
@@ -87,24 +91,7 @@ TEST(DeviceModes, NarrowMatmulIsExactlyTheSerialSum) {
   for (const auto& [m, n] : {std::pair<uint32_t, uint32_t>{32, 512}, {32, 130}, {37, 512}, {20, 33}, {3, 200},
                              {32, 16}, {64, 257}}) {
     SCOPED_TRACE(fmt::format("m {}, n {}", m, n));
-    const uint32_t k = 256;
-    Core core(Spec::builtin("trn2"));
-    const Executable exe = testing::matmul_program(m, k, n);
-    const std::vector<float> a_t = random_values(size_t{k} * m, 8), b = random_values(size_t{k} * n, 9);
-    const std::vector<uint64_t> io{core.hbm_allocate(a_t.size() * 4), core.hbm_allocate(b.size() * 4),
-                                   core.hbm_allocate(size_t{m} * n * 4)};
-    core.hbm_write(io[0], a_t.data(), a_t.size() * 4);
-    core.hbm_write(io[1], b.data(), b.size() * 4);
-    core.run(exe, io);
-    std::vector<float> c(size_t{m} * n);
-    core.hbm_read(io[2], c.data(), c.size() * 4);
-    std::vector<float> want(size_t{m} * n, 0.0f);
-    for (uint32_t p = 0; p < k; ++p) {
-      for (uint32_t i = 0; i < m; ++i) {
-        for (uint32_t j = 0; j < n; ++j) want[size_t{i} * n + j] += a_t[size_t{p} * m + i] * b[size_t{p} * n + j];
-      }
-    }
-    ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0);
+    expect_matmul_is_serial_sum(m, 256, n, 8);
   }
 }
 
