@@ -102,7 +102,9 @@ struct NeuronConfig : profiler::ExperimentalConfig {
   std::string capture_enabled_for_nc = "0";  // cores whose instruction traces are kept: "0,1,2-5"
   bool correlate_device_time = true;         // attribute device time to framework ops
   std::string profile_output_dir = "profile_output";
-  size_t max_events_per_nc = 1'000'000;      // per core; the rest are counted as dropped
+  // Per core, for each of its streams (the host's runtime calls; the device's events with their
+  // instruction records): the first ones are kept, the rest counted as dropped, the same on every run.
+  size_t max_events_per_nc = 1'000'000;
   // This process's rank in its job and the number of ranks (torchrun's RANK and WORLD_SIZE; read them
   // where the program starts). Recorded in trace.json's distributedInfo and the manifest, with the
   // collectives seen; `sightline merge` lines the ranks' profiles up by them.

@@ -150,8 +150,16 @@ void profile::stop_trace() {
   trace_ = build_trace(collection, std::move(batches), window);
   for (const std::string& note : trace_->notes) warn(note);
   if (trace_->dropped > 0) {
-    warn(fmt::format("{} events were dropped because the event cap was reached (max_events = {})",
-                     trace_->dropped, options_.max_events));
+    // Host records are capped by ProfileOptions::max_events, each activity source's events by its own
+    // cap (the neuron source's NeuronConfig::max_events_per_nc, per core): name the one that was reached.
+    const std::uint64_t host = collection.dropped, device = trace_->dropped - collection.dropped;
+    std::string where;
+    if (host > 0) where = fmt::format("{} host records (ProfileOptions::max_events = {})", host, options_.max_events);
+    if (device > 0) {
+      where += fmt::format("{}{} device events (the activity source's cap: NeuronConfig::max_events_per_nc)",
+                           where.empty() ? "" : ", ", device);
+    }
+    warn(fmt::format("{} events were dropped because an event cap was reached: {}", trace_->dropped, where));
   }
 }
 

@@ -157,7 +157,8 @@ Runtime::Runtime(device::Spec spec, RuntimeOptions options) : spec_(std::move(sp
   SIGHTLINE_CHECK(n >= 1 && n <= 1024, "runtime: core count must be 1..1024, got {}", n);
   SIGHTLINE_CHECK(options_.queue_capacity >= 1, "runtime: queue capacity must be at least 1");
   install_host_costs(spec_);
-  events_per_core_.assign(static_cast<size_t>(n), 0);
+  host_events_per_core_.assign(static_cast<size_t>(n), 0);
+  device_events_per_core_.assign(static_cast<size_t>(n), 0);
   captured_.dropped_events_per_core.assign(static_cast<size_t>(n), 0);
   captured_.dropped_traces_per_core.assign(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i) {
@@ -201,11 +202,15 @@ void Runtime::record(const Event& e) {
   std::lock_guard lock(capture_mutex_);
   if (!capture_.enabled) return;
   const auto core = static_cast<size_t>(e.core);
-  if (events_per_core_[core] >= capture_.max_events_per_core) {
+  // The host's calls and the device's work arrive from different threads, in an order that depends on
+  // the simulator's pace: each has its own budget, so what is kept never depends on that order
+  // (CaptureOptions::max_events_per_core).
+  uint64_t& count = runtime_event_is_device(e.kind) ? device_events_per_core_[core] : host_events_per_core_[core];
+  if (count >= capture_.max_events_per_core) {
     ++captured_.dropped_events_per_core[core];
     return;
   }
-  ++events_per_core_[core];
+  ++count;
   captured_.events.push_back(e);
 }
 
@@ -215,11 +220,11 @@ void Runtime::record_trace(ExecutionTrace&& t) {
   if (!capture_.enabled || core >= capture_.instruction_trace_cores.size() || !capture_.instruction_trace_cores[core]) {
     return;
   }
-  if (events_per_core_[core] + t.result.records.size() > capture_.max_events_per_core) {
+  if (device_events_per_core_[core] + t.result.records.size() > capture_.max_events_per_core) {
     ++captured_.dropped_traces_per_core[core];
     return;
   }
-  events_per_core_[core] += t.result.records.size();
+  device_events_per_core_[core] += t.result.records.size();
   captured_.traces.push_back(std::move(t));
 }
 
@@ -247,7 +252,8 @@ Captured Runtime::drain() {
   captured_ = Captured{};
   captured_.dropped_events_per_core.assign(cores_.size(), 0);
   captured_.dropped_traces_per_core.assign(cores_.size(), 0);
-  std::fill(events_per_core_.begin(), events_per_core_.end(), 0);
+  std::fill(host_events_per_core_.begin(), host_events_per_core_.end(), 0);
+  std::fill(device_events_per_core_.begin(), device_events_per_core_.end(), 0);
   return out;
 }
 

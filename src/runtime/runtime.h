@@ -104,6 +104,11 @@ struct ExecutionTrace {
 struct CaptureOptions {
   bool enabled = false;
   std::vector<bool> instruction_trace_cores;  // cores whose per-instruction records are kept
+  // Per core, for each of its two streams: the events of host calls (loads, allocations, schedules,
+  // waits, copies requested) and the device's (executions, copies, switches, collectives, with the
+  // instruction records of its traces). The device stream is recorded by the simulator's thread, the
+  // host's by the caller's, so one shared budget would keep a different mix depending on which ran
+  // ahead in wall time; two budgets keep each stream's first events, the same on every run.
   size_t max_events_per_core = 1'000'000;
 };
 
@@ -234,7 +239,8 @@ class Runtime {
   CaptureOptions capture_;
   std::atomic<bool> capturing_{false};
   Captured captured_;
-  std::vector<uint64_t> events_per_core_;
+  std::vector<uint64_t> host_events_per_core_;    // kept this capture (CaptureOptions::max_events_per_core)
+  std::vector<uint64_t> device_events_per_core_;  // device events and instruction records
   std::atomic<int64_t> simulation_wall_ns_{0};
   std::mutex collectives_mutex_;  // queues a collective on all its cores at once
   uint64_t next_collective_id_ = 1;

@@ -1,4 +1,8 @@
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -156,9 +160,63 @@ TEST(Runtime, FullQueueAppliesBackPressure) {
   for (int i = 0; i < 20; ++i) rt.execute_schedule(0, exe, {x, y});
   rt.synchronize(0);
   const Captured c = rt.drain();
-  // More events happened than the cap allows: the rest are counted, not lost silently.
-  EXPECT_EQ(c.events.size(), 8u);
+  // More events happened than the cap allows: the rest are counted, not lost silently. The host's calls
+  // and the device's work each keep 8.
+  EXPECT_EQ(c.events.size(), 16u);
   EXPECT_GT(c.dropped_events_per_core[0], 0u);
+}
+
+// What a capped capture keeps never depends on the simulator's pace: the host's calls and the device's
+// events (with its instruction records) each keep their own first events. With one shared budget, the
+// mix kept depended on how far the simulator's thread had run ahead of the caller in wall time.
+TEST(Runtime, CappedCaptureKeepsTheSameEventsWhateverTheSimulatorsPace) {
+  // Functional simulation computes every value (slow), timing only none (fast): the same modeled times,
+  // a different pace of the simulator's thread against the caller's.
+  auto capture = [](bool functional, bool traces) {
+    RuntimeOptions o = two_cores();
+    o.functional = functional;
+    Runtime rt(device::Spec::builtin("trn2"), o);
+    CaptureOptions cap;
+    cap.enabled = true;
+    cap.max_events_per_core = 40;
+    cap.instruction_trace_cores = {traces, false};
+    rt.set_capture(cap);
+    const uint32_t n = 256;
+    const uint64_t bytes = 128ull * n * 4;
+    const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f)));
+    const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
+    const auto host = iota_values(128 * n);
+    rt.write(0, x, host.data(), bytes);
+    for (int i = 0; i < 60; ++i) rt.execute_schedule(0, exe, {x, y});
+    rt.synchronize(0);
+    return rt.drain();
+  };
+  // The kept events of one stream, their times from the capture's first event (the modeled host clock
+  // runs on from one runtime to the next).
+  auto kept = [](const Captured& c, bool device) {
+    std::vector<std::tuple<RuntimeEventKind, uint64_t, int64_t, int64_t>> out;
+    int64_t origin = std::numeric_limits<int64_t>::max();
+    for (const Event& e : c.events) origin = std::min(origin, e.start_ns);
+    for (const Event& e : c.events) {
+      if (runtime_event_is_device(e.kind) == device) {
+        out.emplace_back(e.kind, e.seq, e.start_ns - origin, e.end_ns - origin);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  for (const bool traces : {false, true}) {
+    const Captured a = capture(true, traces), b = capture(false, traces);
+    ASSERT_GT(a.dropped_events_per_core[0], 0u);
+    EXPECT_EQ(a.dropped_events_per_core, b.dropped_events_per_core);
+    EXPECT_EQ(a.dropped_traces_per_core, b.dropped_traces_per_core);
+    EXPECT_EQ(kept(a, false), kept(b, false));
+    EXPECT_EQ(kept(a, true), kept(b, true));
+    EXPECT_EQ(kept(a, false).size(), 40u);  // the host's first 40 calls
+    ASSERT_EQ(a.traces.size(), b.traces.size());
+    for (size_t i = 0; i < a.traces.size(); ++i) EXPECT_EQ(a.traces[i].seq, b.traces[i].seq);
+    EXPECT_EQ(a.traces.empty(), !traces);
+  }
 }
 
 namespace {

@@ -47,6 +47,10 @@ struct RunOptions {
   bool timing_only = false;
   bool check_cpu = false;  // compare every variant's output with the eager model on cpu
   std::string capture_cores = "0";  // NeuronConfig::capture_enabled_for_nc of every profile
+  // NeuronConfig::max_events_per_nc of every profile. Larger than TorchNeuron's 1M default: an 8B
+  // model's eager step records more instructions than that on one core, and a profile that drops
+  // events counts fewer executions than ran.
+  size_t max_events = 4'000'000;
   int rank = 0;                     // this process's rank and the job's ranks (torchrun's RANK, WORLD_SIZE)
   int world_size = 1;
 
@@ -72,6 +76,10 @@ inline void add_run_flags(CLI::App& app, RunOptions& o, const std::vector<std::s
   app.add_option("--save-weights", o.save_weights,
                  "write the parameters the run uses to a .safetensors file under their HF checkpoint names");
   app.add_option("--row-limit", o.row_limit, "rows of each key_averages table");
+  app.add_option("--max-events", o.max_events,
+                 "events each profile keeps per core, of the host's runtime calls and of the device's events with "
+                 "their instruction records (NeuronConfig::max_events_per_nc); the rest are counted as dropped")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--timing-only", o.timing_only,
                "simulate timing only: the same modeled times, results are not computed (much faster)");
   // torchrun's environment is the default, read here at the program's edge.
@@ -176,6 +184,7 @@ struct VariantResult : neuron::TraceSummary {
   int64_t switches = 0;
   double host_ms = 0;
   double first_call_s = 0;  // measured: wall time of the first step (builds executables; compile() captures and lowers)
+  uint64_t dropped_events = 0;  // the profile's event cap was reached: its figures miss what was dropped
   std::string output_dir;
   Tensor output;
   bool has_device = false;
@@ -189,6 +198,7 @@ inline VariantResult profile_variant(const std::string& name, const ModelFn& fn,
   auto cfg = std::make_shared<neuron::NeuronConfig>();
   cfg->profile_output_dir = o.out_dir + "/" + name;
   cfg->capture_enabled_for_nc = o.capture_cores;
+  cfg->max_events_per_nc = o.max_events;
   cfg->rank = o.rank;
   cfg->world_size = o.world_size;
   neuron::NeuronProfiler exporter(cfg);
@@ -217,6 +227,7 @@ inline VariantResult profile_variant(const std::string& name, const ModelFn& fn,
   table.row_limit = o.row_limit;
   const profiler::KeyAverages averages = prof.key_averages();
   fmt::print("{}", averages.table(table));
+  r.dropped_events = averages.dropped_events();
   for (const profiler::FunctionEventAvg& row : averages.rows()) {
     if (row.key == "nc_model_switch") r.switches += row.count;
   }
@@ -238,6 +249,13 @@ inline void print_comparison(const std::vector<VariantResult>& results, const Ru
                r.span_us, r.switches, r.overhead_us, r.host_ms);
   }
   fmt::print("  * the active step on the modeled host clock, synchronize() included\n");
+  for (const VariantResult& r : results) {
+    if (r.dropped_events > 0) {
+      fmt::print("  {}: INCOMPLETE, {} events dropped at the cap of {} per core: its row misses them; run again "
+                 "with a larger --max-events\n",
+                 r.name, r.dropped_events, o.max_events);
+    }
+  }
   bool collectives = false;
   for (const VariantResult& r : results) collectives = collectives || r.collectives > 0;
   if (collectives) {
