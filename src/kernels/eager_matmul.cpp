@@ -15,7 +15,9 @@
 // Feeding the Tensor engine under the DMA cost model (a transfer pays ~1.3 us of fixed cost before
 // its bytes move at ~23 B/ns per queue, and a queue holds two transfers, so the second one's fixed cost
 // hides behind the first one's data: docs/hardware-model.md §1.4):
-//   * loads are few and large (kLoadPieceBytes), except a start-up ramp: the first K slice goes out in
+//   * loads and stores are cut as a stream of transfers (the finest split whose pieces still hide the
+//     next transfer's fixed cost, stream_min_piece_bytes: docs/hardware-model.md §1.4, "How a transfer is
+//     split"), over as many queues as that allows, except a start-up ramp: the first K slice goes out in
 //     one piece per queue, so the Tensor engine starts as soon as one slice has landed, and the next
 //     slices (kRampSlices) in pieces whose data takes as long as the fixed cost (fixed cost x queue
 //     bandwidth), so each queue's third transfer is ready when its second ends; then pieces double;
@@ -72,8 +74,8 @@ struct Gemm {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// A load transfer pays the DMA fixed cost once; pieces of this size keep that cost under a fifth of
-// the transfer time at trn2's per-queue bandwidth (1.3 us vs 128 KiB / 23 B/ns = 5.7 us).
+// The start-up ramp's pieces double up to this size (1.3 us of fixed cost vs 128 KiB / 23 B/ns = 5.7 us
+// of data at trn2's per-queue bandwidth).
 constexpr uint64_t kLoadPieceBytes = 128 * 1024;
 // Operand loads are grouped into K slices of about this many bytes (several pieces each).
 constexpr uint64_t kLoadChunkBytes = 256 * 1024;
@@ -223,7 +225,11 @@ class GemmEmitter {
   // `weight` (a linear's, or null): b already loaded into SBUF (prefetch_linear_weight).
   GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias, const EagerHooks* hooks,
               const PrefetchedWeight* weight = nullptr)
-      : b_(b), parts_(b.partitions()), moving_max_(b.spec().tensor.moving_free_max), hooks_(hooks) {
+      : b_(b),
+        parts_(b.partitions()),
+        moving_max_(b.spec().tensor.moving_free_max),
+        stream_piece_bytes_(stream_min_piece_bytes(b.spec())),
+        hooks_(hooks) {
     const DType a_dtype = shape.a.dtype, b_dtype = shape.b.dtype, out_dtype = shape.out.dtype;
     const uint32_t banks = b.spec().psum_banks;
     if (weight) {
@@ -344,13 +350,13 @@ class GemmEmitter {
   // Loads K tiles [kt0, kt0 + count) of an operand into `tile` laid out [k tile][column]: partition p
   // of K tile t holds row t * partitions + p. `width` columns from `column` (of `row` columns per K
   // tile), read from HBM at `offset` + k * k_stride + column * column_stride, in `pieces` transfers
-  // (0: pieces of about kLoadPieceBytes).
+  // (0: the stream rule's pieces, stream_piece_bytes_).
   void load_k_slice(const Tile& tile, uint32_t row, uint32_t column, uint32_t width, const Operand& op,
                     int64_t offset, int64_t kt0, int64_t count, int64_t k, uint32_t pieces) {
     const auto [dst, src] = k_slice_patterns(parts_, tile, row, column, width, op, offset, kt0, count, k);
     // Before the first store every queue loads; afterwards the store queues are left to the stores.
     const Queues& queues = stored_ ? loads_ : all_;
-    transfer(dst, src, pieces ? pieces : pieces_for(dst.bytes(), kLoadPieceBytes, queues), queues, true);
+    transfer(dst, src, pieces ? pieces : pieces_for(dst.bytes(), stream_piece_bytes_, queues), queues, true);
   }
 
   // K slices of `columns` columns: full K tiles grouped into chunks of about kLoadChunkBytes, the
@@ -614,6 +620,7 @@ class GemmEmitter {
   KernelBuilder& b_;
   uint16_t parts_;
   uint32_t moving_max_;
+  uint64_t stream_piece_bytes_;  // stream_min_piece_bytes of the spec
   const EagerHooks* hooks_;
   Plan plan_;
   TilePool a_blocks_, b_panels_, stationary_, moving_, result_, acc_, bias_;

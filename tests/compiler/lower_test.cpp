@@ -326,8 +326,10 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
 // model (docs/hardware-model.md §1.4, §1.6): the first kernel as timed alone, plus the second weight at
 // HBM bandwidth, plus what of the second kernel cannot overlap that stream (loading the first result as
 // a^T over every queue, F plus its data at the queues' rate; the second product's Tensor-engine time;
-// its store, the same). Without the prefetch the second weight queues behind the first kernel's stores,
-// and the program does not meet it.
+// its store, the same). lower()'s choice meets it. (Before the kernels cut their loads and stores by
+// the stream rule, stream_min_piece_bytes, only the prefetch met it: without it the second weight queued
+// behind the first kernel's few large stores. With stream-rule pieces the plain lowering streams the
+// second weight as well, 26.5 us vs 31.8 us before, and is the faster of the two here.)
 TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
   const device::Spec spec = device::Spec::builtin("trn2");
   const int64_t m = 128, k = 1024;
@@ -359,8 +361,8 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
   const double on = run_ns(with), off = run_ns(without);
   std::printf("two epilogue linears: %.1f ns with the prefetch, %.1f ns without, bound %.1f ns (first alone %.1f)\n",
               on, off, bound, first);
-  EXPECT_LE(on, bound);
-  EXPECT_GT(off, bound);
+  EXPECT_LE(std::min(on, off), bound);
+  EXPECT_LE(run_ns(best), bound);
   // lower() keeps the fastest of the prefetch's placements (and of its queues: the other placements of
   // each).
   double fastest = off;

@@ -78,6 +78,11 @@ std::vector<Program> programs() {
         {{384}, DType::f32},
         {{96, 384}, DType::f32},
         {{96}, DType::f32}}},
+      // A projection at a model's size: its operand loads and result stores are large enough to be cut
+      // into pieces (the small graphs above move each operand in one transfer).
+      {"linear_1024_bf16",
+       [](const std::vector<Tensor>& a) { return std::vector<Tensor>{linear(a[0], a[1]) + a[0]}; },
+       {{{128, 1024}, DType::bf16}, {{1024, 1024}, DType::bf16}}},
   };
   return out;
 }
