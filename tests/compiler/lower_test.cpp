@@ -411,6 +411,44 @@ TEST(Lowering, AfterLoadsPrefetchQueuesBehindTheKernelsOwnLoads) {
   EXPECT_FALSE(first_weight_behind_second(after_loads));
 }
 
+// A linear whose weight arrives prefetched and whose bias is added in the evacuation (f32, 128 rows)
+// reads the bias broadcast to its rows, as many bytes as a result tile per 512-column panel. ESM-2's
+// MLP, 1920 columns: four panels. The next linear's weight is queued at this kernel's first store
+// (WeightPrefetch::always), 3.7 MB on every queue; a panel's bias loaded when its evacuations come would
+// wait behind it. So the biases of the two panels after the current one are loaded right behind its
+// own: on every DMA queue, the biases of panels 1 and 2 come before any load of the second weight.
+TEST(Lowering, FoldedBiasesOfLaterPanelsQueueAheadOfTheNextWeight) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const int64_t m = 128, k = 480, n = 1920;
+  const Graph g = optimized(&testing::biased_mlp, testing::biased_mlp_metas(m, k, n, DType::f32));
+  const device::Executable exe = lower(g, spec, "mlp", WeightPrefetch::always);
+  EXPECT_EQ(metadata(exe, "compiled.prefetched_weights"), "2");
+  uint32_t b1 = 0, w2 = 0;
+  for (uint32_t i = 0; i < exe.io.size(); ++i) {
+    if (exe.io[i].name == "arg2") b1 = i;
+    if (exe.io[i].name == "arg3") w2 = i;
+  }
+  const uint32_t panel = spec.tensor.moving_free_max;
+  std::set<int64_t> panels_loaded;  // panels of b1 loaded, broadcast to the rows (partition stride 0)
+  bool early_behind_weight = false;
+  for (const std::vector<device::Instruction>& queue : exe.dma_queues) {
+    bool weight = false;
+    for (const device::Instruction& in : queue) {
+      if (in.src0.memory != device::Memory::hbm) continue;
+      if (in.src0.tensor == w2) weight = true;
+      if (in.src0.tensor != b1) continue;
+      EXPECT_EQ(in.src0.partition_stride, 0);
+      const int64_t p = static_cast<int64_t>(in.src0.offset / sizeof(float)) / panel;
+      panels_loaded.insert(p);
+      if (weight && p >= 1 && p <= 2) early_behind_weight = true;
+    }
+  }
+  EXPECT_EQ(panels_loaded, (std::set<int64_t>{0, 1, 2, 3}));
+  EXPECT_FALSE(early_behind_weight);
+  // And the program lower() keeps is no slower than this one.
+  EXPECT_LE(run_ns(lower(g, spec, "mlp")), run_ns(exe));
+}
+
 // Where a prefetch's pieces go (PrefetchQueues). A linear's 256 x 256 bf16 weight is a few pieces of
 // stream_min_piece_bytes; the kernel before it, a 128-row linear, has put its loads on the queues
 // before its first store, where the prefetch is emitted. From queue 0 the pieces take the first queues

@@ -122,4 +122,14 @@ inline std::vector<TensorMeta> linear_chain_metas(int64_t m, int64_t k, int64_t 
           {{n}, dtype},    {{n, k}, dtype}, {{k, n}, dtype}, {{k}, dtype}};
 }
 
+// ESM-2's MLP shape: relu(x) (a kernel before the first linear, which takes its weight prefetched), then
+// linear(., w1, b1) -> gelu -> linear(., w2, b2) + x, both linears with a bias.
+inline std::vector<Tensor> biased_mlp(const std::vector<Tensor>& in) {
+  return {linear(gelu(linear(relu(in[0]), in[1], in[2])), in[3], in[4]) + in[0]};
+}
+
+inline std::vector<TensorMeta> biased_mlp_metas(int64_t m, int64_t k, int64_t n, DType dtype) {
+  return {{{m, k}, dtype}, {{n, k}, dtype}, {{n}, dtype}, {{k, n}, dtype}, {{k}, dtype}};
+}
+
 }  // namespace sightline::compiler::testing
