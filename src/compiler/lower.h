@@ -101,7 +101,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    from and into matmul epilogue groups and behind a kernel's own loads, its pieces and the kernels'
 //    transfers on the queues chosen by the cost model; layer_norm's x ahead of its parameters, one row
 //    tile in column halves
-// 6: the matmul's operand loads and result stores cut by the stream rule (stream_min_piece_bytes)
+// 6: the matmul's operand loads and result stores cut by the stream rule (stream_min_piece_bytes); with
+//    a prefetched weight, the folded biases of the next two panels loaded behind the current one's
 inline constexpr int kLoweringVersion = 6;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };

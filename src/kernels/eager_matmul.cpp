@@ -417,7 +417,7 @@ class GemmEmitter {
       const uint64_t pieces = std::clamp<uint64_t>(y.bytes() / kMinPieceBytes, 1, tail_queues);
       transfer(out, y, static_cast<uint32_t>(pieces), all_, false);
     } else if (loads_remain) {
-      transfer(out, y, pieces_for(y.bytes(), kLoadPieceBytes, stores_), stores_, false);
+      transfer(out, y, pieces_for(y.bytes(), stream_piece_bytes_, stores_), stores_, false);
     } else {
       // Every load is out: stores may use every queue (nothing can queue up behind them), each over
       // half of them, so the last results do not wait behind long transfers.

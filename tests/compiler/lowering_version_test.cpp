@@ -83,6 +83,8 @@ std::vector<Program> programs() {
       {"linear_1024_bf16",
        [](const std::vector<Tensor>& a) { return std::vector<Tensor>{linear(a[0], a[1]) + a[0]}; },
        {{{128, 1024}, DType::bf16}, {{1024, 1024}, DType::bf16}}},
+      // ESM-2 t12's MLP: prefetched weights, biases folded into the evacuations over several panels.
+      {"esm_mlp_480x1920", &testing::biased_mlp, testing::biased_mlp_metas(128, 480, 1920, DType::f32)},
   };
   return out;
 }
