@@ -143,23 +143,33 @@ TEST(Runtime, BadBindingsAndCoresAreErrors) {
   rt.synchronize(0);  // reported once; the core keeps working
 }
 
-TEST(Runtime, FullQueueAppliesBackPressure) {
-  RuntimeOptions o = two_cores();
-  o.queue_capacity = 1;
+namespace {
+
+// What a runtime with these options captures, at most `max_events` per core and stream, of a write and
+// `executions` runs of one [128, n] scale program on core 0.
+Captured capped_scale_loop(RuntimeOptions o, size_t max_events, uint32_t n, int executions, bool traces = false) {
   Runtime rt(device::Spec::builtin("trn2"), o);
   CaptureOptions cap;
   cap.enabled = true;
-  cap.max_events_per_core = 8;
+  cap.max_events_per_core = max_events;
+  cap.instruction_trace_cores = {traces, false};
   rt.set_capture(cap);
-  const uint32_t n = 2048;
   const uint64_t bytes = 128ull * n * 4;
   const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f)));
   const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
   const auto host = iota_values(128 * n);
   rt.write(0, x, host.data(), bytes);
-  for (int i = 0; i < 20; ++i) rt.execute_schedule(0, exe, {x, y});
+  for (int i = 0; i < executions; ++i) rt.execute_schedule(0, exe, {x, y});
   rt.synchronize(0);
-  const Captured c = rt.drain();
+  return rt.drain();
+}
+
+}  // namespace
+
+TEST(Runtime, FullQueueAppliesBackPressure) {
+  RuntimeOptions o = two_cores();
+  o.queue_capacity = 1;
+  const Captured c = capped_scale_loop(o, 8, 2048, 20);
   // More events happened than the cap allows: the rest are counted, not lost silently. The host's calls
   // and the device's work each keep 8.
   EXPECT_EQ(c.events.size(), 16u);
@@ -175,21 +185,7 @@ TEST(Runtime, CappedCaptureKeepsTheSameEventsWhateverTheSimulatorsPace) {
   auto capture = [](bool functional, bool traces) {
     RuntimeOptions o = two_cores();
     o.functional = functional;
-    Runtime rt(device::Spec::builtin("trn2"), o);
-    CaptureOptions cap;
-    cap.enabled = true;
-    cap.max_events_per_core = 40;
-    cap.instruction_trace_cores = {traces, false};
-    rt.set_capture(cap);
-    const uint32_t n = 256;
-    const uint64_t bytes = 128ull * n * 4;
-    const auto exe = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(n, 2.0f)));
-    const uint64_t x = rt.allocate(0, bytes), y = rt.allocate(0, bytes);
-    const auto host = iota_values(128 * n);
-    rt.write(0, x, host.data(), bytes);
-    for (int i = 0; i < 60; ++i) rt.execute_schedule(0, exe, {x, y});
-    rt.synchronize(0);
-    return rt.drain();
+    return capped_scale_loop(o, 40, 256, 60, traces);
   };
   // The kept events of one stream, their times from the capture's first event (the modeled host clock
   // runs on from one runtime to the next).
