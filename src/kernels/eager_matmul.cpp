@@ -480,7 +480,7 @@ class GemmEmitter {
                                                 rows, 0, {{cols, stride32(g.bias->inner_stride, "bias")}});
           const Queues& queues = stored_ ? loads_ : all_;
           if (fold_bias_) {
-            transfer(dst, src, pieces_for(dst.bytes(), stream_min_piece_bytes(b_.spec()), queues), queues, false);
+            transfer(dst, src, pieces_for(dst.bytes(), stream_piece_bytes_, queues), queues, false);
           } else {
             b_.emit(device::dma_copy(dst, src), pick_queue(queues, 0.0, dst.bytes()));
           }
