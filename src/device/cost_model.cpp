@@ -66,6 +66,16 @@ bool dma_touches_hbm(const Instruction& in) {
   return in.src0.memory == Memory::hbm || in.dst.memory == Memory::hbm;
 }
 
+double dma_rate_bytes_per_ns(const Spec& spec, bool touches_hbm, int hbm_movers) {
+  if (!touches_hbm) return spec.dma.queue_bytes_per_ns;
+  return std::min(spec.dma.queue_bytes_per_ns, spec.hbm.bytes_per_ns / std::max(1, hbm_movers));
+}
+
+double dma_instruction_ns(const Spec& spec, const Instruction& in, int hbm_movers) {
+  return spec.dma.fixed_cost_ns +
+         static_cast<double>(dma_transfer_bytes(in)) / dma_rate_bytes_per_ns(spec, dma_touches_hbm(in), hbm_movers);
+}
+
 uint64_t instruction_flops(const Instruction& in) {
   switch (in.opcode) {
     case Opcode::matmul:

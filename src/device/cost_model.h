@@ -24,6 +24,14 @@ double compute_instruction_ns(const Spec& spec, const Instruction& in);
 uint64_t dma_transfer_bytes(const Instruction& in);
 // Whether a dma_copy reads or writes HBM (and so shares the HBM bandwidth).
 bool dma_touches_hbm(const Instruction& in);
+// The rate (bytes per ns) a moving transfer gets while `hbm_movers` transfers (itself among them when it
+// touches HBM) move HBM bytes: its queue's peak, capped by an equal share of the core's HBM bandwidth.
+// What the timing model gives every moving transfer.
+double dma_rate_bytes_per_ns(const Spec& spec, bool touches_hbm, int hbm_movers);
+// Duration of a dma_copy (or dma_gather) that pays its fixed cost and then moves its bytes at
+// dma_rate_bytes_per_ns(spec, it touches HBM, hbm_movers) throughout: alone on its queue, with
+// `hbm_movers` HBM transfers (itself included) moving over the same time.
+double dma_instruction_ns(const Spec& spec, const Instruction& in, int hbm_movers = 1);
 // Floating-point operations the instruction performs (matmul: 2*K*M*N; elementwise: one per element).
 uint64_t instruction_flops(const Instruction& in);
 

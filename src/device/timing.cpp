@@ -162,11 +162,10 @@ class Scheduler {
     for (const auto& s : streams_) {
       if (!s.transfers.empty() && s.transfers.front().moving && s.transfers.front().hbm) ++hbm_movers;
     }
-    const double hbm_share = hbm_movers ? spec_.hbm.bytes_per_ns / hbm_movers : kNever;
     for (auto& s : streams_) {
       if (s.transfers.empty() || !s.transfers.front().moving) continue;
       Transfer& t = s.transfers.front();
-      t.rate = std::min(spec_.dma.queue_bytes_per_ns, t.hbm ? hbm_share : kNever);
+      t.rate = dma_rate_bytes_per_ns(spec_, t.hbm, hbm_movers);
     }
   }
 
