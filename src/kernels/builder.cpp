@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "device/cost_model.h"
 #include "device/validate.h"
 #include "kernels/dma_rule.h"
 #include "sightline/error.h"
@@ -348,6 +349,79 @@ void KernelBuilder::dma_split(const AccessPattern& dst, const AccessPattern& src
     emit(device::dma_copy(shift(dst, first, count, by_partition), shift(src, first, count, by_partition)));
     first += count;
   }
+}
+
+void KernelBuilder::load(const AccessPattern& tile, const AccessPattern& hbm) {
+  if (hbm.memory == Memory::hbm && hbm.partition_stride == 0 && hbm.partition_count > 1 &&
+      tile.memory == Memory::sbuf && tile.partition_count == hbm.partition_count) {
+    AccessPattern row = hbm;
+    row.partition_count = 1;
+    load_broadcast(tile, row);
+    return;
+  }
+  dma_split(tile, hbm);
+}
+
+namespace {
+
+AccessPattern first_partition(AccessPattern ap) {
+  ap.partition_count = 1;
+  return ap;
+}
+
+// `row` read once per partition of `tile`: the stride-0 source of path (a).
+AccessPattern broadcast_source(AccessPattern row, uint16_t partitions) {
+  row.partition_stride = 0;
+  row.partition_count = partitions;
+  return row;
+}
+
+}  // namespace
+
+bool KernelBuilder::broadcast_row_on_chip(const AccessPattern& tile, const AccessPattern& row) const {
+  if (tile.memory != Memory::sbuf || tile.partition_count <= 1 || !dtype_is_floating(tile.dtype)) return false;
+  // Each path's modeled latency alone on an idle core. (a) at its fastest, whatever split its caller
+  // emits: one piece per queue (fewer when there are fewer partitions), all moving at once and sharing
+  // the HBM bandwidth; the piece of the most partitions sets the time. (The time each path keeps the
+  // queues busy was tried as the cost instead: it sends 128-element rows on chip too, which ESM-2 t12
+  // at one sequence of 128 tokens gains from (1474.5 -> 1468.2 us) and at four loses (3607.9 -> 3647.5),
+  // their copies waiting behind attention's GpSimd work.)
+  const uint32_t pieces = std::min<uint32_t>(spec_.dma.queues, tile.partition_count);
+  const uint16_t piece_partitions = static_cast<uint16_t>((tile.partition_count + pieces - 1) / pieces);
+  AccessPattern piece_dst = tile;
+  piece_dst.partition_count = piece_partitions;
+  const double dma_ns = device::dma_instruction_ns(
+      spec_, device::dma_copy(piece_dst, broadcast_source(row, piece_partitions)), static_cast<int>(pieces));
+  // (b): the row alone, then the GpSimd instruction that copies it to every partition.
+  const double on_chip_ns =
+      device::dma_instruction_ns(spec_, device::dma_copy(first_partition(tile), row), 1) +
+      device::compute_instruction_ns(spec_, device::partition_all_reduce(device::AluOp::multiply, tile,
+                                                                         first_partition(tile)));
+  return on_chip_ns < dma_ns;
+}
+
+void KernelBuilder::load_broadcast(const AccessPattern& tile, const AccessPattern& row, const DmaEmitter& dma) {
+  SIGHTLINE_CHECK(row.memory == Memory::hbm && row.partition_count == 1,
+                  "load_broadcast: the row must be an HBM pattern of one partition, not {}", row.partition_count);
+  SIGHTLINE_CHECK(tile.memory == Memory::sbuf && tile.free_elements() == row.free_elements(),
+                  "load_broadcast: the tile must be SBUF with the row's {} elements per partition, not {}",
+                  row.free_elements(), tile.free_elements());
+  auto transfer = [&](const AccessPattern& dst, const AccessPattern& src) {
+    if (dma) {
+      dma(dst, src);
+    } else {
+      dma_split(dst, src);
+    }
+  };
+  if (!broadcast_row_on_chip(tile, row)) {
+    transfer(tile, broadcast_source(row, tile.partition_count));
+    return;
+  }
+  // The row lands in the tile's first partition; the all-reduce reads it (every read of an instruction
+  // comes before its writes) and writes 1 * x to every partition, the first included.
+  const AccessPattern first = first_partition(tile);
+  transfer(first, row);
+  partition_all_reduce(device::AluOp::multiply, tile, first);
 }
 
 void KernelBuilder::gather(const AccessPattern& dst, const AccessPattern& table,

@@ -470,17 +470,21 @@ class GemmEmitter {
         };
         std::optional<Tile> bias;
         bool bias_loaded = false;
-        // Folded into the evacuation, the bias is read broadcast to every row of the block's tiles (an HBM
-        // partition stride of 0), once the panel's operand loads are out, since only the evacuation needs
-        // it; as an accumulation step, as one row, first.
+        // Folded into the evacuation, the bias is broadcast to every row of the block's tiles
+        // (KernelBuilder::load_broadcast), once the panel's operand loads are out, since only the
+        // evacuation needs it; as an accumulation step, as one row, first.
         auto emit_bias_load = [&](const Tile& tile, int64_t col0, uint32_t cols) {
           const uint16_t rows = fold_bias_ ? static_cast<uint16_t>(std::min<int64_t>(parts_, mbw)) : uint16_t{1};
           const AccessPattern dst = tile.region(0, rows, 0, cols);
           const AccessPattern src = hbm_pattern(g.bias->io, g.bias->dtype, g.bias->offset + col0 * g.bias->inner_stride,
-                                                rows, 0, {{cols, stride32(g.bias->inner_stride, "bias")}});
+                                                1, 0, {{cols, stride32(g.bias->inner_stride, "bias")}});
           const Queues& queues = stored_ ? loads_ : all_;
           if (fold_bias_) {
-            transfer(dst, src, pieces_for(dst.bytes(), stream_piece_bytes_, queues), queues, false);
+            // Broadcast by the builder's rule (the stride-0 DMA or the row once and GpSimd), on the queues
+            // this emitter picks.
+            b_.load_broadcast(dst, src, [&](const AccessPattern& to, const AccessPattern& from) {
+              transfer(to, from, pieces_for(to.bytes(), stream_piece_bytes_, queues), queues, false);
+            });
           } else {
             b_.emit(device::dma_copy(dst, src), pick_queue(queues, 0.0, dst.bytes()));
           }

@@ -115,8 +115,8 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
       });
 }
 
-// A [n] parameter broadcast to every partition (partition stride 0): allocated before the row tiles'
-// buffers, loaded once (load_parameter) after the first row tile's load.
+// A [n] parameter broadcast to every partition (KernelBuilder::load_broadcast): allocated before the row
+// tiles' buffers, loaded once (load_parameter) after the first row tile's load.
 std::optional<Tile> allocate_parameter(EagerContext& c, size_t input, uint32_t n, const char* name) {
   if (input >= c.inputs.size()) return std::nullopt;
   return c.b.sbuf(c.inputs[input].dtype, n, 0, name);
@@ -125,8 +125,8 @@ std::optional<Tile> allocate_parameter(EagerContext& c, size_t input, uint32_t n
 void load_parameter(EagerContext& c, size_t input, const std::optional<Tile>& tile) {
   if (!tile) return;
   const TensorDesc& t = c.inputs[input];
-  c.b.load(tile->ap(), hbm_pattern(c.input_io[input], t.dtype, 0, c.b.partitions(), 0,
-                                   {{tile->free_elements, static_cast<int32_t>(t.strides[0])}}));
+  c.b.load_broadcast(tile->ap(), hbm_pattern(c.input_io[input], t.dtype, 0, 1, 0,
+                                             {{tile->free_elements, static_cast<int32_t>(t.strides[0])}}));
 }
 
 // The number of row tiles of a layout: rows in blocks of `partitions`, per index of the outer dims.

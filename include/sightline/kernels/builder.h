@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -140,11 +141,27 @@ class KernelBuilder {
   // up to one piece per queue, so the queues move it in parallel. load/store are dma_split with
   // the usual direction.
   void dma_split(const AccessPattern& dst, const AccessPattern& src);
-  void load(const AccessPattern& tile, const AccessPattern& hbm) { dma_split(tile, hbm); }
+  // A source of partition stride 0 over several partitions is a broadcast row: load_broadcast.
+  void load(const AccessPattern& tile, const AccessPattern& hbm);
   // Indirect DMA: dst[p, :] = row row_indices[p] of `table` (an HBM pattern, one partition per table
   // row); `row_indices` is an i32 SBUF [p, 1] tile.
   void gather(const AccessPattern& dst, const AccessPattern& table, const AccessPattern& row_indices);
   void store(const AccessPattern& hbm, const AccessPattern& tile) { dma_split(hbm, tile); }
+  // A row broadcast to every partition of `tile` (an SBUF [p, n] pattern) from `row` (an HBM pattern of
+  // one partition, n elements): a linear's bias, a norm's weight, any [n] operand every row uses. Either
+  // (a) one DMA reading the row once per partition (an HBM partition stride of 0: p times the row's
+  // bytes), or (b) one DMA of the row into the tile's first partition, then a GpSimd
+  // partition_all_reduce (multiply over that one partition: 1 * x, an exact copy) writing it to all p;
+  // the same bits either way. (b) where broadcast_row_on_chip says it is cheaper. `dma` emits the
+  // transfers (default: dma_split), for callers that place them on queues themselves. Every load of a
+  // row onto many partitions goes through here, load() included: one place decides.
+  using DmaEmitter = std::function<void(const AccessPattern& dst, const AccessPattern& src)>;
+  void load_broadcast(const AccessPattern& tile, const AccessPattern& row, const DmaEmitter& dma = {});
+  // Whether (b) above is modeled faster than (a), each alone on an idle core, by the cost functions the
+  // timing model uses (device/cost_model.h): (a) split over every queue (the fastest any split of it
+  // can be), (b) its one-row DMA then the GpSimd instruction. Only floating-point tiles (the copy
+  // passes through f32, exact for them) of more than one partition.
+  bool broadcast_row_on_chip(const AccessPattern& tile, const AccessPattern& row) const;
 
   // ---- engines ----
   // Elementwise on the Vector engine, or on GpSimd with `on` = Engine::gpsimd (SBUF operands only): a
