@@ -41,9 +41,9 @@ void ZeroedBuffer::Free::operator()(void* p) const {
   }
 }
 
-ZeroedBuffer::ZeroedBuffer(uint64_t n) : size(n) {
+ZeroedBuffer::ZeroedBuffer(uint64_t n, HostPages pages) : size(n) {
   if (n == 0) return;
-  if (n >= kHugeBytes) {
+  if (pages == HostPages::kHuge && n >= kHugeBytes) {
     uint64_t mapped = 0;
     void* p = map_huge(n, &mapped);
     SIGHTLINE_CHECK(p != nullptr, "host out of memory: cannot map {} bytes for simulated device memory", n);
@@ -55,13 +55,13 @@ ZeroedBuffer::ZeroedBuffer(uint64_t n) : size(n) {
                   "host out of memory: cannot allocate {} bytes for simulated device memory", n);
 }
 
-WrittenMap::WrittenMap(uint64_t bytes) {
+WrittenMap::WrittenMap(uint64_t bytes, HostPages pages) {
   const uint64_t granules = (bytes + kGranuleBytes - 1) / kGranuleBytes;
   words_count_ = (granules + 63) / 64;
   blocks_count_ = (words_count_ + kBlockWords - 1) / kBlockWords;
   if (blocks_count_ == 0) return;
   // Words need no initial value: a block's words are cleared when its stamp is first brought current.
-  word_bytes_ = ZeroedBuffer(blocks_count_ * kBlockWords * sizeof(uint64_t));
+  word_bytes_ = ZeroedBuffer(blocks_count_ * kBlockWords * sizeof(uint64_t), pages);
   words_ = reinterpret_cast<uint64_t*>(word_bytes_.data());
   stamps_ = std::make_unique<uint32_t[]>(blocks_count_);
 }
@@ -272,7 +272,7 @@ uint64_t HbmMemory::allocate(uint64_t bytes) {
   if (backing) {
     backing->written.forget_all();
   } else {
-    backing = std::make_unique<TrackedBytes>(block_bytes);
+    backing = std::make_unique<TrackedBytes>(block_bytes, HostPages::kHuge);
   }
   std::lock_guard lock(mutex_);
   uint64_t cursor = 0;

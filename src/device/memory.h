@@ -18,11 +18,16 @@
 
 namespace sightline::device {
 
-// Zero-filled host buffer. Small ones come from calloc; from kHugeBytes on, from an anonymous mapping
-// aligned to 2 MiB with MADV_HUGEPAGE: either way untouched pages cost nothing until written (a 24 MiB
-// SBUF), and a tensor of many MiB streamed through by DMAs takes one TLB entry and one page fault per
-// 2 MiB instead of per 4 KiB (with transparent huge pages in "madvise" mode, as is common, they are
-// only used where asked for).
+// Which host pages back a buffer. kHuge: from ZeroedBuffer::kHugeBytes on, an anonymous mapping aligned
+// to 2 MiB with MADV_HUGEPAGE, so a tensor of many MiB streamed through by DMAs takes one TLB entry and
+// one page fault per 2 MiB instead of per 4 KiB (with transparent huge pages in "madvise" mode, as is
+// common, they are only used where asked for). kSmall: calloc's 4 KiB pages. On-chip memory uses
+// kSmall: a program touches a few bytes of many 2 MiB stretches of its 24 MiB SBUF, and huge pages
+// would commit all of it (about 26 MiB more per core that runs, 35 MiB instead of 8 for a 512x512
+// RMSNorm) for a gain within the benchmark's noise.
+enum class HostPages { kSmall, kHuge };
+
+// Zero-filled host buffer: either way untouched pages cost nothing until written (a 24 MiB SBUF).
 struct ZeroedBuffer {
   static constexpr uint64_t kHugeBytes = uint64_t{2} << 20;
   struct Free {
@@ -32,7 +37,7 @@ struct ZeroedBuffer {
   std::unique_ptr<uint8_t, Free> bytes;
   uint64_t size = 0;
 
-  explicit ZeroedBuffer(uint64_t n = 0);
+  explicit ZeroedBuffer(uint64_t n = 0, HostPages pages = HostPages::kSmall);
   uint8_t* data() const { return bytes.get(); }
 };
 
@@ -47,7 +52,7 @@ class WrittenMap {
   static constexpr uint64_t kGranuleBytes = 2;
   static constexpr uint64_t kBlockWords = 8;  // 512 granules = 1 KiB of data per generation stamp
 
-  explicit WrittenMap(uint64_t bytes = 0);
+  explicit WrittenMap(uint64_t bytes = 0, HostPages pages = HostPages::kSmall);
 
   // Marks [begin, end) written (every granule it touches).
   void mark(uint64_t begin, uint64_t end);
@@ -106,7 +111,7 @@ struct TrackedBytes {
   ZeroedBuffer data;
   WrittenMap written;
 
-  explicit TrackedBytes(uint64_t n = 0) : data(n), written(n) {}
+  explicit TrackedBytes(uint64_t n = 0, HostPages pages = HostPages::kSmall) : data(n, pages), written(n, pages) {}
 };
 
 // SBUF or PSUM: partitions x bytes_per_partition, partition-major, each partition's bytes row_stride()

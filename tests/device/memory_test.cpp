@@ -140,6 +140,23 @@ TEST(DeviceMemory, ShadowIsAtMostAnEighthOfTheData) {
   }
 }
 
+// Huge-page buffers (simulated HBM of 2 MiB and more) are 2 MiB aligned, zeroed and whole; small-page
+// ones (on-chip memory, short tensors) come from calloc, as zeroed.
+TEST(DeviceMemory, ZeroedBuffersAreZeroedWhicheverPagesBackThem) {
+  constexpr uint64_t kBytes = (uint64_t{3} << 20) + 12345;  // not a multiple of the huge page
+  for (const HostPages pages : {HostPages::kSmall, HostPages::kHuge}) {
+    ZeroedBuffer buffer(kBytes, pages);
+    ASSERT_NE(buffer.data(), nullptr);
+    EXPECT_EQ(buffer.size, kBytes);
+    if (pages == HostPages::kHuge) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % ZeroedBuffer::kHugeBytes, 0u);
+    }
+    for (const uint64_t at : {uint64_t{0}, kBytes / 2, kBytes - 1}) EXPECT_EQ(buffer.data()[at], 0) << at;
+    std::memset(buffer.data(), 0x5a, kBytes);  // every byte is ours to write
+    EXPECT_EQ(buffer.data()[kBytes - 1], 0x5a);
+  }
+}
+
 TEST(DeviceMemory, HbmRejectsSizesThatOverflow) {
   HbmMemory hbm(uint64_t{1} << 30);
   for (uint64_t bytes : {UINT64_MAX, UINT64_MAX - 62, (uint64_t{1} << 30) + 1}) {
