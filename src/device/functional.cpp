@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #if defined(__x86_64__)
@@ -489,6 +490,66 @@ void matmul_rows_fast(const float* const* stationary, const float* const* moving
   matmul_rows(stationary, moving, out, k, i0, i1, j0, j1);
 }
 
+#ifdef SIGHTLINE_AVX2_PATHS
+// AVX2 forms of the element-wise loops an RMSNorm-style program spends its arithmetic in. Each computes
+// what the scalar loop computes, one rounding per operation in the same order (no FMA: the device layer
+// is built with -ffp-contract=off), so the bits are the same; they only make sure 8 lanes go at once
+// whatever the baseline target is (the generic loops compile to 4-lane SSE).
+
+// map_unary with the square activation and a sum: the sum's 8 accumulator lanes are one vector, adding
+// elements l, l + 8, ... exactly as map_unary's lanes[l] do; the tail and then the lanes are added last.
+__attribute__((target("avx2"))) void square_sum_avx2(const float* in, float scale, float bias, float* out,
+                                                     size_t n, float* sum) {
+  const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(bias);
+  __m256 acc = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(in + i), vs), vb);
+    const __m256 y = _mm256_mul_ps(x, x);
+    _mm256_storeu_ps(out + i, y);
+    acc = _mm256_add_ps(acc, y);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float total = 0;
+  for (; i < n; ++i) {
+    const float x = in[i] * scale + bias;
+    out[i] = x * x;
+    total += out[i];
+  }
+  for (float lane : lanes) total += lane;
+  if (sum != nullptr) *sum = total;
+}
+
+// out[i] = a[i] * s (or s * a[i] when reversed, keeping the operand order of map_scalar).
+__attribute__((target("avx2"))) void multiply_scalar_avx2(const float* a, float s, float* out, size_t n,
+                                                          bool reverse) {
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = 0;
+  if (reverse) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(vs, _mm256_loadu_ps(a + i)));
+    for (; i < n; ++i) out[i] = s * a[i];
+  } else {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), vs));
+    for (; i < n; ++i) out[i] = a[i] * s;
+  }
+}
+
+// out[i] = a[i] * b[i].
+__attribute__((target("avx2"))) void multiply_avx2(const float* a, const float* b, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  for (; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+bool have_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#endif
+
 }  // namespace
 
 FunctionalExecutor::FunctionalExecutor(const Executable& exe, OnChipMemory& sbuf, OnChipMemory& psum,
@@ -805,7 +866,8 @@ void FunctionalExecutor::run(std::span<const Instruction* const> order, const Er
   // A group's lane loop visits every member once per lane; this bounds that and the range checks.
   constexpr size_t kMaxGroup = 1024;
   group_.clear();
-  group_ranges_.clear();
+  group_reads_.spans.clear();
+  group_writes_.spans.clear();
   for (size_t position = 0; position < order.size(); ++position) {
     const Instruction& in = *order[position];
     Step step;
@@ -820,16 +882,15 @@ void FunctionalExecutor::run(std::span<const Instruction* const> order, const Er
       continue;
     }
     step.position = position;
+    // A conflict: the step writes bytes the group reads or writes, or reads bytes it writes.
     bool conflict = group_.size() >= kMaxGroup;
     for (const HbmRange& r : step_ranges_) {
-      for (size_t g = 0; !conflict && g < group_ranges_.size(); ++g) {
-        const HbmRange& o = group_ranges_[g];
-        conflict = (r.write || o.write) && r.begin < o.end && o.begin < r.end;
-      }
+      if (conflict) break;
+      conflict = group_writes_.overlaps(r.begin, r.end) || (r.write && group_reads_.overlaps(r.begin, r.end));
     }
     if (conflict) run_group(on_error);
     group_.push_back(step);
-    group_ranges_.insert(group_ranges_.end(), step_ranges_.begin(), step_ranges_.end());
+    for (const HbmRange& r : step_ranges_) (r.write ? group_writes_ : group_reads_).add(r.begin, r.end);
   }
   run_group(on_error);
 }
@@ -893,7 +954,31 @@ void FunctionalExecutor::run_group(const ErrorHandler& on_error) {
   if (stream) _mm_sfence();  // the streamed rows are visible before anything reads them
 #endif
   group_.clear();
-  group_ranges_.clear();
+  group_reads_.spans.clear();
+  group_writes_.spans.clear();
+}
+
+bool FunctionalExecutor::Intervals::overlaps(uintptr_t begin, uintptr_t end) const {
+  if (begin >= end) return false;
+  auto it = spans.upper_bound(begin);  // the first span starting after begin
+  if (it != spans.end() && it->first < end) return true;
+  return it != spans.begin() && std::prev(it)->second > begin;
+}
+
+void FunctionalExecutor::Intervals::add(uintptr_t begin, uintptr_t end) {
+  if (begin >= end) return;
+  auto it = spans.upper_bound(begin);
+  if (it != spans.begin() && std::prev(it)->second >= begin) {  // joins the span before
+    const auto before = std::prev(it);
+    begin = before->first;
+    end = std::max(end, before->second);
+    spans.erase(before);
+  }
+  while (it != spans.end() && it->first <= end) {  // swallows the spans it reaches
+    end = std::max(end, it->second);
+    it = spans.erase(it);
+  }
+  spans.emplace(begin, end);
 }
 
 void FunctionalExecutor::elementwise_row(const Step& s, uint32_t p) {
@@ -914,6 +999,13 @@ void FunctionalExecutor::elementwise_row(const Step& s, uint32_t p) {
   if (in.opcode == Opcode::tensor_tensor) {
     const float* bv = load_f32(b, p, b_.data());
     float* out = target(dst, p, c_.data(), {av, bv}, n);
+#ifdef SIGHTLINE_AVX2_PATHS
+    if (in.alu() == AluOp::multiply && have_avx2()) {
+      multiply_avx2(av, bv, out, n);
+      commit(dst, p, out);
+      return;
+    }
+#endif
     with_alu(in.alu(), [&](auto op) { map_binary(av, bv, out, n, op); });
     commit(dst, p, out);
   } else {
@@ -921,6 +1013,13 @@ void FunctionalExecutor::elementwise_row(const Step& s, uint32_t p) {
     if (in.src1.present()) load(b, p, &scalar);
     const bool reverse = (in.flags & kFlagReverse) != 0;
     float* out = target(dst, p, c_.data(), {av}, n);
+#ifdef SIGHTLINE_AVX2_PATHS
+    if (in.alu() == AluOp::multiply && have_avx2()) {
+      multiply_scalar_avx2(av, scalar, out, n, reverse);
+      commit(dst, p, out);
+      return;
+    }
+#endif
     with_alu(in.alu(), [&](auto op) { map_scalar(av, scalar, out, n, reverse, op); });
     commit(dst, p, out);
   }
@@ -959,6 +1058,14 @@ void FunctionalExecutor::activation_row(const Step& s, uint32_t p) {
   if (in.src1.present()) load(scale, p, &factor);
   float* out = target(dst, p, c_.data(), {av}, n);
   float sum = 0;
+#ifdef SIGHTLINE_AVX2_PATHS
+  if (in.act() == ActFunc::square && in.aux.present() && have_avx2()) {
+    square_sum_avx2(av, factor, in.imm1, out, n, &sum);
+    commit(dst, p, out);
+    store(acc, p, &sum);
+    return;
+  }
+#endif
   apply_activation(in.act(), av, factor, in.imm1, out, n, in.aux.present() ? &sum : nullptr);
   commit(dst, p, out);
   if (in.aux.present()) store(acc, p, &sum);

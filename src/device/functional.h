@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -141,7 +142,16 @@ class FunctionalExecutor {
   std::vector<uint8_t> bytes_;
   std::vector<int64_t> dst_runs_;  // a transposing DMA's destination runs (byte offsets in a row)
   std::vector<Step> group_;
-  std::vector<HbmRange> group_ranges_, step_ranges_;
+  // Host byte ranges as disjoint intervals (begin -> end), touching ones merged: whether a range
+  // overlaps any of them is a look-up, not a pass over every range of the group.
+  struct Intervals {
+    std::map<uintptr_t, uintptr_t> spans;
+    bool overlaps(uintptr_t begin, uintptr_t end) const;
+    void add(uintptr_t begin, uintptr_t end);
+  };
+  // The HBM ranges the group's members read and write.
+  Intervals group_reads_, group_writes_;
+  std::vector<HbmRange> step_ranges_;
   std::vector<std::pair<uint32_t, uint32_t>> lanes_;  // [first, end) lanes of each group member
 };
 

@@ -4,24 +4,65 @@
 #include <bit>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "sightline/error.h"
 
 namespace sightline::device {
 
-ZeroedBuffer::ZeroedBuffer(uint64_t n) : size(n) {
+namespace {
+
+// Zeroed bytes, 2 MiB aligned and rounded up to 2 MiB, in huge pages where the kernel has them.
+// Returns null when the mapping fails; *mapped is the length to unmap.
+void* map_huge(uint64_t n, uint64_t* mapped) {
+  constexpr uint64_t kHuge = ZeroedBuffer::kHugeBytes;
+  const uint64_t length = (n + kHuge - 1) / kHuge * kHuge;
+  // Map one huge page more than needed and trim the ends so that the kept range is 2 MiB aligned.
+  void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (begin + kHuge - 1) / kHuge * kHuge;
+  if (aligned > begin) munmap(raw, aligned - begin);
+  const uintptr_t tail = begin + length + kHuge - (aligned + length);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+  void* p = reinterpret_cast<void*>(aligned);
+  madvise(p, length, MADV_HUGEPAGE);  // advice only: without huge pages it still works, in 4 KiB pages
+  *mapped = length;
+  return p;
+}
+
+}  // namespace
+
+void ZeroedBuffer::Free::operator()(void* p) const {
+  if (mapped != 0) {
+    munmap(p, mapped);
+  } else {
+    std::free(p);
+  }
+}
+
+ZeroedBuffer::ZeroedBuffer(uint64_t n, HostPages pages) : size(n) {
   if (n == 0) return;
+  if (pages == HostPages::kHuge && n >= kHugeBytes) {
+    uint64_t mapped = 0;
+    void* p = map_huge(n, &mapped);
+    SIGHTLINE_CHECK(p != nullptr, "host out of memory: cannot map {} bytes for simulated device memory", n);
+    bytes = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{mapped});
+    return;
+  }
   bytes.reset(static_cast<uint8_t*>(std::calloc(n, 1)));
   SIGHTLINE_CHECK(bytes != nullptr,
                   "host out of memory: cannot allocate {} bytes for simulated device memory", n);
 }
 
-WrittenMap::WrittenMap(uint64_t bytes) {
+WrittenMap::WrittenMap(uint64_t bytes, HostPages pages) {
   const uint64_t granules = (bytes + kGranuleBytes - 1) / kGranuleBytes;
   words_count_ = (granules + 63) / 64;
   blocks_count_ = (words_count_ + kBlockWords - 1) / kBlockWords;
   if (blocks_count_ == 0) return;
   // Words need no initial value: a block's words are cleared when its stamp is first brought current.
-  words_.reset(new uint64_t[blocks_count_ * kBlockWords]);
+  word_bytes_ = ZeroedBuffer(blocks_count_ * kBlockWords * sizeof(uint64_t), pages);
+  words_ = reinterpret_cast<uint64_t*>(word_bytes_.data());
   stamps_ = std::make_unique<uint32_t[]>(blocks_count_);
 }
 
@@ -29,44 +70,75 @@ void WrittenMap::forget_all() {
   if (++generation_ != 0) return;
   // The counter wrapped: stale stamps could look current, so reset them all once every 2^32 calls.
   std::fill_n(stamps_.get(), blocks_count_, 0u);
+  for (Range& r : recent_) r = Range{};
   generation_ = 1;
+}
+
+void WrittenMap::remember(uint64_t begin, uint64_t end) {
+  begin -= begin % kGranuleBytes;
+  end += (kGranuleBytes - end % kGranuleBytes) % kGranuleBytes;
+  // A range that touches or overlaps the last one extends it: the rows of a tensor that DMAs write one
+  // after another stay one range.
+  Range& last = recent_[(recent_next_ + kRecent - 1) % kRecent];
+  if (last.generation == generation_ && begin <= last.end && last.begin <= end) {
+    last.begin = std::min(last.begin, begin);
+    last.end = std::max(last.end, end);
+    return;
+  }
+  recent_[recent_next_] = Range{begin, end, generation_};
+  recent_next_ = (recent_next_ + 1) % kRecent;
+}
+
+bool WrittenMap::known_written(uint64_t begin, uint64_t end) const {
+  // Newest first: a check most often reads what was just written.
+  for (uint32_t i = 1; i <= kRecent; ++i) {
+    const Range& r = recent_[(recent_next_ + kRecent - i) % kRecent];
+    if (r.generation == generation_ && r.begin <= begin && end <= r.end) return true;
+  }
+  return false;
 }
 
 void WrittenMap::mark(uint64_t begin, uint64_t end) {
   if (begin >= end) return;
+  if (end - begin >= kRememberBytes) remember(begin, end);
   const uint64_t g0 = begin / kGranuleBytes, g1 = (end + kGranuleBytes - 1) / kGranuleBytes;  // [g0, g1)
   const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
   const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
   const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
-  const auto mask = [&](uint64_t x) {
-    if (x < w0 || x > w1) return uint64_t{0};
-    uint64_t m = ~uint64_t{0};
-    if (x == w0) m &= first_mask;
-    if (x == w1) m &= last_mask;
-    return m;
-  };
-  // Block by block. A stale block (nothing written since forget_all) is overwritten without being
-  // read: after a reset most marks only store, which keeps them off the path of cache misses.
-  for (uint64_t block = w0 / kBlockWords; block <= w1 / kBlockWords; ++block) {
-    uint64_t* words = words_.get() + block * kBlockWords;
-    const uint64_t first = block * kBlockWords;
-    if (first > w0 && first + kBlockWords - 1 < w1) {  // inside the range: every granule written
-      for (uint64_t l = 0; l < kBlockWords; ++l) words[l] = ~uint64_t{0};
-      stamps_[block] = generation_;
-      continue;
-    }
-    if (stamps_[block] != generation_) {
-      for (uint64_t l = 0; l < kBlockWords; ++l) words[l] = mask(first + l);
-      stamps_[block] = generation_;
-      continue;
-    }
-    const uint64_t x0 = std::max(w0, first), x1 = std::min(w1, first + kBlockWords - 1);
-    for (uint64_t x = x0; x <= x1; ++x) words_[x] |= mask(x);
+  const uint64_t b0 = w0 / kBlockWords, b1 = w1 / kBlockWords;
+  // Blocks [full0, full1) lie wholly inside the range: every word of them becomes all ones, stored in
+  // one run (and their stamps in another) without reading what was there.
+  const bool first_full = w0 % kBlockWords == 0 && first_mask == ~uint64_t{0} && (w0 != w1 || last_mask == ~uint64_t{0});
+  const bool last_full = w1 % kBlockWords == kBlockWords - 1 && last_mask == ~uint64_t{0} &&
+                         (w0 != w1 || first_mask == ~uint64_t{0});
+  const uint64_t full0 = first_full ? b0 : b0 + 1;
+  const uint64_t full1 = last_full ? b1 + 1 : b1;
+  if (full0 < full1) {
+    std::fill(words_ + full0 * kBlockWords, words_ + full1 * kBlockWords, ~uint64_t{0});
+    std::fill(stamps_.get() + full0, stamps_.get() + full1, generation_);
   }
+  // The block at either end that the range covers only in part: word by word. A stale block (nothing
+  // written since forget_all) is overwritten without being read.
+  const auto partial = [&](uint64_t block) {
+    const uint64_t first = block * kBlockWords;
+    const bool stale = stamps_[block] != generation_;
+    stamps_[block] = generation_;
+    for (uint64_t x = first; x < first + kBlockWords; ++x) {
+      uint64_t m = 0;
+      if (x >= w0 && x <= w1) m = (x == w0 ? first_mask : ~uint64_t{0}) & (x == w1 ? last_mask : ~uint64_t{0});
+      words_[x] = stale ? m : words_[x] | m;
+    }
+  };
+  if (b0 < full0) partial(b0);
+  if (b1 >= full1 && !(b1 == b0 && b0 < full0)) partial(b1);  // (b1 == b0: one partial block, done above)
 }
 
 uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
-  if (begin >= end) return end;
+  if (begin >= end || (end - begin >= kRememberBytes && known_written(begin, end))) return end;
+  return scan_unwritten(begin, end);
+}
+
+uint64_t WrittenMap::scan_unwritten(uint64_t begin, uint64_t end) const {
   const uint64_t g0 = begin / kGranuleBytes, g1 = (end + kGranuleBytes - 1) / kGranuleBytes;
   const uint64_t w0 = g0 / 64, w1 = (g1 - 1) / 64;
   const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
@@ -75,37 +147,36 @@ uint64_t WrittenMap::first_unwritten(uint64_t begin, uint64_t end) const {
     const uint64_t granule = w * 64 + static_cast<uint64_t>(std::countr_zero(missing));
     return std::max(begin, granule * kGranuleBytes);
   };
+  const auto current = [&](uint64_t w) { return stamps_[w / kBlockWords] == generation_; };
   if (w0 == w1) {
-    if (stamps_[w0 / kBlockWords] != generation_) return begin;
+    if (!current(w0)) return begin;
     const uint64_t missing = ~words_[w0] & first_mask & last_mask;
     return missing != 0 ? at(w0, missing) : end;
   }
-  for (uint64_t w = w0; w <= w1;) {
+  if (!current(w0)) return begin;
+  if (const uint64_t missing = ~words_[w0] & first_mask; missing != 0) return at(w0, missing);
+  // The words between, a block (one stamp, one cache line of words) at a time: the words are ANDed
+  // together and searched one by one only when some bit is clear.
+  for (uint64_t w = w0 + 1; w < w1;) {
     const uint64_t block = w / kBlockWords;
-    const uint64_t last = std::min(w1, block * kBlockWords + kBlockWords - 1);
-    if (stamps_[block] != generation_) return at(w, w == w0 ? first_mask : ~uint64_t{0});
-    uint64_t x = w;
-    if (x == w0) {
-      const uint64_t missing = ~words_[x] & first_mask & (w0 == w1 ? last_mask : ~uint64_t{0});
-      if (missing != 0) return at(x, missing);
-      ++x;
+    const uint64_t stop = std::min(w1, (block + 1) * kBlockWords);
+    if (stamps_[block] != generation_) return at(w, ~uint64_t{0});
+    uint64_t all = ~uint64_t{0};
+    if (stop - w == kBlockWords) {
+      for (uint64_t l = 0; l < kBlockWords; ++l) all &= words_[w + l];
+    } else {
+      for (uint64_t x = w; x < stop; ++x) all &= words_[x];
     }
-    const uint64_t full_end = last == w1 ? w1 : last + 1;
-    if (x == block * kBlockWords && full_end == x + kBlockWords) {  // a whole block: one test for all 8 words
-      uint64_t all = ~uint64_t{0};
-      for (uint64_t l = 0; l < kBlockWords; ++l) all &= words_[x + l];
-      if (all == ~uint64_t{0}) x = full_end;
+    if (all != ~uint64_t{0}) {
+      for (uint64_t x = w;; ++x) {
+        if (words_[x] != ~uint64_t{0}) return at(x, ~words_[x]);
+      }
     }
-    for (; x < full_end; ++x) {
-      if (words_[x] != ~uint64_t{0}) return at(x, ~words_[x]);
-    }
-    if (last == w1 && w1 != w0) {
-      const uint64_t missing = ~words_[w1] & last_mask;
-      if (missing != 0) return at(w1, missing);
-    }
-    w = last + 1;
+    w = stop;
   }
-  return end;
+  if (!current(w1)) return at(w1, ~uint64_t{0});
+  const uint64_t missing = ~words_[w1] & last_mask;
+  return missing != 0 ? at(w1, missing) : end;
 }
 
 void WrittenMap::mark_strided(uint64_t begin, int64_t stride, uint64_t count, uint64_t width) {
@@ -114,7 +185,7 @@ void WrittenMap::mark_strided(uint64_t begin, int64_t stride, uint64_t count, ui
     for (uint64_t g = b / kGranuleBytes; g * kGranuleBytes < b + width; ++g) {
       const uint64_t w = g / 64, block = w / kBlockWords;
       if (stamps_[block] != generation_) {
-        std::fill_n(words_.get() + block * kBlockWords, kBlockWords, uint64_t{0});
+        std::fill_n(words_ + block * kBlockWords, kBlockWords, uint64_t{0});
         stamps_[block] = generation_;
       }
       words_[w] |= uint64_t{1} << (g % 64);
@@ -124,6 +195,10 @@ void WrittenMap::mark_strided(uint64_t begin, int64_t stride, uint64_t count, ui
 
 uint64_t WrittenMap::first_unwritten_strided(uint64_t begin, int64_t stride, uint64_t count,
                                              uint64_t width) const {
+  if (count == 0) return 0;
+  const uint64_t last = begin + static_cast<uint64_t>(static_cast<int64_t>(count - 1) * stride);
+  const uint64_t lo = std::min(begin, last), hi = std::max(begin, last) + width;
+  if (hi - lo >= kRememberBytes && known_written(lo, hi)) return count;
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t b = begin + static_cast<uint64_t>(static_cast<int64_t>(i) * stride);
     for (uint64_t g = b / kGranuleBytes; g * kGranuleBytes < b + width; ++g) {
@@ -197,7 +272,7 @@ uint64_t HbmMemory::allocate(uint64_t bytes) {
   if (backing) {
     backing->written.forget_all();
   } else {
-    backing = std::make_unique<TrackedBytes>(block_bytes);
+    backing = std::make_unique<TrackedBytes>(block_bytes, HostPages::kHuge);
   }
   std::lock_guard lock(mutex_);
   uint64_t cursor = 0;

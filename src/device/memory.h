@@ -18,16 +18,26 @@
 
 namespace sightline::device {
 
-// Zero-filled host buffer from calloc: large buffers come from the OS as untouched zero pages, so a
-// 24 MiB SBUF costs nothing until written.
+// Which host pages back a buffer. kHuge: from ZeroedBuffer::kHugeBytes on, an anonymous mapping aligned
+// to 2 MiB with MADV_HUGEPAGE, so a tensor of many MiB streamed through by DMAs takes one TLB entry and
+// one page fault per 2 MiB instead of per 4 KiB (with transparent huge pages in "madvise" mode, as is
+// common, they are only used where asked for). kSmall: calloc's 4 KiB pages. On-chip memory uses
+// kSmall: a program touches a few bytes of many 2 MiB stretches of its 24 MiB SBUF, and huge pages
+// would commit all of it (about 26 MiB more per core that runs, 35 MiB instead of 8 for a 512x512
+// RMSNorm) for a gain within the benchmark's noise.
+enum class HostPages { kSmall, kHuge };
+
+// Zero-filled host buffer: either way untouched pages cost nothing until written (a 24 MiB SBUF).
 struct ZeroedBuffer {
+  static constexpr uint64_t kHugeBytes = uint64_t{2} << 20;
   struct Free {
-    void operator()(void* p) const { std::free(p); }
+    uint64_t mapped;  // bytes mapped (0: from calloc; a default-made deleter value-initializes it to 0)
+    void operator()(void* p) const;
   };
   std::unique_ptr<uint8_t, Free> bytes;
   uint64_t size = 0;
 
-  explicit ZeroedBuffer(uint64_t n = 0);
+  explicit ZeroedBuffer(uint64_t n = 0, HostPages pages = HostPages::kSmall);
   uint8_t* data() const { return bytes.get(); }
 };
 
@@ -42,7 +52,7 @@ class WrittenMap {
   static constexpr uint64_t kGranuleBytes = 2;
   static constexpr uint64_t kBlockWords = 8;  // 512 granules = 1 KiB of data per generation stamp
 
-  explicit WrittenMap(uint64_t bytes = 0);
+  explicit WrittenMap(uint64_t bytes = 0, HostPages pages = HostPages::kSmall);
 
   // Marks [begin, end) written (every granule it touches).
   void mark(uint64_t begin, uint64_t end);
@@ -58,15 +68,42 @@ class WrittenMap {
   // within one or two words is tested inline. `stride` may be negative; every range must lie inside.
   uint64_t first_unwritten_rows(uint64_t begin, int64_t stride, uint64_t count, uint64_t bytes) const;
   void forget_all();
-  // Host bytes the map itself takes.
-  uint64_t shadow_bytes() const { return words_count_ * 8 + blocks_count_ * 4; }
+  // Host bytes the map itself takes: 1/16 of the data for the bits, 1/256 for the stamps, and
+  // kFixedBytes for the ranges it remembers whatever its size.
+  uint64_t shadow_bytes() const { return words_count_ * 8 + blocks_count_ * 4 + kFixedBytes; }
 
  private:
+  // Ranges marked since the last forget_all() (widened to whole granules), the most recent kRecent of
+  // them: marks only ever add written bits until forget_all(), so a check of a range inside one of
+  // these needs no look at the bits. A tile that a DMA loads and then two instructions read, row by
+  // row, is checked this way instead of scanning the same 1 KiB of bits per 16 KiB row three times.
+  // Only mark() writes them (a check stays a read: const callers may run on several threads). Only
+  // ranges of kRememberBytes and more are remembered and looked up: a shorter one is a few words of bits
+  // to scan, cheaper than the look-up, and short ranges (a row's statistic) would push the rows out.
+  struct Range {
+    uint64_t begin = 0, end = 0;
+    uint32_t generation = 0;  // 0: never current
+  };
+  static constexpr uint32_t kRecent = 32;
+  static constexpr uint64_t kRememberBytes = 4096;
+
+ public:
+  static constexpr uint64_t kFixedBytes = sizeof(Range) * kRecent;
+
+ private:
+  void remember(uint64_t begin, uint64_t end);
+  bool known_written(uint64_t begin, uint64_t end) const;
+  // first_unwritten() by the bits alone.
+  uint64_t scan_unwritten(uint64_t begin, uint64_t end) const;
+
   uint64_t words_count_ = 0;
   uint64_t blocks_count_ = 0;
-  std::unique_ptr<uint64_t[]> words_;  // a word is meaningful only while its block's stamp is current
+  ZeroedBuffer word_bytes_;   // the words' storage (huge pages for the map of a large tensor)
+  uint64_t* words_ = nullptr;  // a word is meaningful only while its block's stamp is current
   std::unique_ptr<uint32_t[]> stamps_;
   uint32_t generation_ = 1;  // stamps start at 0: nothing written
+  Range recent_[kRecent];
+  uint32_t recent_next_ = 0;  // the slot the next range goes to
 };
 
 // Bytes of simulated memory plus their written-ness.
@@ -74,7 +111,7 @@ struct TrackedBytes {
   ZeroedBuffer data;
   WrittenMap written;
 
-  explicit TrackedBytes(uint64_t n = 0) : data(n), written(n) {}
+  explicit TrackedBytes(uint64_t n = 0, HostPages pages = HostPages::kSmall) : data(n, pages), written(n, pages) {}
 };
 
 // SBUF or PSUM: partitions x bytes_per_partition, partition-major, each partition's bytes row_stride()

@@ -37,6 +37,84 @@ TEST(DeviceMemory, WrittenMapIsExactPerGranule) {
   EXPECT_EQ(map.first_unwritten(1030, 1040), 1034u);
 }
 
+// Marks that cover whole 1 KiB blocks are stored in bulk, the blocks at either end word by word: every
+// way a range can start and end (inside a word, at a word or block boundary, in one word, in one block,
+// across many) is checked against a plain model of one flag per granule, across forget_all() calls.
+TEST(DeviceMemory, WrittenMapMatchesAGranuleModel) {
+  constexpr uint64_t kBytes = 6 * 1024 + 6;  // not a whole number of words or blocks
+  WrittenMap map(kBytes);
+  std::vector<bool> model(kBytes / 2);
+  const auto model_first = [&](uint64_t begin, uint64_t end) {
+    for (uint64_t g = begin / 2; g * 2 < end; ++g) {
+      if (!model[g]) return std::max(begin, g * 2);
+    }
+    return end;
+  };
+  // Edges: block and word boundaries and their neighbours.
+  const std::vector<uint64_t> edges = {0, 1, 2, 126, 127, 128, 130, 1022, 1023, 1024, 1025, 1026, 1150,
+                                       2048, 3070, 3072, 4096, 5120, 6144, 6150, kBytes - 1, kBytes};
+  uint64_t seed = 12345;
+  const auto next = [&](uint64_t n) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    return (seed >> 33) % n;
+  };
+  const auto pick = [&]() { return next(3) == 0 ? next(kBytes + 1) : edges[next(edges.size())]; };
+  for (int round = 0; round < 4000; ++round) {
+    if (next(200) == 0) {
+      map.forget_all();
+      std::fill(model.begin(), model.end(), false);
+    }
+    uint64_t a = pick(), b = pick();
+    if (a > b) std::swap(a, b);
+    if (next(2) == 0) {
+      map.mark(a, b);
+      for (uint64_t g = a / 2; a < b && g * 2 < b; ++g) model[g] = true;  // an empty range marks nothing
+    }
+    uint64_t c = pick(), d = pick();
+    if (c > d) std::swap(c, d);
+    ASSERT_EQ(map.first_unwritten(c, d), model_first(c, d)) << "round " << round << " [" << c << ", " << d << ")";
+    ASSERT_EQ(map.first_unwritten(a, b), a < b ? model_first(a, b) : b) << "round " << round;
+  }
+}
+
+// A check inside a range marked since the last forget_all() is answered from the recent ranges (ranges
+// of 4 KiB and more); one that leaves them, or comes after forget_all(), still finds the bytes nobody
+// wrote.
+TEST(DeviceMemory, RecentlyMarkedRangesStillReportHoles) {
+  WrittenMap map(1 << 22);
+  map.mark(0, 6400);
+  map.mark(12800, 19200);
+  EXPECT_EQ(map.first_unwritten(10, 6390), 6390u);
+  EXPECT_EQ(map.first_unwritten(64, 16000), 6400u);  // spans both ranges and the gap
+  EXPECT_EQ(map.first_unwritten(9600, 16000), 9600u);
+  map.mark(19200, 19200 + 4097);  // touches the last range: extends it (to the granule's end)
+  EXPECT_EQ(map.first_unwritten(12800, 23298), 23298u);
+  EXPECT_EQ(map.first_unwritten(12800, 23299), 23298u);
+  map.mark(1, 8193);  // odd bounds: the granules [0, 8194) it touches are written
+  EXPECT_EQ(map.first_unwritten(0, 8194), 8194u);
+  EXPECT_EQ(map.first_unwritten(0, 8196), 8194u);
+  // More disjoint ranges than are remembered: the old ones are answered from the bits.
+  constexpr uint64_t kFrom = 1 << 16, kStep = 10000, kLength = 5000;
+  for (uint64_t i = 0; i < 100; ++i) map.mark(kFrom + i * kStep, kFrom + i * kStep + kLength);
+  for (uint64_t i = 0; i < 100; ++i) {
+    const uint64_t b = kFrom + i * kStep;
+    EXPECT_EQ(map.first_unwritten(b, b + kLength), b + kLength) << i;
+    EXPECT_EQ(map.first_unwritten(b, b + kLength + 1), b + kLength) << i;
+    EXPECT_EQ(map.first_unwritten(b - 2, b + kLength), b - 2) << i;
+  }
+  EXPECT_EQ(map.first_unwritten(10, 6390), 6390u);
+  map.forget_all();  // the remembered ranges are forgotten with the bits
+  EXPECT_EQ(map.first_unwritten(10, 6390), 10u);
+  const uint64_t last = kFrom + 99 * kStep;
+  EXPECT_EQ(map.first_unwritten(last, last + kLength), last);
+  map.mark(0, 40000);
+  EXPECT_EQ(map.first_unwritten_strided(0, 4000, 10, 4), 10u);
+  EXPECT_EQ(map.first_unwritten_strided(0, 4000, 12, 4), 10u);  // element 10, at 40000, is past the mark
+  EXPECT_EQ(map.first_unwritten_strided(36000, -4000, 10, 4), 10u);
+  EXPECT_EQ(map.first_unwritten_strided(38000, 2, 2, 4), 2u);
+  EXPECT_EQ(map.first_unwritten_strided(39996, 2, 3, 4), 1u);  // the element at 39998 ends past the mark
+}
+
 TEST(DeviceMemory, StridedRunsAreTrackedPerElement) {
   WrittenMap map(1 << 16);
   map.mark_strided(64, 400, 100, 4);  // a column of f32 with rows 400 bytes apart
@@ -55,7 +133,27 @@ TEST(DeviceMemory, StridedRunsAreTrackedPerElement) {
 TEST(DeviceMemory, ShadowIsAtMostAnEighthOfTheData) {
   for (uint64_t bytes : {uint64_t{1} << 10, uint64_t{24} << 20, uint64_t{64} << 20}) {
     const WrittenMap map(bytes);
-    EXPECT_LE(map.shadow_bytes() * 8, bytes) << bytes;
+    EXPECT_LE((map.shadow_bytes() - WrittenMap::kFixedBytes) * 8, bytes) << bytes;
+    if (bytes >= (uint64_t{1} << 20)) {
+      EXPECT_LE(map.shadow_bytes() * 8, bytes) << bytes;
+    }
+  }
+}
+
+// Huge-page buffers (simulated HBM of 2 MiB and more) are 2 MiB aligned, zeroed and whole; small-page
+// ones (on-chip memory, short tensors) come from calloc, as zeroed.
+TEST(DeviceMemory, ZeroedBuffersAreZeroedWhicheverPagesBackThem) {
+  constexpr uint64_t kBytes = (uint64_t{3} << 20) + 12345;  // not a multiple of the huge page
+  for (const HostPages pages : {HostPages::kSmall, HostPages::kHuge}) {
+    ZeroedBuffer buffer(kBytes, pages);
+    ASSERT_NE(buffer.data(), nullptr);
+    EXPECT_EQ(buffer.size, kBytes);
+    if (pages == HostPages::kHuge) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % ZeroedBuffer::kHugeBytes, 0u);
+    }
+    for (const uint64_t at : {uint64_t{0}, kBytes / 2, kBytes - 1}) EXPECT_EQ(buffer.data()[at], 0) << at;
+    std::memset(buffer.data(), 0x5a, kBytes);  // every byte is ours to write
+    EXPECT_EQ(buffer.data()[kBytes - 1], 0x5a);
   }
 }
 
