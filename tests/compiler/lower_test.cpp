@@ -319,6 +319,71 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
             run_ns(lower(decoder, spec, "decoder", WeightPrefetch::never)));
 }
 
+// PrefetchReach::past_compute_bound: a linear's weight prefetch starts in the kernel before it, or
+// across a kernel between that is compute-bound (by the cost model's estimates: its matmul
+// instructions' Tensor-engine time over its HBM traffic at the DMA rate) when the weight's transfer
+// takes longer than that kernel (which would otherwise hide it all). Between y = linear(x, w1) and
+// linear(y, w2), an independent 512 x 256 x 512 f32 matmul is compute-bound; an add of two 512 x 512
+// tensors is DMA-bound (its traffic is the kernel). The decision is pinned as which node the prefetch
+// starts at ("compiled.prefetched_ahead": "<node>><linear>").
+TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOnly) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const auto graph = [](bool compute_bound, int64_t n) {
+    return optimized(
+        [compute_bound](const std::vector<Tensor>& in) {
+          const Tensor y = linear(in[0], in[1]);
+          const Tensor between = compute_bound ? matmul(in[3], in[4]) : in[3] + in[4];
+          return std::vector<Tensor>{linear(y, in[2]), between};
+        },
+        {{{128, n}, DType::f32},
+         {{n, n}, DType::f32},
+         {{n, n}, DType::f32},
+         {{512, compute_bound ? 256 : 512}, DType::f32},
+         {{compute_bound ? 256 : 512, 512}, DType::f32}});
+  };
+  // The kernel nodes: the first linear, the one between, the second linear.
+  const auto kernels = [](const Graph& g) {
+    std::vector<size_t> at;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.kind == NodeKind::fused || (n.kind == NodeKind::op && !op_info(n.op).is_view)) at.push_back(i);
+    }
+    return at;
+  };
+  const auto ahead = [&](const Graph& g) {
+    return metadata(lower(g, spec, "reach", WeightPrefetch::always, PrefetchQueues::from_first,
+                          KernelQueues::from_first, PrefetchReach::past_compute_bound),
+                    "compiled.prefetched_ahead");
+  };
+  const Graph compute = graph(true, 1024);
+  const std::vector<size_t> k = kernels(compute);
+  ASSERT_EQ(k.size(), 3u);
+  // The estimates the rule reads, from the Spec's cost functions: the matmul between is compute-bound,
+  // and w2 takes longer to load than it.
+  const double rate = spec.dma.queues * device::dma_rate_bytes_per_ns(spec, true, static_cast<int>(spec.dma.queues));
+  const double one = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, 128, 0, DType::f32, {512}), device::sbuf(0, 128, 0, DType::f32, {128}),
+                           device::sbuf(0, 128, 0, DType::f32, {512}), true));
+  const double between_tensor = 4 * 2 * one, between_dma = (512.0 * 256 * 2 + 512.0 * 512) * 4 / rate;
+  ASSERT_GT(between_tensor, between_dma);
+  ASSERT_GT(1024.0 * 1024 * 4 / rate, between_tensor);
+  EXPECT_EQ(ahead(compute), fmt::format("{}>{}", k[0], k[2]));
+  // A DMA-bound kernel between: no prefetch starts ahead of it (one starts in the add, as with
+  // PrefetchReach::next_kernel).
+  const Graph dma = graph(false, 1024);
+  EXPECT_EQ(kernels(dma).size(), 3u);
+  EXPECT_EQ(ahead(dma), "");
+  // A weight the compute-bound kernel between hides (256 x 256 f32 loads in less than its time): the
+  // prefetch starts there, not ahead of it.
+  const Graph small = graph(true, 256);
+  ASSERT_LT(256.0 * 256 * 4 / rate, between_tensor);
+  EXPECT_EQ(ahead(small), "");
+  // PrefetchReach::next_kernel (the default) starts none ahead and does not report them.
+  const device::Executable next = lower(compute, spec, "reach", WeightPrefetch::always);
+  EXPECT_TRUE(std::none_of(next.metadata.begin(), next.metadata.end(),
+                           [](const auto& kv) { return kv.first == "compiled.prefetched_ahead"; }));
+}
+
 // Two linears whose results take a residual add in their matmul epilogues, back to back (the second
 // reads the first's result), as a transformer's projections are. The second's weight is loaded while
 // the first kernel runs (the prefetch across kernels takes epilogue groups on either side), so its stream
