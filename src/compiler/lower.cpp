@@ -1368,11 +1368,16 @@ class Lowerer {
       if (p.linear != &at) return;
     }
     // The linear the next kernel is, or (PrefetchReach::past_compute_bound) the one after at most
-    // kMaxCrossed compute-bound kernels: a DMA-bound kernel between would queue its own transfers behind
-    // the weight's (the residual add and rms_norm before a decoder's q projection).
+    // kMaxCrossed kernels between: compute-bound ones, and DMA-bound ones only when node i's kernel is a
+    // matmul (the loads then go out inside it, at its first store or behind its loads, and stream under
+    // its Tensor-engine time). Emitted before a DMA-bound node i, the weight's stream would hold up that
+    // kernel's transfers and the DMA-bound ones after it (Llama bf16's residual add and rms_norm before
+    // the q projection).
+    const bool inside_matmul = at_epilogue || op_info(at.op).kind == OpKind::matmul;
     const Node* next = nullptr;
-    // The modeled time of the kernels between node i and the linear (estimate_kernel) from the last
-    // that starts a prefetch of its own (not an attention kernel, which plans none), if any.
+    // The time the kernels between node i and the linear hide a stream in (their Tensor-engine time
+    // beyond their traffic, estimate_kernel) from the last that starts a prefetch of its own (not an
+    // attention kernel, which plans none), if any.
     std::optional<double> nearer_ns;
     int crossed = 0;
     for (size_t j = i + 1; j < graph.nodes.size(); ++j) {
@@ -1385,9 +1390,12 @@ class Lowerer {
       }
       if (reach_ != PrefetchReach::past_compute_bound || crossed == kMaxCrossed) return;
       const KernelEstimate e = estimate_kernel(graph, j, deferred);
-      if (e.tensor_ns <= e.dma_ns) return;
-      if (nearer_ns) *nearer_ns += e.tensor_ns;
-      if (!attention_nodes.count(j)) nearer_ns = e.tensor_ns;
+      if (e.tensor_ns <= e.dma_ns && !inside_matmul) return;
+      // What a stream started in this kernel moves without holding up its own traffic: its
+      // Tensor-engine time beyond that traffic (none for a DMA-bound kernel).
+      const double ns = std::max(0.0, e.tensor_ns - e.dma_ns);
+      if (nearer_ns) *nearer_ns += ns;
+      if (!attention_nodes.count(j)) nearer_ns = ns;
       ++crossed;
     }
     if (!next) return;
@@ -1395,8 +1403,8 @@ class Lowerer {
     const size_t w = linear->second;
     if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
     const Place& weight = values[w];
-    // Started ahead of kernels that take longer than the weight's transfer, the prefetch hides no more
-    // than started in the last of them (whose own plan_weight_prefetch then starts it).
+    // Started ahead of kernels that hide the weight's whole transfer, the prefetch hides no more than
+    // started in the last of them (whose own plan_weight_prefetch then starts it).
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
     std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
@@ -1650,8 +1658,9 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // also lowered with the prefetch's pieces on other queues (PrefetchQueues: from the highest, or the
 // idlest by the kernels' transfers so far), since a weight of a few pieces from queue 0 crowds the
 // queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
-// prefetch started past compute-bound kernels (PrefetchReach::past_compute_bound: ESM-2's out
-// projection's weight from the v projection's kernel, across the attention), kept when faster. The
+// prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out
+// projection's weight from the v projection's kernel across the attention, a q projection's from the
+// matmul kernel before its layer_norm), kept when faster. The
 // prefetch therefore never makes a program slower than without it, nor the reach than without it.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,

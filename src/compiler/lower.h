@@ -85,10 +85,12 @@ enum class PrefetchQueues : uint8_t { from_first, from_last, idlest };
 enum class KernelQueues : uint8_t { from_first, idlest };
 
 // How far ahead of a linear its weight prefetch may start: `next_kernel` only in the kernel right
-// before it; `past_compute_bound` also across up to two kernels between, while each of them is
-// compute-bound (its Tensor-engine time, at the Spec's peak, over its HBM traffic at the DMA rate the
-// cost model gives) and the weight's transfer takes longer than the kernels between (the nearer start
-// hides it all otherwise). With WeightPrefetch::best, lower() times the fastest placement with each.
+// before it; `past_compute_bound` also across up to two kernels between, each compute-bound (its
+// matmul instructions' Tensor-engine time, by the cost model, over its HBM traffic at the DMA rate the
+// cost model gives) or, when the prefetch goes out inside a matmul kernel, any; and only while the
+// weight's transfer takes longer than the kernels between hide (their Tensor-engine time beyond their
+// traffic: the nearer start hides it all otherwise). With WeightPrefetch::best, lower() times the
+// fastest placement with it and keeps it when faster.
 enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.

@@ -320,18 +320,19 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
 }
 
 // PrefetchReach::past_compute_bound: a linear's weight prefetch starts in the kernel before it, or
-// across a kernel between that is compute-bound (by the cost model's estimates: its matmul
-// instructions' Tensor-engine time over its HBM traffic at the DMA rate) when the weight's transfer
-// takes longer than that kernel (which would otherwise hide it all). Between y = linear(x, w1) and
-// linear(y, w2), an independent 512 x 256 x 512 f32 matmul is compute-bound; an add of two 512 x 512
-// tensors is DMA-bound (its traffic is the kernel). The decision is pinned as which node the prefetch
-// starts at ("compiled.prefetched_ahead": "<node>><linear>").
-TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOnly) {
+// across a kernel between when that kernel is compute-bound (by the cost model's estimates: its matmul
+// instructions' Tensor-engine time over its HBM traffic at the DMA rate) or the prefetch goes out
+// inside a matmul kernel (the first node's), and the weight's transfer takes longer than the kernel
+// between hides (its Tensor-engine time beyond its traffic; it would otherwise hide it all). Between a first kernel (linear(x, w1), or x * x: a
+// DMA-bound kernel the loads go out before) and linear(y, w2): an independent 512 x 256 x 512 f32
+// matmul (compute-bound) or an add of two 512 x 512 tensors (DMA-bound). The decision is pinned as
+// which node the prefetch starts at ("compiled.prefetched_ahead": "<node>><linear>").
+TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOrInsideAMatmul) {
   const device::Spec spec = device::Spec::builtin("trn2");
-  const auto graph = [](bool compute_bound, int64_t n) {
+  const auto graph = [](bool first_linear, bool compute_bound, int64_t n) {
     return optimized(
-        [compute_bound](const std::vector<Tensor>& in) {
-          const Tensor y = linear(in[0], in[1]);
+        [=](const std::vector<Tensor>& in) {
+          const Tensor y = first_linear ? linear(in[0], in[1]) : in[0] * in[0];
           const Tensor between = compute_bound ? matmul(in[3], in[4]) : in[3] + in[4];
           return std::vector<Tensor>{linear(y, in[2]), between};
         },
@@ -341,7 +342,7 @@ TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOnly) {
          {{512, compute_bound ? 256 : 512}, DType::f32},
          {{compute_bound ? 256 : 512, 512}, DType::f32}});
   };
-  // The kernel nodes: the first linear, the one between, the second linear.
+  // The kernel nodes: the first, the one between, the linear.
   const auto kernels = [](const Graph& g) {
     std::vector<size_t> at;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -355,31 +356,37 @@ TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOnly) {
                           KernelQueues::from_first, PrefetchReach::past_compute_bound),
                     "compiled.prefetched_ahead");
   };
-  const Graph compute = graph(true, 1024);
-  const std::vector<size_t> k = kernels(compute);
-  ASSERT_EQ(k.size(), 3u);
-  // The estimates the rule reads, from the Spec's cost functions: the matmul between is compute-bound,
-  // and w2 takes longer to load than it.
+  const auto first_to_linear = [&](const Graph& g) {
+    const std::vector<size_t> k = kernels(g);
+    EXPECT_EQ(k.size(), 3u);
+    return k.size() == 3 ? fmt::format("{}>{}", k[0], k[2]) : std::string("?");
+  };
+  // The estimates the rule reads, from the Spec's cost functions: the matmul between is compute-bound;
+  // w2 takes longer to load than either kernel between, a 256 x 256 one less than the matmul's
+  // Tensor-engine time beyond its traffic.
   const double rate = spec.dma.queues * device::dma_rate_bytes_per_ns(spec, true, static_cast<int>(spec.dma.queues));
   const double one = device::compute_instruction_ns(
       spec, device::matmul(device::psum(0, 128, 0, DType::f32, {512}), device::sbuf(0, 128, 0, DType::f32, {128}),
                            device::sbuf(0, 128, 0, DType::f32, {512}), true));
-  const double between_tensor = 4 * 2 * one, between_dma = (512.0 * 256 * 2 + 512.0 * 512) * 4 / rate;
-  ASSERT_GT(between_tensor, between_dma);
-  ASSERT_GT(1024.0 * 1024 * 4 / rate, between_tensor);
-  EXPECT_EQ(ahead(compute), fmt::format("{}>{}", k[0], k[2]));
-  // A DMA-bound kernel between: no prefetch starts ahead of it (one starts in the add, as with
-  // PrefetchReach::next_kernel).
-  const Graph dma = graph(false, 1024);
-  EXPECT_EQ(kernels(dma).size(), 3u);
-  EXPECT_EQ(ahead(dma), "");
-  // A weight the compute-bound kernel between hides (256 x 256 f32 loads in less than its time): the
-  // prefetch starts there, not ahead of it.
-  const Graph small = graph(true, 256);
-  ASSERT_LT(256.0 * 256 * 4 / rate, between_tensor);
-  EXPECT_EQ(ahead(small), "");
+  const double matmul_tensor = 4 * 2 * one, matmul_dma = (512.0 * 256 * 2 + 512.0 * 512) * 4 / rate;
+  const double add_dma = 3 * 512.0 * 512 * 4 / rate;
+  ASSERT_GT(matmul_tensor, matmul_dma);
+  ASSERT_GT(1024.0 * 1024 * 4 / rate, std::max(matmul_tensor, add_dma));
+  ASSERT_LT(256.0 * 256 * 4 / rate, matmul_tensor - matmul_dma);
+  for (const bool first_linear : {true, false}) {
+    const Graph compute = graph(first_linear, true, 1024);
+    EXPECT_EQ(ahead(compute), first_to_linear(compute)) << first_linear;
+    // A weight the kernel between hides: the prefetch starts there, not ahead of it.
+    EXPECT_EQ(ahead(graph(first_linear, true, 256)), "") << first_linear;
+  }
+  // A DMA-bound kernel between: crossed from inside the linear's kernel, not from before the mul.
+  const Graph after_linear = graph(true, false, 1024);
+  EXPECT_EQ(ahead(after_linear), first_to_linear(after_linear));
+  const Graph after_mul = graph(false, false, 1024);
+  EXPECT_EQ(kernels(after_mul).size(), 3u);
+  EXPECT_EQ(ahead(after_mul), "");
   // PrefetchReach::next_kernel (the default) starts none ahead and does not report them.
-  const device::Executable next = lower(compute, spec, "reach", WeightPrefetch::always);
+  const device::Executable next = lower(graph(true, true, 1024), spec, "reach", WeightPrefetch::always);
   EXPECT_TRUE(std::none_of(next.metadata.begin(), next.metadata.end(),
                            [](const auto& kv) { return kv.first == "compiled.prefetched_ahead"; }));
 }
