@@ -14,6 +14,7 @@
 #include "compiler/view_epilogue.h"
 #include "core/view_meta.h"
 #include "device/core.h"
+#include "device/cost_model.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
 #include "kernels/emit.h"
@@ -86,9 +87,10 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues)
+          bool idle_queues, PrefetchReach reach)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
-        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues) {}
+        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
+        reach_(reach) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -120,6 +122,8 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
+    if (reach_ == PrefetchReach::past_compute_bound)
+      exe.metadata.emplace_back("compiled.prefetched_ahead", fmt::format("{}", fmt::join(prefetched_ahead_, ",")));
     exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
     for (size_t k = 0; k < attention_store_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.attention_output_fallback.{}", k),
@@ -1102,6 +1106,15 @@ class Lowerer {
         deferred[static_cast<size_t>(match.cast - graph.nodes.data())] = true;
       }
     }
+    // The contiguous copies the attention kernels are to write (attention_store), which then emit no
+    // kernel: plan_weight_prefetch looks past them.
+    std::set<size_t> planned_stores, attention_nodes;
+    for (const auto& [at, match] : attention_at) {
+      attention_nodes.insert(at);
+      if (destination.count(static_cast<int>(at))) continue;
+      const std::variant<AttentionStore, std::string> plan = attention_store(graph, at, uses);
+      if (const auto* store = std::get_if<AttentionStore>(&plan)) planned_stores.insert(store->copy);
+    }
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const Node& n = graph.nodes[i];
       if (deferred[i]) {
@@ -1167,7 +1180,7 @@ class Lowerer {
         continue;
       }
       previous_kernel_start_ = std::exchange(kernel_start_, builder_.dma_queue_lengths());
-      plan_weight_prefetch(graph, i, values, deferred);
+      plan_weight_prefetch(graph, i, values, deferred, planned_stores, attention_nodes);
       // Each kernel's transfers from the queues the kernels since the one before left idlest (idle_queues_).
       if (idle_queues_) {
         kernel_order_ = idlest_queue_order();
@@ -1345,7 +1358,8 @@ class Lowerer {
   static constexpr uint64_t kPrefetchShare = 4;
 
   void plan_weight_prefetch(const Graph& graph, size_t i, const std::vector<Place>& values,
-                            const std::vector<bool>& deferred) {
+                            const std::vector<bool>& deferred, const std::set<size_t>& planned_stores,
+                            const std::set<size_t>& attention_nodes) {
     const Node& at = graph.nodes[i];
     const bool at_epilogue = at.kind == NodeKind::fused && at.fusion == FusionKind::matmul_epilogue;
     if (!prefetch_ || !(at_epilogue || (at.kind == NodeKind::op && !op_info(at.op).is_view))) return;
@@ -1353,19 +1367,45 @@ class Lowerer {
     for (const Prefetch& p : prefetches_) {
       if (p.linear != &at) return;
     }
+    // The linear the next kernel is, or (PrefetchReach::past_compute_bound) the one after at most
+    // kMaxCrossed kernels between: compute-bound ones, and DMA-bound ones only when node i's kernel is a
+    // matmul (the loads then go out inside it, at its first store or behind its loads, and stream under
+    // its Tensor-engine time). Emitted before a DMA-bound node i, the weight's stream would hold up that
+    // kernel's transfers and the DMA-bound ones after it (Llama bf16's residual add and rms_norm before
+    // the q projection).
+    const bool inside_matmul = at_epilogue || op_info(at.op).kind == OpKind::matmul;
     const Node* next = nullptr;
+    // The time the kernels between node i and the linear hide a stream in (their Tensor-engine time
+    // beyond their traffic, estimate_kernel) from the last that starts a prefetch of its own (not an
+    // attention kernel, which plans none), if any.
+    std::optional<double> nearer_ns;
+    int crossed = 0;
     for (size_t j = i + 1; j < graph.nodes.size(); ++j) {
       const Node& m = graph.nodes[j];
       if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
-      next = &m;
-      break;
+      if (reach_ == PrefetchReach::past_compute_bound && planned_stores.count(j)) continue;
+      if (linear_inputs(m)) {
+        next = &m;
+        break;
+      }
+      if (reach_ != PrefetchReach::past_compute_bound || crossed == kMaxCrossed) return;
+      const KernelEstimate e = estimate_kernel(graph, j, deferred);
+      if (e.tensor_ns <= e.dma_ns && !inside_matmul) return;
+      // What a stream started in this kernel moves without holding up its own traffic: its
+      // Tensor-engine time beyond that traffic (none for a DMA-bound kernel).
+      const double ns = std::max(0.0, e.tensor_ns - e.dma_ns);
+      if (nearer_ns) *nearer_ns += ns;
+      if (!attention_nodes.count(j)) nearer_ns = ns;
+      ++crossed;
     }
     if (!next) return;
     const std::optional<std::pair<size_t, size_t>> linear = linear_inputs(*next);
-    if (!linear) return;
     const size_t w = linear->second;
     if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
     const Place& weight = values[w];
+    // Started ahead of kernels that hide the weight's whole transfer, the prefetch hides no more than
+    // started in the last of them (whose own plan_weight_prefetch then starts it).
+    if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
     std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
     if (!panels) return;
@@ -1378,8 +1418,80 @@ class Lowerer {
       p.x_io = values[x].io;
       p.x_offset = values[x].offset;
     }
+    if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
     if (!at_epilogue && op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  // A DMA-bound node's kernel moves its bytes for as long as it runs; a compute-bound one's traffic
+  // moves under its Tensor-engine time. The cost model's figures for node j of `graph` before it is
+  // lowered, from the graph's metas: its HBM traffic (its output and inputs; a deferred input, made on
+  // chip inside the kernel, by its own inputs) at the rate dma_rate_bytes_per_ns gives every queue
+  // moving HBM bytes at once, and its matmuls' instructions (tensor_ns).
+  struct KernelEstimate {
+    double dma_ns = 0, tensor_ns = 0;
+  };
+  static constexpr int kMaxCrossed = 2;
+
+  static uint64_t meta_bytes(const TensorMeta& meta) {
+    uint64_t n = dtype_size(meta.dtype);
+    for (const int64_t d : meta.shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+
+  double hbm_ns(uint64_t bytes) const {
+    const int queues = static_cast<int>(spec_.dma.queues);
+    return double(bytes) / (queues * device::dma_rate_bytes_per_ns(spec_, true, queues));
+  }
+
+  // The Tensor-engine time of node n's matmuls (an op's, or a fused group's), as the matmul
+  // instructions a kernel would issue for them: [..., M, K] x [K, N] as tiles of K over the partitions,
+  // M over the array's columns and N over the moving free size, each timed by compute_instruction_ns
+  // (whose initiation-interval floor makes small heads cost more than their flops).
+  double tensor_ns(const Graph& g, const Node& n) const {
+    if (n.kind == NodeKind::fused && n.body) {
+      double ns = 0;
+      for (const Node& m : n.body->nodes) ns += tensor_ns(*n.body, m);
+      return ns;
+    }
+    if (n.kind != NodeKind::op || op_info(n.op).kind != OpKind::matmul || n.inputs.empty() || n.inputs[0] < 0)
+      return 0;
+    const TensorMeta& a = g.nodes[static_cast<size_t>(n.inputs[0])].meta;
+    if (a.shape.size() < 2 || n.meta.shape.size() < 2) return 0;
+    const auto ceil = [](int64_t x, int64_t y) { return static_cast<double>((x + y - 1) / y); };
+    const int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), cols = n.meta.shape.back();
+    double batch = 1;
+    for (size_t d = 0; d + 2 < static_cast<size_t>(n.meta.shape.size()); ++d) batch *= double(n.meta.shape[d]);
+    const int64_t kp = std::min<int64_t>(k, spec_.partitions), mc = std::min<int64_t>(m, spec_.tensor.array_cols),
+                  nc = std::min<int64_t>(cols, spec_.tensor.moving_free_max);
+    const DType dt = a.dtype;
+    const double one = device::compute_instruction_ns(
+        spec_, device::matmul(device::psum(0, static_cast<uint16_t>(mc), 0, DType::f32, {static_cast<uint32_t>(nc)}),
+                              device::sbuf(0, static_cast<uint16_t>(kp), 0, dt, {static_cast<uint32_t>(mc)}),
+                              device::sbuf(0, static_cast<uint16_t>(kp), 0, dt, {static_cast<uint32_t>(nc)}), true));
+    return batch * ceil(k, spec_.partitions) * ceil(m, spec_.tensor.array_cols) *
+           ceil(cols, spec_.tensor.moving_free_max) * one;
+  }
+
+  KernelEstimate estimate_kernel(const Graph& graph, size_t j, const std::vector<bool>& deferred) const {
+    const Node& n = graph.nodes[j];
+    uint64_t bytes = meta_bytes(n.meta);
+    double tensor = 0;
+    std::set<size_t> seen;
+    std::vector<size_t> made{j};  // node j and the deferred nodes its kernel makes on chip
+    while (!made.empty()) {
+      const size_t k = made.back();
+      made.pop_back();
+      tensor += tensor_ns(graph, graph.nodes[k]);
+      for (const int v : graph.nodes[k].inputs) {
+        if (v == kNoValue || !seen.insert(static_cast<size_t>(v)).second) continue;
+        if (deferred[static_cast<size_t>(v)])
+          made.push_back(static_cast<size_t>(v));
+        else
+          bytes += meta_bytes(graph.nodes[static_cast<size_t>(v)].meta);
+      }
+    }
+    return {hbm_ns(bytes), tensor};
   }
 
   // The graph values a linear reads as (x, weight): an aten::linear node's, or a matmul epilogue group's
@@ -1452,6 +1564,7 @@ class Lowerer {
   bool after_loads_ = false;  // a matmul kernel emits the prefetch behind all its loads, not at its first store
   PrefetchQueues queues_ = PrefetchQueues::from_first;
   bool idle_queues_ = false;  // every kernel's queues through idlest_queue_order (lower()'s `kernel_queues`)
+  PrefetchReach reach_ = PrefetchReach::next_kernel;  // how far ahead a prefetch starts (plan_weight_prefetch)
   std::vector<uint32_t> kernel_order_;  // the current kernel's queue order (empty: none)  // where a prefetch's pieces go (prefetch_queue_order)
   std::vector<size_t> kernel_start_, previous_kernel_start_;  // the DMA queues' lengths as the current / previous node began
   std::map<DType, Constants> constants_;
@@ -1463,6 +1576,9 @@ class Lowerer {
   std::vector<std::string> attention_store_fallbacks_;  // why the others kept their copy (attention_store)
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
+  // "i>j" for each prefetch node i's kernel started for the linear at node j past kernels between
+  // (PrefetchReach::past_compute_bound; the metadata's "compiled.prefetched_ahead")
+  std::vector<std::string> prefetched_ahead_;
   std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
@@ -1541,13 +1657,19 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // without: fewer SBUF panels held across kernels; then the first-store placement). Each placement is
 // also lowered with the prefetch's pieces on other queues (PrefetchQueues: from the highest, or the
 // idlest by the kernels' transfers so far), since a weight of a few pieces from queue 0 crowds the
-// queues the kernel before it loads on; ties keep queue 0 first. The prefetch therefore never makes a
-// program slower than without it.
+// queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
+// prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out
+// projection's weight from the v projection's kernel across the attention, a q projection's from the
+// matmul kernel before its layer_norm), kept when faster. The
+// prefetch therefore never makes a program slower than without it, nor the reach than without it.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues) {
+                         WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
+                         PrefetchReach reach) {
   if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest).run(graph);
-  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle) { return Lowerer(spec, name, p, q, idle).run(graph); };
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach).run(graph);
+  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel) {
+    return Lowerer(spec, name, p, q, idle, r).run(graph);
+  };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   WeightPrefetch best_p = WeightPrefetch::always;
   PrefetchQueues best_q = PrefetchQueues::from_first;
@@ -1555,13 +1677,15 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
   const bool prefetched = count != best.metadata.end() && count->second != "0";
   double best_ns = 0;
-  auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q) {
+  bool best_idle = false;
+  auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q, bool idle = false) {
     if (other == best) return;
     if (const double ns = modeled_ns(spec, other); ns < best_ns) {
       best = std::move(other);
       best_ns = ns;
       best_p = p;
       best_q = q;
+      best_idle = idle;
     }
   };
   if (prefetched) {
@@ -1580,7 +1704,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     best_ns = modeled_ns(spec, best);
   }
   // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
-  keep_if_faster(lowered(best_p, best_q, true), best_p, best_q);
+  keep_if_faster(lowered(best_p, best_q, true), best_p, best_q, true);
+  // The fastest, with the prefetch started past compute-bound kernels (PrefetchReach).
+  if (best_p != WeightPrefetch::never)
+    keep_if_faster(lowered(best_p, best_q, best_idle, PrefetchReach::past_compute_bound), best_p, best_q, best_idle);
   return best;
 }
 

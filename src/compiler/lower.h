@@ -84,11 +84,21 @@ enum class PrefetchQueues : uint8_t { from_first, from_last, idlest };
 // each and `kernel_queues` is unused.
 enum class KernelQueues : uint8_t { from_first, idlest };
 
+// How far ahead of a linear its weight prefetch may start: `next_kernel` only in the kernel right
+// before it; `past_compute_bound` also across up to two kernels between, each compute-bound (its
+// matmul instructions' Tensor-engine time, by the cost model, over its HBM traffic at the DMA rate the
+// cost model gives) or, when the prefetch goes out inside a matmul kernel, any; and only while the
+// weight's transfer takes longer than the kernels between hide (their Tensor-engine time beyond their
+// traffic: the nearer start hides it all otherwise). With WeightPrefetch::best, lower() times the
+// fastest placement with it and keeps it when faster.
+enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch = WeightPrefetch::best,
                          PrefetchQueues queues = PrefetchQueues::from_first,
-                         KernelQueues kernel_queues = KernelQueues::from_first);
+                         KernelQueues kernel_queues = KernelQueues::from_first,
+                         PrefetchReach reach = PrefetchReach::next_kernel);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries

@@ -319,6 +319,78 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
             run_ns(lower(decoder, spec, "decoder", WeightPrefetch::never)));
 }
 
+// PrefetchReach::past_compute_bound: a linear's weight prefetch starts in the kernel before it, or
+// across a kernel between when that kernel is compute-bound (by the cost model's estimates: its matmul
+// instructions' Tensor-engine time over its HBM traffic at the DMA rate) or the prefetch goes out
+// inside a matmul kernel (the first node's), and the weight's transfer takes longer than the kernel
+// between hides (its Tensor-engine time beyond its traffic; it would otherwise hide it all). Between a first kernel (linear(x, w1), or x * x: a
+// DMA-bound kernel the loads go out before) and linear(y, w2): an independent 512 x 256 x 512 f32
+// matmul (compute-bound) or an add of two 512 x 512 tensors (DMA-bound). The decision is pinned as
+// which node the prefetch starts at ("compiled.prefetched_ahead": "<node>><linear>").
+TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOrInsideAMatmul) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const auto graph = [](bool first_linear, bool compute_bound, int64_t n) {
+    return optimized(
+        [=](const std::vector<Tensor>& in) {
+          const Tensor y = first_linear ? linear(in[0], in[1]) : in[0] * in[0];
+          const Tensor between = compute_bound ? matmul(in[3], in[4]) : in[3] + in[4];
+          return std::vector<Tensor>{linear(y, in[2]), between};
+        },
+        {{{128, n}, DType::f32},
+         {{n, n}, DType::f32},
+         {{n, n}, DType::f32},
+         {{512, compute_bound ? 256 : 512}, DType::f32},
+         {{compute_bound ? 256 : 512, 512}, DType::f32}});
+  };
+  // The kernel nodes: the first, the one between, the linear.
+  const auto kernels = [](const Graph& g) {
+    std::vector<size_t> at;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.kind == NodeKind::fused || (n.kind == NodeKind::op && !op_info(n.op).is_view)) at.push_back(i);
+    }
+    return at;
+  };
+  const auto ahead = [&](const Graph& g) {
+    return metadata(lower(g, spec, "reach", WeightPrefetch::always, PrefetchQueues::from_first,
+                          KernelQueues::from_first, PrefetchReach::past_compute_bound),
+                    "compiled.prefetched_ahead");
+  };
+  const auto first_to_linear = [&](const Graph& g) {
+    const std::vector<size_t> k = kernels(g);
+    EXPECT_EQ(k.size(), 3u);
+    return k.size() == 3 ? fmt::format("{}>{}", k[0], k[2]) : std::string("?");
+  };
+  // The estimates the rule reads, from the Spec's cost functions: the matmul between is compute-bound;
+  // w2 takes longer to load than either kernel between, a 256 x 256 one less than the matmul's
+  // Tensor-engine time beyond its traffic.
+  const double rate = spec.dma.queues * device::dma_rate_bytes_per_ns(spec, true, static_cast<int>(spec.dma.queues));
+  const double one = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, 128, 0, DType::f32, {512}), device::sbuf(0, 128, 0, DType::f32, {128}),
+                           device::sbuf(0, 128, 0, DType::f32, {512}), true));
+  const double matmul_tensor = 4 * 2 * one, matmul_dma = (512.0 * 256 * 2 + 512.0 * 512) * 4 / rate;
+  const double add_dma = 3 * 512.0 * 512 * 4 / rate;
+  ASSERT_GT(matmul_tensor, matmul_dma);
+  ASSERT_GT(1024.0 * 1024 * 4 / rate, std::max(matmul_tensor, add_dma));
+  ASSERT_LT(256.0 * 256 * 4 / rate, matmul_tensor - matmul_dma);
+  for (const bool first_linear : {true, false}) {
+    const Graph compute = graph(first_linear, true, 1024);
+    EXPECT_EQ(ahead(compute), first_to_linear(compute)) << first_linear;
+    // A weight the kernel between hides: the prefetch starts there, not ahead of it.
+    EXPECT_EQ(ahead(graph(first_linear, true, 256)), "") << first_linear;
+  }
+  // A DMA-bound kernel between: crossed from inside the linear's kernel, not from before the mul.
+  const Graph after_linear = graph(true, false, 1024);
+  EXPECT_EQ(ahead(after_linear), first_to_linear(after_linear));
+  const Graph after_mul = graph(false, false, 1024);
+  EXPECT_EQ(kernels(after_mul).size(), 3u);
+  EXPECT_EQ(ahead(after_mul), "");
+  // PrefetchReach::next_kernel (the default) starts none ahead and does not report them.
+  const device::Executable next = lower(graph(true, true, 1024), spec, "reach", WeightPrefetch::always);
+  EXPECT_TRUE(std::none_of(next.metadata.begin(), next.metadata.end(),
+                           [](const auto& kv) { return kv.first == "compiled.prefetched_ahead"; }));
+}
+
 // Two linears whose results take a residual add in their matmul epilogues, back to back (the second
 // reads the first's result), as a transformer's projections are. The second's weight is loaded while
 // the first kernel runs (the prefetch across kernels takes epilogue groups on either side), so its stream
