@@ -113,7 +113,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    tile in column halves
 // 6: the matmul's operand loads and result stores cut by the stream rule (stream_min_piece_bytes); with
 //    a prefetched weight, the folded biases of the next two panels loaded behind the current one's
-inline constexpr int kLoweringVersion = 6;
+// 7: rows every partition reads (biases, norm parameters) through KernelBuilder::load_broadcast (the
+//    broadcast DMA or one row and a GpSimd copy, by cost); a weight's prefetch may start past
+//    compute-bound kernels or inside a matmul kernel (PrefetchReach)
+inline constexpr int kLoweringVersion = 7;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
