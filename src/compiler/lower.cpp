@@ -1434,9 +1434,7 @@ class Lowerer {
   static constexpr int kMaxCrossed = 2;
 
   static uint64_t meta_bytes(const TensorMeta& meta) {
-    uint64_t n = dtype_size(meta.dtype);
-    for (const int64_t d : meta.shape) n *= static_cast<uint64_t>(d);
-    return n;
+    return dtype_size(meta.dtype) * static_cast<uint64_t>(meta.shape.product());
   }
 
   double hbm_ns(uint64_t bytes) const {

@@ -315,7 +315,16 @@ void matmul_rows(const float* const* stationary, const float* const* moving, flo
 }
 
 #if defined(__x86_64__)
-#define SIGHTLINE_AVX2_PATHS 1  // AVX2 and AVX-512 code, chosen at run time by __builtin_cpu_supports
+#define SIGHTLINE_AVX2_PATHS 1  // AVX2 and AVX-512 code, chosen at run time by have_avx2 / have_avx512
+// What this machine's CPU runs, asked once: every path that picks a vector width reads these.
+bool have_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+bool have_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
 // The same additions in the same order as matmul_rows (one multiply, then one add, each rounded: the
 // device layer is compiled with -ffp-contract=off, so no target fuses them, and the bits are those of the
 // scalar loop), with 4 rows x 2 vectors of Lanes columns of accumulators held in registers for the whole
@@ -482,10 +491,8 @@ __attribute__((target("avx2"))) void transpose_f32_avx2(uint8_t* dst, int64_t ds
 void matmul_rows_fast(const float* const* stationary, const float* const* moving, float* const* out, size_t k,
                       size_t i0, size_t i1, size_t j0, size_t j1) {
 #ifdef SIGHTLINE_AVX2_PATHS
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) return matmul_rows_avx512(stationary, moving, out, k, i0, i1, j0, j1);
-  if (avx2) return matmul_rows_avx2(stationary, moving, out, k, i0, i1, j0, j1);
+  if (have_avx512()) return matmul_rows_avx512(stationary, moving, out, k, i0, i1, j0, j1);
+  if (have_avx2()) return matmul_rows_avx2(stationary, moving, out, k, i0, i1, j0, j1);
 #endif
   matmul_rows(stationary, moving, out, k, i0, i1, j0, j1);
 }
@@ -542,11 +549,6 @@ __attribute__((target("avx2"))) void multiply_avx2(const float* a, const float* 
     _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   }
   for (; i < n; ++i) out[i] = a[i] * b[i];
-}
-
-bool have_avx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
 }
 #endif
 
@@ -794,9 +796,8 @@ bool FunctionalExecutor::make_step(const Instruction& in, Step& s) const {
       if (in.dst.dtype == in.src0.dtype && transposes(src, dst)) return false;
       s.rows = src.partitions;
 #ifdef SIGHTLINE_AVX2_PATHS
-      static const bool avx2 = __builtin_cpu_supports("avx2");
       // On chip to HBM cannot overlap; rows of a few KiB are what streaming stores are for.
-      s.stream = avx2 && in.dst.dtype == in.src0.dtype && src.contiguous && dst.contiguous &&
+      s.stream = have_avx2() && in.dst.dtype == in.src0.dtype && src.contiguous && dst.contiguous &&
                  src.chip != nullptr && dst.chip == nullptr &&
                  int64_t{src.elements} * static_cast<int64_t>(dtype_size(src.dtype)) >= 4096;
 #endif
@@ -1236,8 +1237,7 @@ void FunctionalExecutor::transpose_rows(const View& src, const View& dst) {
     const uint8_t* from = src.data + off;
     uint8_t* to = dst.data + (dst.contiguous ? index * es : dst_runs_[static_cast<size_t>(index / n)]);
 #ifdef SIGHTLINE_AVX2_PATHS
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    if (avx2 && es == 4 && src.partition_stride == 4) {
+    if (have_avx2() && es == 4 && src.partition_stride == 4) {
       transpose_f32_avx2(to, dst.partition_stride, from, stride, src.partitions, n);
       return;
     }
