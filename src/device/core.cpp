@@ -63,7 +63,7 @@ RunResult Core::run(const Executable& exe, std::span<const uint64_t> io_addresse
   };
   const auto run_functional = [&] {
     if (!options.functional) return;
-    FunctionalExecutor executor(exe, sbuf_, psum_, std::move(io));
+    FunctionalExecutor executor(exe, sbuf_, psum_, std::move(io), functional_workspace_);
     executor.run(order, [&](size_t position, const Error& e) {
       const Issued& at = issued[position];
       const std::string stream =

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "sightline/device/executable.h"
+#include "device/functional.h"
 #include "device/memory.h"
 #include "sightline/device/spec.h"
 
@@ -87,6 +88,8 @@ class Core {
   HbmMemory hbm_;
   OnChipMemory sbuf_;
   OnChipMemory psum_;
+  // The functional model's buffers, kept from run to run (their pages stay faulted in).
+  FunctionalExecutor::Workspace functional_workspace_;
 };
 
 // Modeled time of one host<->HBM copy of `bytes` spread over `queues` DMA queues (runtime copies).

@@ -556,7 +556,11 @@ __attribute__((target("avx2"))) void multiply_avx2(const float* a, const float* 
 
 FunctionalExecutor::FunctionalExecutor(const Executable& exe, OnChipMemory& sbuf, OnChipMemory& psum,
                                        std::vector<HbmMemory::Span> io)
-    : exe_(exe), sbuf_(sbuf), psum_(psum), io_(std::move(io)) {}
+    : exe_(exe), sbuf_(sbuf), psum_(psum), io_(std::move(io)), ws_(own_) {}
+
+FunctionalExecutor::FunctionalExecutor(const Executable& exe, OnChipMemory& sbuf, OnChipMemory& psum,
+                                       std::vector<HbmMemory::Span> io, Workspace& workspace)
+    : exe_(exe), sbuf_(sbuf), psum_(psum), io_(std::move(io)), ws_(workspace) {}
 
 FunctionalExecutor::View FunctionalExecutor::view(const AccessPattern& ap, const char* name) const {
   View v;
@@ -867,8 +871,8 @@ void FunctionalExecutor::run(std::span<const Instruction* const> order, const Er
   // A group's lane loop visits every member once per lane; this bounds that and the range checks.
   constexpr size_t kMaxGroup = 1024;
   group_.clear();
-  group_reads_.spans.clear();
-  group_writes_.spans.clear();
+  group_reads_.clear();
+  group_writes_.clear();
   for (size_t position = 0; position < order.size(); ++position) {
     const Instruction& in = *order[position];
     Step step;
@@ -955,31 +959,8 @@ void FunctionalExecutor::run_group(const ErrorHandler& on_error) {
   if (stream) _mm_sfence();  // the streamed rows are visible before anything reads them
 #endif
   group_.clear();
-  group_reads_.spans.clear();
-  group_writes_.spans.clear();
-}
-
-bool FunctionalExecutor::Intervals::overlaps(uintptr_t begin, uintptr_t end) const {
-  if (begin >= end) return false;
-  auto it = spans.upper_bound(begin);  // the first span starting after begin
-  if (it != spans.end() && it->first < end) return true;
-  return it != spans.begin() && std::prev(it)->second > begin;
-}
-
-void FunctionalExecutor::Intervals::add(uintptr_t begin, uintptr_t end) {
-  if (begin >= end) return;
-  auto it = spans.upper_bound(begin);
-  if (it != spans.begin() && std::prev(it)->second >= begin) {  // joins the span before
-    const auto before = std::prev(it);
-    begin = before->first;
-    end = std::max(end, before->second);
-    spans.erase(before);
-  }
-  while (it != spans.end() && it->first <= end) {  // swallows the spans it reaches
-    end = std::max(end, it->second);
-    it = spans.erase(it);
-  }
-  spans.emplace(begin, end);
+  group_reads_.clear();
+  group_writes_.clear();
 }
 
 void FunctionalExecutor::elementwise_row(const Step& s, uint32_t p) {

@@ -20,7 +20,6 @@
 
 #include <functional>
 #include <initializer_list>
-#include <map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "sightline/error.h"
 
 #include "sightline/device/executable.h"
+#include "device/interval_set.h"
 #include "device/memory.h"
 #include "sightline/device/spec.h"
 
@@ -136,23 +136,43 @@ class FunctionalExecutor {
   OnChipMemory& sbuf_;
   OnChipMemory& psum_;
   std::vector<HbmMemory::Span> io_;
-  std::vector<float> a_, b_, c_, d_;
-  std::vector<const float*> st_rows_, mv_rows_;  // matmul operand rows
-  std::vector<float*> out_rows_;
-  std::vector<uint8_t> bytes_;
-  std::vector<int64_t> dst_runs_;  // a transposing DMA's destination runs (byte offsets in a row)
-  std::vector<Step> group_;
-  // Host byte ranges as disjoint intervals (begin -> end), touching ones merged: whether a range
-  // overlaps any of them is a look-up, not a pass over every range of the group.
-  struct Intervals {
-    std::map<uintptr_t, uintptr_t> spans;
-    bool overlaps(uintptr_t begin, uintptr_t end) const;
-    void add(uintptr_t begin, uintptr_t end);
+
+ public:
+  // The executor's buffers, which a caller that runs program after program keeps from one executor to
+  // the next (Core does): a group of a thousand steps is most of a MiB, and allocated afresh each run it
+  // came back as new pages to fault in (about 300 faults per RMSNorm run) and copies as it grew.
+  struct Workspace {
+    std::vector<float> a, b, c;
+    std::vector<const float*> st_rows, mv_rows;  // matmul operand rows
+    std::vector<float*> out_rows;
+    std::vector<uint8_t> bytes;
+    std::vector<int64_t> dst_runs;  // a transposing DMA's destination runs (byte offsets in a row)
+    std::vector<Step> group;
+    // The HBM ranges the group's members read and write: whether a range overlaps any of them is a
+    // look-up, not a pass over every range of the group.
+    IntervalSet group_reads, group_writes;
+    std::vector<HbmRange> step_ranges;
+    std::vector<std::pair<uint32_t, uint32_t>> lanes;  // [first, end) lanes of each group member
   };
-  // The HBM ranges the group's members read and write.
-  Intervals group_reads_, group_writes_;
-  std::vector<HbmRange> step_ranges_;
-  std::vector<std::pair<uint32_t, uint32_t>> lanes_;  // [first, end) lanes of each group member
+  FunctionalExecutor(const Executable& exe, OnChipMemory& sbuf, OnChipMemory& psum,
+                     std::vector<HbmMemory::Span> io, Workspace& workspace);
+  // (Not copyable: the members below refer to the executor's own workspace.)
+  FunctionalExecutor(const FunctionalExecutor&) = delete;
+  FunctionalExecutor& operator=(const FunctionalExecutor&) = delete;
+
+ private:
+  Workspace own_;  // used when the caller keeps no workspace
+  Workspace& ws_;
+  // Short names for the workspace's members.
+  std::vector<float>&a_ = ws_.a, &b_ = ws_.b, &c_ = ws_.c;
+  std::vector<const float*>&st_rows_ = ws_.st_rows, &mv_rows_ = ws_.mv_rows;
+  std::vector<float*>& out_rows_ = ws_.out_rows;
+  std::vector<uint8_t>& bytes_ = ws_.bytes;
+  std::vector<int64_t>& dst_runs_ = ws_.dst_runs;
+  std::vector<Step>& group_ = ws_.group;
+  IntervalSet &group_reads_ = ws_.group_reads, &group_writes_ = ws_.group_writes;
+  std::vector<HbmRange>& step_ranges_ = ws_.step_ranges;
+  std::vector<std::pair<uint32_t, uint32_t>>& lanes_ = ws_.lanes;
 };
 
 }  // namespace sightline::device

@@ -106,6 +106,11 @@ void WrittenMap::mark(uint64_t begin, uint64_t end) {
   const uint64_t first_mask = ~uint64_t{0} << (g0 % 64);
   const uint64_t last_mask = ~uint64_t{0} >> (63 - (g1 - 1) % 64);
   const uint64_t b0 = w0 / kBlockWords, b1 = w1 / kBlockWords;
+  // One word of a current block (a row's statistic, say): set its bits, without the block loop below.
+  if (w0 == w1 && stamps_[b0] == generation_) {
+    words_[w0] |= first_mask & last_mask;
+    return;
+  }
   // Blocks [full0, full1) lie wholly inside the range: every word of them becomes all ones, stored in
   // one run (and their stamps in another) without reading what was there.
   const bool first_full = w0 % kBlockWords == 0 && first_mask == ~uint64_t{0} && (w0 != w1 || last_mask == ~uint64_t{0});

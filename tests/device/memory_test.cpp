@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "device/interval_set.h"
 #include "device/memory.h"
 #include "sightline/error.h"
 #include "test_programs.h"
@@ -74,6 +75,51 @@ TEST(DeviceMemory, WrittenMapMatchesAGranuleModel) {
     if (c > d) std::swap(c, d);
     ASSERT_EQ(map.first_unwritten(c, d), model_first(c, d)) << "round " << round << " [" << c << ", " << d << ")";
     ASSERT_EQ(map.first_unwritten(a, b), a < b ? model_first(a, b) : b) << "round " << round;
+  }
+}
+
+// The hazard check's interval set against a plain model of one flag per byte: after every add, the
+// spans are sorted, disjoint and not touching, their union is the model's, and every overlap query
+// (empty ranges, ranges touching a span's ends, ranges across several spans) answers as the model does.
+TEST(DeviceMemory, IntervalSetMatchesAByteModel) {
+  constexpr uintptr_t kBytes = 300;
+  IntervalSet set;
+  std::vector<bool> model(kBytes);
+  uint64_t seed = 777;
+  const auto next = [&](uint64_t n) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    return static_cast<uintptr_t>((seed >> 33) % n);
+  };
+  for (int round = 0; round < 6000; ++round) {
+    if (next(150) == 0) {
+      set.clear();
+      std::fill(model.begin(), model.end(), false);
+      EXPECT_TRUE(set.empty());
+    }
+    // Mostly short ranges, so that spans stay apart and merge a few at a time.
+    uintptr_t a = next(kBytes + 1), b = next(4) == 0 ? next(kBytes + 1) : std::min(kBytes, a + next(12));
+    if (a > b) std::swap(a, b);
+    if (next(2) == 0) {
+      set.add(a, b);
+      for (uintptr_t i = a; i < b; ++i) model[i] = true;
+    }
+    std::vector<bool> covered(kBytes);
+    uintptr_t previous_end = 0;
+    for (size_t k = 0; k < set.spans().size(); ++k) {
+      const IntervalSet::Span& span = set.spans()[k];
+      ASSERT_LT(span.begin, span.end) << "round " << round;
+      if (k > 0) {
+        ASSERT_GT(span.begin, previous_end) << "round " << round << ": spans touch or overlap";
+      }
+      previous_end = span.end;
+      for (uintptr_t i = span.begin; i < span.end; ++i) covered[i] = true;
+    }
+    ASSERT_EQ(covered, model) << "round " << round;
+    uintptr_t c = next(kBytes + 1), d = next(3) == 0 ? next(kBytes + 1) : std::min(kBytes, c + next(8));
+    if (c > d) std::swap(c, d);
+    bool expected = false;
+    for (uintptr_t i = c; i < d; ++i) expected = expected || model[i];
+    ASSERT_EQ(set.overlaps(c, d), expected) << "round " << round << " [" << c << ", " << d << ")";
   }
 }
 

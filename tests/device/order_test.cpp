@@ -168,5 +168,97 @@ TEST(FunctionalOrder, GroupedErrorsAreThoseOfTheIssueOrder) {
   }
 }
 
+// A square-and-sum activation (RMSNorm's) over every partition but the first (127 rows), rows of 1003
+// elements (a tail past the vector loop's last 8), a scale and a bias: into its own rows, in place, and
+// into rows that partly overlap the source (which cannot be computed in place), with an f32 and a bf16
+// sum. Grouped, the outputs and sums are those of row after row; with one source row never written, so
+// is the error.
+TEST(FunctionalOrder, SquareSumRowsAreThoseOfRowByRow) {
+  const Spec spec = Spec::builtin("trn2");
+  const uint32_t cols = 1003;
+  const uint16_t first = 1, rows = 127;
+  const uint64_t row = cols * 4, out_bytes = 2 * row + 64;
+  for (const int variant : {0, 1, 2}) {
+    for (const DType sum_dtype : {DType::f32, DType::bf16}) {
+      for (const bool hole : {false, true}) {
+        Executable exe;
+        exe.name = "square_sum";
+        exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input},
+                  {"y", DType::f32, {rows, cols}, IoKind::output},
+                  {"sum", sum_dtype, {rows, 1}, IoKind::output}};
+        exe.semaphore_count = 2;
+        exe.dma_queues.resize(1);
+        const AccessPattern x = sbuf(first, rows, 0, DType::f32, {cols});
+        // 0: rows of their own; 1: in place; 2: four bytes past the source's start.
+        const uint64_t y_offset = variant == 0 ? 2 * row : variant == 1 ? 0 : 4;
+        const AccessPattern y = sbuf(first, rows, y_offset, DType::f32, {cols});
+        const AccessPattern sum = sbuf(first, rows, out_bytes, sum_dtype, {1});
+        Instruction load = dma_copy(x, hbm(0, 0, rows, cols, DType::f32, {cols}));
+        load.updates.push_back({0, 1});
+        Instruction square = activate(ActFunc::square, y, x, 0.75f, 0.125f);
+        square.aux = sum;
+        square.waits.push_back({0, 1});
+        square.updates.push_back({1, 1});
+        Instruction store_y = dma_copy(hbm(1, 0, rows, cols, DType::f32, {cols}), y);
+        store_y.waits.push_back({1, 1});
+        Instruction store_sum = dma_copy(hbm(2, 0, rows, 1, sum_dtype, {1}), sum);
+        store_sum.waits.push_back({1, 1});
+        exe.dma_queues[0] = {load, store_y, store_sum};
+        exe.stream(Engine::scalar).push_back(square);
+        std::vector<float> input = random_values(size_t{rows} * cols, 21 + variant);
+        if (hole) {  // row 6 (partition 7) is not loaded
+          exe.dma_queues[0][0] = dma_copy(sbuf(first, 6, 0, DType::f32, {cols}), hbm(0, 0, 6, cols, DType::f32, {cols}));
+          Instruction rest = dma_copy(sbuf(first + 7, rows - 7, 0, DType::f32, {cols}),
+                                      hbm(0, 7 * row, rows - 7, cols, DType::f32, {cols}));
+          rest.updates.push_back({0, 1});
+          exe.dma_queues[0].insert(exe.dma_queues[0].begin() + 1, rest);
+        }
+        const Outcome one = run_functional(exe, spec, {input}, false);
+        const Outcome grouped = run_functional(exe, spec, {input}, true);
+        SCOPED_TRACE(::testing::Message() << "variant " << variant << " sum " << dtype_name(sum_dtype) << " hole " << hole);
+        if (hole) {
+          EXPECT_NE(one.error.find("partition 7 "), std::string::npos) << one.error;
+        } else {
+          EXPECT_EQ(one.error, "");
+          ASSERT_FALSE(one.tensors[1].empty());
+        }
+        expect_same(one, grouped);
+      }
+    }
+  }
+}
+
+// A Core keeps the functional model's buffers from run to run: programs of other shapes in between,
+// and a run that stops at an error in the middle of a group, leave nothing behind that changes the next
+// run's results or errors.
+TEST(FunctionalOrder, CoreRunsAfterOtherProgramsAndErrorsAreUnchanged) {
+  const Spec spec = Spec::builtin("trn2");
+  const uint32_t rows = 300, cols = 1000;
+  const Executable rms = testing::rms_norm_program(spec, rows, cols, 1e-6f);
+  const Executable small = testing::rms_norm_program(spec, 40, 64, 1e-6f);
+  const std::vector<float> x = random_values(size_t{rows} * cols, 5);
+  const Outcome want = run_functional(rms, spec, {x}, false);
+  ASSERT_EQ(want.error, "");
+
+  Core core(spec);
+  const std::vector<uint64_t> io{core.hbm_allocate(x.size() * 4), core.hbm_allocate(x.size() * 4)};
+  const std::vector<uint64_t> small_io{core.hbm_allocate(40 * 64 * 4), core.hbm_allocate(40 * 64 * 4)};
+  const auto check_rms = [&] {
+    core.hbm_write(io[0], x.data(), x.size() * 4);
+    core.run(rms, io);
+    std::vector<uint8_t> y(x.size() * 4);
+    core.hbm_read(io[1], y.data(), y.size());
+    EXPECT_TRUE(y == want.tensors[1]);
+  };
+  check_rms();
+  // The small program, its input never written, fails at its first load.
+  EXPECT_THROW(core.run(small, small_io), Error);
+  check_rms();
+  const std::vector<float> s = random_values(40 * 64, 6);
+  core.hbm_write(small_io[0], s.data(), s.size() * 4);
+  core.run(small, small_io);
+  check_rms();
+}
+
 }  // namespace
 }  // namespace sightline::device
