@@ -116,7 +116,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 7: rows every partition reads (biases, norm parameters) through KernelBuilder::load_broadcast (the
 //    broadcast DMA or one row and a GpSimd copy, by cost); a weight's prefetch may start past
 //    compute-bound kernels or inside a matmul kernel (PrefetchReach)
-inline constexpr int kLoweringVersion = 7;
+// 8: a gather (aten::embedding) cut by rows into one piece per DMA queue
+inline constexpr int kLoweringVersion = 8;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

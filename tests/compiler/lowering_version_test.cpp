@@ -85,6 +85,10 @@ std::vector<Program> programs() {
        {{{128, 1024}, DType::bf16}, {{1024, 1024}, DType::bf16}}},
       // ESM-2 t12's MLP: prefetched weights, biases folded into the evacuations over several panels.
       {"esm_mlp_480x1920", &testing::biased_mlp, testing::biased_mlp_metas(128, 480, 1920, DType::f32)},
+      // A token embedding: the gather cut into pieces over the queues.
+      {"embedding_128x480",
+       [](const std::vector<Tensor>& a) { return std::vector<Tensor>{embedding(a[0], a[1])}; },
+       {{{1000, 480}, DType::f32}, {{1, 128}, DType::i32}}},
   };
   return out;
 }

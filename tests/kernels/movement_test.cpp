@@ -1,6 +1,10 @@
 // cat and embedding against the CPU reference.
 #include "kernel_test_util.h"
 
+#include <algorithm>
+#include <set>
+#include <utility>
+
 namespace sightline::kernel_tests {
 namespace {
 
@@ -41,6 +45,33 @@ TEST(EagerMovement, EmbeddingUsesTheGatherDmaAndFallsBackForTallTables) {
     for (const auto& in : q) gathers += in.opcode == device::Opcode::dma_gather;
   }
   EXPECT_EQ(gathers, 1u);
+}
+
+// A gather of many rows is cut by rows, one piece per queue, so the queues move the rows in parallel:
+// the pieces' rows cover every token once, in order, and the result is the reference's.
+TEST(EagerMovement, EmbeddingGathersOnEveryQueue) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 128; ++i) ids.push_back((i * 53 + 5) % 1000);
+  const DeviceResult r = check_op(OpId::embedding, {random({1000, 480}), from_vector(ids, {1, 128})}, {}, 0);
+  std::vector<std::pair<uint16_t, uint16_t>> rows;  // (first index partition, count) of each piece
+  std::set<size_t> queues;
+  for (size_t q = 0; q < r.exe.dma_queues.size(); ++q) {
+    for (const auto& in : r.exe.dma_queues[q]) {
+      if (in.opcode != device::Opcode::dma_gather) continue;
+      EXPECT_EQ(in.dst.partition_count, in.src1.partition_count);
+      rows.emplace_back(in.src1.partition_start, in.src1.partition_count);
+      queues.insert(q);
+    }
+  }
+  EXPECT_EQ(rows.size(), size_t{trn2().dma.queues});
+  EXPECT_EQ(queues.size(), rows.size());  // one piece per queue
+  std::sort(rows.begin(), rows.end());
+  uint32_t next = rows.empty() ? 0 : rows.front().first;
+  for (const auto& [first, count] : rows) {
+    EXPECT_EQ(first, next);
+    next += count;
+  }
+  EXPECT_EQ(next - rows.front().first, 128u);
 }
 
 TEST(EagerKernels, CopyAndViewOpsAreRefused) {
