@@ -10,6 +10,10 @@
 //     is timed. cpu_ratio_to_memcpy is the same ratio from the thread's CPU time (the program runs on
 //     the calling thread), which a machine loaded by other work moves much less than wall time.
 //   * BM_RmsNormTimingOnly: timing-only simulation, instructions_per_s (aim: >= 10M).
+//   * BM_ValidateRmsNorm: validate_executable of the same program, the check a runtime makes once per
+//     loaded executable and core (Runtime validates at an executable's first run on a core). The runs
+//     above are checked once before their loop and run with RunOptions::validated, as the runtime runs
+//     them; this is that check's own cost.
 //   * BM_MatmulFunctional/M/K/N: the tiled f32 matmul program; sim_GFLOPs of simulated matmul work per
 //     second of wall time (the matmul uses the CPU backend's thread pool, so CPU time of one thread would
 //     flatter it), cpu_GFLOPs the same per second of the process's CPU time (all threads), cpu_x_memcpy
@@ -28,6 +32,7 @@
 #include <benchmark/benchmark.h>
 
 #include "device/test_programs.h"
+#include "device/validate.h"
 
 namespace sightline::device {
 namespace {
@@ -64,6 +69,7 @@ void BM_RmsNormFunctional(benchmark::State& state) {
   const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = static_cast<uint32_t>(state.range(1));
   Core core(spec);
   const Executable exe = testing::rms_norm_program(spec, rows, cols, 1e-6f);
+  validate_executable(exe, spec);  // once, as the runtime checks a loaded executable
   const std::vector<float> x = random_values(size_t{rows} * cols);
   const uint64_t bytes = x.size() * 4;
   const uint64_t in = core.hbm_allocate(bytes), out = core.hbm_allocate(bytes);
@@ -71,12 +77,12 @@ void BM_RmsNormFunctional(benchmark::State& state) {
   const std::vector<uint64_t> bindings{in, out};
   // The anchor copies the same bytes between two host buffers that are already faulted in.
   std::vector<uint8_t> from(bytes, 1), to(bytes, 2);
-  RunResult r = core.run(exe, bindings, RunOptions{.functional = true, .record = true});
+  RunResult r = core.run(exe, bindings, RunOptions{.functional = true, .record = true, .validated = true});
   double sim_s = 0, memcpy_s = 0, sim_cpu_s = 0, memcpy_cpu_s = 0;
   for (auto _ : state) {
     Clock::time_point t0 = Clock::now();
     double c0 = thread_cpu_seconds();
-    r = core.run(exe, bindings, RunOptions{.functional = true, .record = true});
+    r = core.run(exe, bindings, RunOptions{.functional = true, .record = true, .validated = true});
     const double run_s = seconds_since(t0);
     sim_cpu_s += thread_cpu_seconds() - c0;
     // As an input only: the mutable-reference DoNotOptimize of benchmark 1.7 ("+m,r") lets GCC treat the
@@ -109,17 +115,28 @@ void BM_RmsNormTimingOnly(benchmark::State& state) {
   const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = static_cast<uint32_t>(state.range(1));
   Core core(spec);
   const Executable exe = testing::rms_norm_program(spec, rows, cols, 1e-6f);
+  validate_executable(exe, spec);  // once, as the runtime checks a loaded executable
   const uint64_t bytes = uint64_t{rows} * cols * 4;
   const std::vector<uint64_t> bindings{core.hbm_allocate(bytes), core.hbm_allocate(bytes)};
   RunResult r;
   for (auto _ : state) {
-    r = core.run(exe, bindings, RunOptions{.functional = false, .record = true});
+    r = core.run(exe, bindings, RunOptions{.functional = false, .record = true, .validated = true});
     benchmark::DoNotOptimize(std::as_const(r.duration_ns));
   }
   state.counters["instructions"] = static_cast<double>(r.instructions);
   state.counters["instructions_per_s"] =
       benchmark::Counter(static_cast<double>(r.instructions), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["device_us"] = r.duration_ns / 1e3;
+}
+
+void BM_ValidateRmsNorm(benchmark::State& state) {
+  const Spec spec = Spec::builtin("trn2");
+  const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = static_cast<uint32_t>(state.range(1));
+  const Executable exe = testing::rms_norm_program(spec, rows, cols, 1e-6f);
+  for (auto _ : state) validate_executable(exe, spec);
+  state.counters["instructions"] = static_cast<double>(exe.instruction_count());
+  state.counters["instructions_per_s"] = benchmark::Counter(static_cast<double>(exe.instruction_count()),
+                                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_MatmulFunctional(benchmark::State& state) {
@@ -201,6 +218,7 @@ void BM_DmaTransposedLoad(benchmark::State& state) {
 
 BENCHMARK(BM_RmsNormFunctional)->Args({4096, 4096})->Args({512, 512})->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RmsNormTimingOnly)->Args({4096, 4096})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ValidateRmsNorm)->Args({4096, 4096})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatmulFunctional)->Args({1024, 1024, 512})->Args({32, 5120, 512})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DmaTransposedLoad)->Args({16384, 128})->Args({4096, 5120})->UseManualTime()->Unit(benchmark::kMillisecond);
 

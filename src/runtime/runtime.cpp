@@ -11,6 +11,7 @@
 
 #include "sightline/host_clock.h"
 #include "sightline/error.h"
+#include "device/validate.h"
 
 namespace sightline::runtime {
 
@@ -117,6 +118,9 @@ struct Runtime::CoreState {
   int64_t device_free_ns = 0;
   ExecutableId last_exe = kNoExecutable;
   std::unordered_set<ExecutableId> loaded_once;
+  // The executables whose instructions passed validate_executable against this core's spec (at their
+  // first execution here); a loaded executable is const and never replaced, so the check holds after.
+  std::unordered_set<ExecutableId> validated;
   // The collective engine's timeline on this core, and the buffers of its collectives: work queued after
   // a collective waits for it only when it touches one of them (until done_ns).
   struct CollectiveBuffer {
@@ -564,8 +568,13 @@ void Runtime::run_item(CoreState& c, Item& item) {
         record({RuntimeEventKind::first_load, core, no_thread, t, t + dur, item.correlation, item.seq, 0, item.exe});
         t += dur;
       }
+      if (!c.validated.count(item.exe)) {
+        device::validate_executable(*exe, c.core->spec());
+        c.validated.insert(item.exe);
+      }
       device::RunOptions run_options;
       run_options.functional = options_.functional;
+      run_options.validated = true;
       {
         std::lock_guard lock(capture_mutex_);
         const auto idx = static_cast<size_t>(c.index);

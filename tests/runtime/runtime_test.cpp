@@ -143,6 +143,34 @@ TEST(Runtime, BadBindingsAndCoresAreErrors) {
   rt.synchronize(0);  // reported once; the core keeps working
 }
 
+// The runtime checks an executable's instructions at its first execution on a core, and runs them
+// unchecked after (RunOptions::validated); one that fails the check fails every time, never runs.
+TEST(Runtime, AnInvalidExecutableFailsItsCheckAtEveryExecution) {
+  Runtime rt(device::Spec::builtin("trn2"), two_cores());
+  device::Executable bad = test_programs::scale_program(64, 2.0f);
+  bad.stream(device::Engine::vector)[0].dst.offset = uint64_t{1} << 30;  // past a partition's bytes
+  const auto exe = rt.load(0, std::make_shared<device::Executable>(std::move(bad)));
+  const uint64_t x = rt.allocate(0, 128 * 64 * 4), y = rt.allocate(0, 128 * 64 * 4);
+  const std::vector<float> host(128 * 64, 1.0f);
+  rt.write(0, x, host.data(), host.size() * 4);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    rt.execute_schedule(0, exe, {x, y});
+    try {
+      rt.synchronize(0);
+      ADD_FAILURE() << "attempt " << attempt << ": the invalid executable ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overflow"), std::string::npos) << e.what();
+    }
+  }
+  // A valid executable on the same core still runs.
+  const auto good = rt.load(0, std::make_shared<device::Executable>(test_programs::scale_program(64, 2.0f)));
+  rt.execute_schedule(0, good, {x, y});
+  rt.synchronize(0);
+  std::vector<float> out(host.size());
+  rt.read(0, out.data(), y, out.size() * 4);
+  EXPECT_EQ(out[0], 2.0f);
+}
+
 namespace {
 
 // What a runtime with these options captures, at most `max_events` per core and stream, of a write and
