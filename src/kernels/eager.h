@@ -88,6 +88,11 @@ struct EagerHooks {
   std::function<void(AttentionPhase)> attention_phase;
   std::function<void()> before_stores;
   std::function<void()> after_loads;
+  // Runs right after before_store with the PSUM accumulator the tile `y` was evacuated from (its
+  // rows, every column of the tile): that bank is free until the kernel's next use of it, so a caller
+  // may put work of its own through it (compile()'s lowering transposes the result tile into the next
+  // linear's a^T there: a result kept in SBUF). Only a matmul kernel's resident schedule calls it.
+  std::function<void(const AccessPattern& y, const AccessPattern& acc)> after_epilogue;
   const struct PrefetchedWeight* weight = nullptr;
 };
 

@@ -407,6 +407,7 @@ class GemmEmitter {
         hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride, mp,
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
     if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
+    if (plan_.resident && hooks_ && hooks_->after_epilogue) hooks_->after_epilogue(y, psum);
     if (!stored_ && hooks_ && hooks_->before_stores) hooks_->before_stores();
     if (!after_loads_done_ && (!plan_.resident || !loads_remain) && hooks_ && hooks_->after_loads) {
       after_loads_done_ = true;
