@@ -500,10 +500,22 @@ class Lowerer {
     // column kt * partitions + p, one column per row of the result (kernels::allocate_linear_activation's
     // layout). Transposed 128 columns at a time through the Tensor engine (tile^T = tile @ I, exact: one
     // product by 1 and the rest by 0 per element) into the tile's PSUM accumulator, free once evacuated,
-    // and copied out alternately by the Vector and Scalar engines.
+    // and copied out alternately by the Vector and Scalar engines. Each tile's transposes are emitted
+    // with the next tile's (the last's after the kernel): the Tensor engine runs in order, and a tile's
+    // transposes wait for its evacuation and epilogue, which the next tile's matmuls need not. That
+    // holds the tile's SBUF result buffer and PSUM bank one tile longer, which is safe while the matmul
+    // kernel's PSUM groups take at most half the banks each (at most that many 128-row tiles: its
+    // resident schedule's groups are as many tiles as rows allow, up to every bank on its first panel),
+    // so that the next group's banks are other ones; else each tile's transposes go right after it.
+    const int64_t result_rows = static_cast<int64_t>(meta.shape.product()) / row_length;
+    const bool defer = result_rows <= int64_t{spec_.psum_banks / 2} * parts;
     size_t transposed = 0;
-    if (kept_here) {
-      hooks.after_epilogue = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
+    struct Kept {
+      device::AccessPattern y, acc;
+    };
+    std::optional<Kept> pending;
+    auto transpose = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
+      {
         const device::AccessPattern& d = tiles[transposed++].dst;
         const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
         const int64_t m0 = e0 / row_length, c0 = e0 % row_length, m_total = kept->weight.activation->free_elements /
@@ -530,6 +542,13 @@ class Lowerer {
             builder_.activate(ActFunc::identity, at, tp);
           }
         }
+      }
+    };
+    if (kept_here) {
+      hooks.after_epilogue = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
+        if (!defer) return transpose(y, acc);
+        if (pending) transpose(pending->y, pending->acc);
+        pending = Kept{y, acc};
       };
     }
     std::vector<uint32_t> tensors;
@@ -537,6 +556,7 @@ class Lowerer {
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
     kernels::emit_eager_kernel(builder_, mm.op, descs, tensors, mm.attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype), &hooks);
+    if (pending) transpose(pending->y, pending->acc);
     builder_.end_kernel(scope);
     SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
                          tiles.size());
