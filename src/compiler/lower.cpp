@@ -1399,9 +1399,9 @@ class Lowerer {
 
   void took_prefetch(std::vector<Prefetch>::iterator taken) {
     if (taken->weight.activation) ++prefetched_activations_;
+    if (taken->weight.panels.size() > 0) ++prefetched_weights_;
     release(*taken);
     prefetches_.erase(taken);
-    ++prefetched_weights_;
   }
 
   // A fused kernel plans its tiles on a dry run of its own builder, and its tiles must come out the same
@@ -1519,7 +1519,13 @@ class Lowerer {
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
     std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
-    if (!panels) return;
+    // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
+    // prefetch of no panels, only the activation.
+    const Node& before = graph.nodes[before_linear];
+    const bool keepable = chain_ && linear->first == before_linear && before.kind == NodeKind::fused &&
+                          before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body);
+    if (!panels && !keepable) return;
+    if (!panels) panels = kernels::PrefetchedWeight{weight.desc, {}, std::nullopt, {}};
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
     // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
     // read one activation: then the linear waits for nothing of the kernel before it.
@@ -1529,8 +1535,7 @@ class Lowerer {
       p.x_io = values[x].io;
       p.x_offset = values[x].offset;
     } else if (const Node& made = graph.nodes[x];
-               chain_ && x == before_linear && made.kind == NodeKind::fused &&
-               made.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*made.body) &&
+               keepable &&
                kernels::allocate_linear_activation(builder_, p.weight, TensorDesc::contiguous(made.meta.dtype, made.meta.shape),
                                                    budget)) {
       // The linear reads the result of the matmul epilogue group right before it: the group's epilogue
@@ -1538,6 +1543,8 @@ class Lowerer {
       // waits for the group's stores nor reloads them. It takes a budget of its own beside the weight's:
       // it stands for the group's result, which its kernel holds in SBUF tile by tile anyway.
       p.x_on_chip = &made;
+    } else if (p.weight.panels.size() == 0) {
+      return;  // nothing to prefetch
     }
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
@@ -1649,7 +1656,8 @@ class Lowerer {
     if (queues_ != PrefetchQueues::from_first && pending_prefetch()) builder_.set_queue_order(prefetch_queue_order());
     for (Prefetch& p : prefetches_) {
       if (p.emitted) continue;
-      kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
+      if (p.weight.panels.size() > 0)
+        kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
       if (p.weight.activation && !p.x_on_chip) {
         kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
       }

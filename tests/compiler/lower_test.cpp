@@ -527,13 +527,15 @@ TEST(Lowering, MlpKeepsItsIntermediateInSbufForTheNextLinear) {
   EXPECT_LE(run_ns(lower(g, spec, "mlp")), plain_ns);
 
   // 512 rows (four row tiles, ESM-2's batch 4: each tile's transposes go out with the next tile's) and
-  // 1024 rows of a 512-wide intermediate (eight: each tile's right after it): kept, the same bits, whether
-  // or not it is faster.
-  for (const auto& [m, hidden] : {std::pair<int64_t, int64_t>{512, 1920}, {1024, 512}}) {
+  // 1024 rows of a 512-wide intermediate (eight: each tile's right after it), and a 5120-wide one whose
+  // second weight (75 KiB per partition) is too large to prefetch (only the a^T is handed over): kept, the
+  // same bits, whether or not it is faster.
+  for (const auto& [m, hidden] : {std::pair<int64_t, int64_t>{512, 1920}, {1024, 512}, {128, 5120}}) {
     const Graph batch = mlp(m, hidden);
     const device::Executable kept_m = lowered(batch, ActivationChain::in_sbuf);
     EXPECT_EQ(metadata(kept_m, "compiled.kept_activations"), "1") << m;
     EXPECT_EQ(scratch_loads(kept_m), 0u) << m;
+    EXPECT_EQ(metadata(kept_m, "compiled.prefetched_weights"), hidden == 5120 ? "0" : "1") << m;
     double ns = 0;
     const std::vector<float> am = run(kept_m, &ns), bm = run(lowered(batch, ActivationChain::through_hbm), &ns);
     ASSERT_EQ(am.size(), static_cast<size_t>(m) * 480);
