@@ -1789,8 +1789,10 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
 // prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out
 // projection's weight from the v projection's kernel across the attention, a q projection's from the
-// matmul kernel before its layer_norm), kept when faster. The
-// prefetch therefore never makes a program slower than without it, nor the reach than without it.
+// matmul kernel before its layer_norm), kept when faster; then with the results of matmul epilogue
+// groups kept in SBUF for the linears after them (ActivationChain::in_sbuf), kept when faster (ESM-2's
+// FC1 -> FC2 at 128 tokens; at 512 the transposes' Tensor-engine time costs more than the reload). The
+// prefetch therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
                          PrefetchReach reach, ActivationChain chain) {

@@ -96,12 +96,13 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // Where a linear reads its input from when that input is the result of the matmul epilogue group right
 // before it (an MLP's FC1 + activation -> FC2; Llama's up * silu(gate) -> down): `through_hbm` as any
 // value, stored by the group's kernel and loaded again by the linear once those stores are through;
-// `in_sbuf` kept in SBUF, when the linear's weight is prefetched in the group's kernel and the input fits
-// the prefetch's share of SBUF: the group's kernel transposes each result tile, its epilogue applied,
-// through the Tensor engine into the linear's a^T (its K on partitions, the layout of a prefetched
-// activation), so the linear loads no activation and waits for none of the group's stores. The values
-// are the same bits either way. With WeightPrefetch::best, lower() times the fastest placement with it
-// and keeps it when faster.
+// `in_sbuf` kept in SBUF when it fits the prefetch's share of it (as a^T, its K on partitions: the layout
+// of a prefetched activation, handed over with the linear's prefetched weight, or alone when the weight
+// is too large to prefetch): the group's kernel transposes each result tile, its epilogue applied,
+// through the Tensor engine into that a^T, so the linear loads no activation and waits for none of the
+// group's stores. The group still stores its result (a linear whose kernel cannot take the a^T loads
+// it). The values are the same bits either way. With WeightPrefetch::best, lower() times the fastest
+// placement with it and keeps it when faster; the executable's "compiled.kept_activations" counts them.
 enum class ActivationChain : uint8_t { through_hbm, in_sbuf };
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.

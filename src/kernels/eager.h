@@ -101,7 +101,9 @@ struct EagerHooks {
 // kernels before the linear run, so that the linear's first matmul waits only for its activation.
 struct PrefetchedWeight {
   TensorDesc weight;
-  TilePool panels;  // one tile per panel of up to the Tensor engine's moving columns
+  // One tile per panel of up to the Tensor engine's moving columns; none when only the activation is
+  // handed over (a weight too large to prefetch: the kernel loads b as it would without this).
+  TilePool panels;
   // The linear's input x too, when the kernel before it does not write it (q, k and v read one
   // activation): a^T [k tile][row], every row of x in one block (allocate_linear_activation).
   std::optional<Tile> activation;
