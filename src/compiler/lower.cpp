@@ -87,10 +87,10 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues, PrefetchReach reach)
+          bool idle_queues, PrefetchReach reach, ActivationChain chain)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
-        reach_(reach) {}
+        reach_(reach), chain_(chain == ActivationChain::in_sbuf) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -122,6 +122,7 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.fused_attention", fmt::format("{}", attentions_));
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
+    if (kept_activations_ > 0) exe.metadata.emplace_back("compiled.kept_activations", fmt::format("{}", kept_activations_));
     if (reach_ == PrefetchReach::past_compute_bound)
       exe.metadata.emplace_back("compiled.prefetched_ahead", fmt::format("{}", fmt::join(prefetched_ahead_, ",")));
     exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
@@ -324,6 +325,12 @@ class Lowerer {
     // statistics and work rows are).
     bool row_wide = false;
     for (size_t k = 1; k < chain.size(); ++k) row_wide |= kernels::tile_op_needs(chain[k]->op).row_wide;
+    // The next linear's a^T this kernel is to write (a result kept in SBUF, plan_weight_prefetch): the
+    // tiles then hold whole rows, so that each splits into K tiles of the next linear at 128-column
+    // boundaries, and each is transposed through its own PSUM accumulator (EagerHooks::after_epilogue).
+    const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
+    const bool keep = kept != prefetches_.end();
+    size_t evacuated = 0;  // the dry run's after_epilogue calls
     {
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
       std::vector<uint32_t> io;
@@ -333,12 +340,13 @@ class Lowerer {
       const std::optional<kernels::PrefetchedWeight> dry_weight =
           mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks plan;
-      plan.whole_rows = row_wide;
+      plan.whole_rows = row_wide || keep;
       plan.weight = dry_weight ? &*dry_weight : nullptr;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
         tiles.push_back({y, d});
       };
+      if (keep) plan.after_epilogue = [&](const device::AccessPattern&, const device::AccessPattern&) { ++evacuated; };
       kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &plan);
     }
     const int64_t row_length = meta.shape.back();
@@ -361,6 +369,20 @@ class Lowerer {
         row_wide ? kRowWideBuffers * ((uint64_t{widest} * 4 + 63) / 64 * 64 + (kernels::kTileStatColumns * 4 + 63) / 64 * 64)
                  : 0;
     if (operand_ops * kEpilogueBuffers * tile_bytes + row_wide_bytes > sbuf_left) return std::nullopt;
+    // Keeping the result for the next linear needs every tile through the resident schedule's hook, at
+    // K-tile boundaries of the result's columns, its transposes within the tile's PSUM accumulator, and
+    // room for the identity (and the ramp that builds it) beside the epilogue's buffers.
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const uint64_t identity_bytes = (uint64_t{parts} * dtype_size(meta.dtype) + 63) / 64 * 64 + uint64_t{parts} * 4;
+    bool kept_here = keep && evacuated == tiles.size() &&
+                     operand_ops * kEpilogueBuffers * tile_bytes + row_wide_bytes + identity_bytes <= sbuf_left;
+    for (size_t t = 0; kept_here && t < tiles.size(); ++t) {
+      const device::AccessPattern& d = tiles[t].dst;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      const int64_t chunks = (int64_t{d.dims[0].size} + parts - 1) / parts;
+      kept_here = tiles[t].y.partition_start == 0 && d.partition_count <= parts && e0 % row_length % parts == 0 &&
+                  d.partition_stride == row_length && chunks * d.partition_count <= int64_t{spec_.tensor.moving_free_max};
+    }
 
     const Place out = dst ? *dst : scratch(meta);
     // The operand buffers go above the kernel's own tiles.
@@ -418,9 +440,18 @@ class Lowerer {
       builder_.set_source_op(op_name(mm.op));
     };
     kernels::EagerHooks hooks;
-    hooks.whole_rows = row_wide;
+    hooks.whole_rows = row_wide || keep;
     prefetch_hooks(hooks, taken);
+    kernels::Tile identity;
     hooks.allocated = [&] {
+      if (kept_here) {
+        // The identity the transposes multiply by (as the attention kernel's), in the result's dtype.
+        identity = builder_.sbuf(meta.dtype, parts, 0, "kept_identity");
+        const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
+        builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
+        builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f);
+        builder_.free(ramp);
+      }
       for (size_t k = 1; k < chain.size(); ++k) {
         if (op_is_binary_elementwise(chain[k]->op)) {
           pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
@@ -465,14 +496,73 @@ class Lowerer {
       }
       builder_.set_source_op(op_name(mm.op));
     };
+    // Each result tile, its epilogue applied, into the next linear's a^T: partition p of K tile kt holds
+    // column kt * partitions + p, one column per row of the result (kernels::allocate_linear_activation's
+    // layout). Transposed 128 columns at a time through the Tensor engine (tile^T = tile @ I, exact: one
+    // product by 1 and the rest by 0 per element) into the tile's PSUM accumulator, free once evacuated,
+    // and copied out alternately by the Vector and Scalar engines. Each tile's transposes are emitted
+    // with the next tile's (the last's after the kernel): the Tensor engine runs in order, and a tile's
+    // transposes wait for its evacuation and epilogue, which the next tile's matmuls need not. That
+    // holds the tile's SBUF result buffer and PSUM bank one tile longer, which is safe while the matmul
+    // kernel's PSUM groups take at most half the banks each (at most that many 128-row tiles: its
+    // resident schedule's groups are as many tiles as rows allow, up to every bank on its first panel),
+    // so that the next group's banks are other ones; else each tile's transposes go right after it.
+    const int64_t result_rows = static_cast<int64_t>(meta.shape.product()) / row_length;
+    const bool defer = result_rows <= int64_t{spec_.psum_banks / 2} * parts;
+    size_t transposed = 0;
+    struct Kept {
+      device::AccessPattern y, acc;
+    };
+    std::optional<Kept> pending;
+    auto transpose = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
+      {
+        const device::AccessPattern& d = tiles[transposed++].dst;
+        const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+        const int64_t m0 = e0 / row_length, c0 = e0 % row_length, m_total = kept->weight.activation->free_elements /
+                                                                      ((row_length + parts - 1) / parts);
+        const uint16_t mp = y.partition_count;
+        for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
+          const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
+          device::AccessPattern tp = acc;
+          tp.partition_start = 0;
+          tp.partition_count = w;
+          tp.dim_count = 1;
+          tp.dims[0] = {mp, 1};
+          tp.offset = acc.offset + uint64_t{j} * mp * 4;
+          device::AccessPattern st = y;
+          st.offset += uint64_t{c} * dtype_size(y.dtype);
+          st.dims[0].size = w;
+          builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
+          const int64_t kt = (c0 + c) / parts;
+          const device::AccessPattern at =
+              kept->weight.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
+          if (j % 2 == 0) {
+            builder_.copy(at, tp);
+          } else {
+            builder_.activate(ActFunc::identity, at, tp);
+          }
+        }
+      }
+    };
+    if (kept_here) {
+      hooks.after_epilogue = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
+        if (!defer) return transpose(y, acc);
+        if (pending) transpose(pending->y, pending->acc);
+        pending = Kept{y, acc};
+      };
+    }
     std::vector<uint32_t> tensors;
     for (const Place& p : mm_operands) tensors.push_back(builder_.view(p.io, p.offset, p.desc.dtype));
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
     kernels::emit_eager_kernel(builder_, mm.op, descs, tensors, mm.attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype), &hooks);
+    if (pending) transpose(pending->y, pending->acc);
     builder_.end_kernel(scope);
     SIGHTLINE_ASSERT_MSG(stored == tiles.size(), "the matmul kernel stored {} tiles, its dry run {}", stored,
                          tiles.size());
+    SIGHTLINE_ASSERT_MSG(!kept_here || transposed == tiles.size(), "the matmul kernel kept {} tiles, its dry run {}",
+                         transposed, tiles.size());
+    if (kept_here) kept->x_filled = true;
     if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
@@ -1187,6 +1277,21 @@ class Lowerer {
         builder_.set_queue_order(kernel_order_);
       }
       values[i] = lower_node(n, std::move(operands), dst);
+      // A result kept in SBUF for the next linear: read from there when node i's kernel wrote it, else
+      // (the group lowered op by op) loaded from where it went, as a prefetched activation.
+      for (Prefetch& p : prefetches_) {
+        if (p.x_on_chip != &n) continue;
+        p.x_io = values[i].io;
+        p.x_offset = values[i].offset;
+        if (p.x_filled) {
+          ++kept_activations_;
+          continue;
+        }
+        p.x_on_chip = nullptr;
+        if (p.emitted) {
+          kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
+        }
+      }
       kernel_order_.clear();
       builder_.set_queue_order({});
       // Every kernel that could have emitted the prefetch's loads is out: emit them now at the latest.
@@ -1266,6 +1371,10 @@ class Lowerer {
     bool emitted = false;          // its loads are in the program
     uint32_t x_io = 0;             // where the prefetched activation (weight.activation) is read from
     int64_t x_offset = 0;
+    // The node whose kernel writes the activation straight into weight.activation (the linear's input is
+    // its result, kept in SBUF: ActivationChain::in_sbuf), or none; x_filled once it has.
+    const Node* x_on_chip = nullptr;
+    bool x_filled = false;
   };
 
   // A matmul kernel's part in the prefetch: its loads are all out before its first store, so the next
@@ -1290,9 +1399,9 @@ class Lowerer {
 
   void took_prefetch(std::vector<Prefetch>::iterator taken) {
     if (taken->weight.activation) ++prefetched_activations_;
+    if (taken->weight.panels.size() > 0) ++prefetched_weights_;
     release(*taken);
     prefetches_.erase(taken);
-    ++prefetched_weights_;
   }
 
   // A fused kernel plans its tiles on a dry run of its own builder, and its tiles must come out the same
@@ -1380,6 +1489,7 @@ class Lowerer {
     // attention kernel, which plans none), if any.
     std::optional<double> nearer_ns;
     int crossed = 0;
+    size_t before_linear = i;  // the last node before the linear that emits a kernel
     for (size_t j = i + 1; j < graph.nodes.size(); ++j) {
       const Node& m = graph.nodes[j];
       if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
@@ -1397,6 +1507,7 @@ class Lowerer {
       if (nearer_ns) *nearer_ns += ns;
       if (!attention_nodes.count(j)) nearer_ns = ns;
       ++crossed;
+      before_linear = j;
     }
     if (!next) return;
     const std::optional<std::pair<size_t, size_t>> linear = linear_inputs(*next);
@@ -1408,7 +1519,13 @@ class Lowerer {
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
     std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
-    if (!panels) return;
+    // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
+    // prefetch of no panels, only the activation.
+    const Node& before = graph.nodes[before_linear];
+    const bool keepable = chain_ && linear->first == before_linear && before.kind == NodeKind::fused &&
+                          before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body);
+    if (!panels && !keepable) return;
+    if (!panels) panels = kernels::PrefetchedWeight{weight.desc, {}, std::nullopt, {}};
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
     // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
     // read one activation: then the linear waits for nothing of the kernel before it.
@@ -1417,6 +1534,17 @@ class Lowerer {
                                                      budget - (free - builder_.sbuf_free_bytes()))) {
       p.x_io = values[x].io;
       p.x_offset = values[x].offset;
+    } else if (const Node& made = graph.nodes[x];
+               keepable &&
+               kernels::allocate_linear_activation(builder_, p.weight, TensorDesc::contiguous(made.meta.dtype, made.meta.shape),
+                                                   budget)) {
+      // The linear reads the result of the matmul epilogue group right before it: the group's epilogue
+      // writes it into the a^T straight from its result tiles (epilogue_group), so the linear neither
+      // waits for the group's stores nor reloads them. It takes a budget of its own beside the weight's:
+      // it stands for the group's result, which its kernel holds in SBUF tile by tile anyway.
+      p.x_on_chip = &made;
+    } else if (p.weight.panels.size() == 0) {
+      return;  // nothing to prefetch
     }
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
@@ -1528,8 +1656,9 @@ class Lowerer {
     if (queues_ != PrefetchQueues::from_first && pending_prefetch()) builder_.set_queue_order(prefetch_queue_order());
     for (Prefetch& p : prefetches_) {
       if (p.emitted) continue;
-      kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
-      if (p.weight.activation) {
+      if (p.weight.panels.size() > 0)
+        kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
+      if (p.weight.activation && !p.x_on_chip) {
         kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
       }
       p.emitted = true;
@@ -1574,6 +1703,8 @@ class Lowerer {
   std::vector<std::string> attention_store_fallbacks_;  // why the others kept their copy (attention_store)
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
+  int kept_activations_ = 0;                // ... of those, the result of the kernel before, kept in SBUF
+  bool chain_ = false;  // a linear's input may be the kernel before's result kept in SBUF (ActivationChain)
   // "i>j" for each prefetch node i's kernel started for the linear at node j past kernels between
   // (PrefetchReach::past_compute_bound; the metadata's "compiled.prefetched_ahead")
   std::vector<std::string> prefetched_ahead_;
@@ -1658,15 +1789,18 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
 // prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out
 // projection's weight from the v projection's kernel across the attention, a q projection's from the
-// matmul kernel before its layer_norm), kept when faster. The
-// prefetch therefore never makes a program slower than without it, nor the reach than without it.
+// matmul kernel before its layer_norm), kept when faster; then with the results of matmul epilogue
+// groups kept in SBUF for the linears after them (ActivationChain::in_sbuf), kept when faster (ESM-2's
+// FC1 -> FC2 at 128 tokens; at 512 the transposes' Tensor-engine time costs more than the reload). The
+// prefetch therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
-                         PrefetchReach reach) {
+                         PrefetchReach reach, ActivationChain chain) {
   if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach).run(graph);
-  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel) {
-    return Lowerer(spec, name, p, q, idle, r).run(graph);
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain).run(graph);
+  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
+                     ActivationChain c = ActivationChain::through_hbm) {
+    return Lowerer(spec, name, p, q, idle, r, c).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   WeightPrefetch best_p = WeightPrefetch::always;
@@ -1704,8 +1838,15 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
   // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
   keep_if_faster(lowered(best_p, best_q, true), best_p, best_q, true);
   // The fastest, with the prefetch started past compute-bound kernels (PrefetchReach).
-  if (best_p != WeightPrefetch::never)
+  PrefetchReach best_r = PrefetchReach::next_kernel;
+  if (best_p != WeightPrefetch::never) {
+    const double before = best_ns;
     keep_if_faster(lowered(best_p, best_q, best_idle, PrefetchReach::past_compute_bound), best_p, best_q, best_idle);
+    if (best_ns < before) best_r = PrefetchReach::past_compute_bound;
+    // The fastest, with the results of matmul epilogue groups kept in SBUF for the linears after them
+    // (ActivationChain); a program with nothing kept is the same one and is not timed again.
+    keep_if_faster(lowered(best_p, best_q, best_idle, best_r, ActivationChain::in_sbuf), best_p, best_q, best_idle);
+  }
   return best;
 }
 

@@ -93,12 +93,25 @@ enum class KernelQueues : uint8_t { from_first, idlest };
 // fastest placement with it and keeps it when faster.
 enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 
+// Where a linear reads its input from when that input is the result of the matmul epilogue group right
+// before it (an MLP's FC1 + activation -> FC2; Llama's up * silu(gate) -> down): `through_hbm` as any
+// value, stored by the group's kernel and loaded again by the linear once those stores are through;
+// `in_sbuf` kept in SBUF when it fits the prefetch's share of it (as a^T, its K on partitions: the layout
+// of a prefetched activation, handed over with the linear's prefetched weight, or alone when the weight
+// is too large to prefetch): the group's kernel transposes each result tile, its epilogue applied,
+// through the Tensor engine into that a^T, so the linear loads no activation and waits for none of the
+// group's stores. The group still stores its result (a linear whose kernel cannot take the a^T loads
+// it). The values are the same bits either way. With WeightPrefetch::best, lower() times the fastest
+// placement with it and keeps it when faster; the executable's "compiled.kept_activations" counts them.
+enum class ActivationChain : uint8_t { through_hbm, in_sbuf };
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch = WeightPrefetch::best,
                          PrefetchQueues queues = PrefetchQueues::from_first,
                          KernelQueues kernel_queues = KernelQueues::from_first,
-                         PrefetchReach reach = PrefetchReach::next_kernel);
+                         PrefetchReach reach = PrefetchReach::next_kernel,
+                         ActivationChain chain = ActivationChain::through_hbm);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries

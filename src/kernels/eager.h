@@ -88,6 +88,11 @@ struct EagerHooks {
   std::function<void(AttentionPhase)> attention_phase;
   std::function<void()> before_stores;
   std::function<void()> after_loads;
+  // Runs right after before_store with the PSUM accumulator the tile `y` was evacuated from (its
+  // rows, every column of the tile): that bank is free until the kernel's next use of it, so a caller
+  // may put work of its own through it (compile()'s lowering transposes the result tile into the next
+  // linear's a^T there: a result kept in SBUF). Only a matmul kernel's resident schedule calls it.
+  std::function<void(const AccessPattern& y, const AccessPattern& acc)> after_epilogue;
   const struct PrefetchedWeight* weight = nullptr;
 };
 
@@ -96,7 +101,9 @@ struct EagerHooks {
 // kernels before the linear run, so that the linear's first matmul waits only for its activation.
 struct PrefetchedWeight {
   TensorDesc weight;
-  TilePool panels;  // one tile per panel of up to the Tensor engine's moving columns
+  // One tile per panel of up to the Tensor engine's moving columns; none when only the activation is
+  // handed over (a weight too large to prefetch: the kernel loads b as it would without this).
+  TilePool panels;
   // The linear's input x too, when the kernel before it does not write it (q, k and v read one
   // activation): a^T [k tile][row], every row of x in one block (allocate_linear_activation).
   std::optional<Tile> activation;

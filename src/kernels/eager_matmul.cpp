@@ -243,7 +243,10 @@ class GemmEmitter {
         hooks_(hooks) {
     const DType a_dtype = shape.a.dtype, b_dtype = shape.b.dtype, out_dtype = shape.out.dtype;
     const uint32_t banks = b.spec().psum_banks;
-    if (weight) {
+    // A PrefetchedWeight without panels hands the kernel only its a^T (the lowering keeps the input in
+    // SBUF while the weight is too large to prefetch): b is loaded as without one.
+    const bool has_panels = weight && weight->panels.size() > 0;
+    if (has_panels) {
       const PanelLayout l = panel_layout(b.spec(), shape.n, shape.k);
       SIGHTLINE_CHECK(weight->weight.dtype == b_dtype && weight->panels.size() == static_cast<size_t>(l.panels) &&
                           (l.panels == 0 || weight->panels.at(0).free_elements == l.k_tiles * l.panel),
@@ -255,7 +258,7 @@ class GemmEmitter {
       // With b prefetched, the folded biases of the next panels are loaded ahead (load_bias in
       // emit_resident), when their buffers take little SBUF.
       const PanelLayout l = panel_layout(b.spec(), shape.n, shape.k);
-      const int64_t ahead = weight ? std::min<int64_t>(kBiasPanelsAhead, l.panels - 1) : 0;
+      const int64_t ahead = has_panels ? std::min<int64_t>(kBiasPanelsAhead, l.panels - 1) : 0;
       const uint64_t buffer = align64(uint64_t{moving_max_} * dtype_size(b_dtype));
       if (ahead > 0 && static_cast<uint64_t>(ahead + 1) * buffer * kBiasShare <= b.sbuf_free_bytes()) {
         bias_ahead_ = static_cast<uint32_t>(ahead);
@@ -265,10 +268,10 @@ class GemmEmitter {
     const uint32_t group = std::max<uint32_t>(1, banks / 2);
     const size_t results = 2 * group;
     const uint64_t reserved = results * align64(uint64_t{moving_max_} * dtype_size(out_dtype));
-    plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved, weight != nullptr);
-    preloaded_ = weight && plan_.b_resident;
-    a_preloaded_ = preloaded_ && weight->activation && plan_.m_block == shape.m &&
-                   weight->activation->free_elements == plan_.k_tiles * shape.m;
+    plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved, has_panels);
+    preloaded_ = has_panels && plan_.b_resident;
+    a_preloaded_ = (preloaded_ || (weight && !has_panels && plan_.resident)) && weight->activation &&
+                   plan_.m_block == shape.m && weight->activation->free_elements == plan_.k_tiles * shape.m;
     if (a_preloaded_) a_preloaded_tile_ = *weight->activation;
     if (with_bias) {
       const int64_t tiles = plan_.resident ? (shape.m + parts_ - 1) / parts_ * plan_.panels : 0;
@@ -407,6 +410,7 @@ class GemmEmitter {
         hbm_pattern(g.out.io, g.out.dtype, g.out.offset + m0 * g.out.outer_stride + n0 * g.out.inner_stride, mp,
                     g.out.outer_stride, {{np, stride32(g.out.inner_stride, "output")}});
     if (hooks_ && hooks_->before_store) hooks_->before_store(y, out);
+    if (plan_.resident && hooks_ && hooks_->after_epilogue) hooks_->after_epilogue(y, psum);
     if (!stored_ && hooks_ && hooks_->before_stores) hooks_->before_stores();
     if (!after_loads_done_ && (!plan_.resident || !loads_remain) && hooks_ && hooks_->after_loads) {
       after_loads_done_ = true;

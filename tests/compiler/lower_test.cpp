@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -445,6 +446,106 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
   }
   // ... then that one with each kernel's transfers on the queues left idlest (KernelQueues), if faster.
   EXPECT_LE(run_ns(best), fastest);
+}
+
+// An MLP, linear(gelu(linear(x, w1, b1)), w2, b2) + x (ESM-2's shape: 480 -> 1920 -> 480, f32): with
+// ActivationChain::in_sbuf the first group's kernel transposes each result tile into the second linear's
+// a^T in SBUF (its weight prefetched there), so nothing loads the intermediate back from HBM; the outputs
+// are the same bits and the modeled time, the same functional or timing-only, is lower. lower() keeps
+// it where it is faster. An intermediate too large for the prefetch's share of SBUF (2048 rows: 120 KiB per
+// partition as a^T) is not kept: the program is the one without the chain.
+TEST(Lowering, MlpKeepsItsIntermediateInSbufForTheNextLinear) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const auto mlp = [](int64_t m, int64_t hidden = 1920) {
+    return optimized(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]) + in[0]};
+        },
+        {{{m, 480}, DType::f32}, {{hidden, 480}, DType::f32}, {{hidden}, DType::f32}, {{480, hidden}, DType::f32},
+         {{480}, DType::f32}});
+  };
+  const auto lowered = [&](const Graph& g, ActivationChain chain) {
+    return lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                 PrefetchReach::next_kernel, chain);
+  };
+  // Bytes DMA'd out of the program's scratch tensors (the intermediate in HBM).
+  const auto scratch_loads = [](const device::Executable& exe) {
+    uint64_t bytes = 0;
+    for (const auto& queue : exe.dma_queues) {
+      for (const device::Instruction& in : queue) {
+        if (in.src0.memory == device::Memory::hbm && exe.io[in.src0.tensor].kind == device::IoKind::scratch)
+          bytes += in.src0.bytes();
+      }
+    }
+    return bytes;
+  };
+  // The output of a functional run on the same inputs, and the modeled time.
+  const auto run = [&](const device::Executable& exe, double* ns) {
+    device::Core core(spec);
+    std::vector<uint64_t> addresses;
+    uint32_t seed = 1;
+    std::vector<float> out;
+    for (const device::IoTensor& t : exe.io) {
+      addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+      if (t.kind != device::IoKind::input) continue;
+      std::vector<float> values(t.bytes() / 4);
+      if (t.name.starts_with("const_")) {
+        const std::vector<double> c = constant_values(exe, t);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(c[i]);
+      } else {
+        for (float& v : values) {
+          seed = seed * 1664525u + 1013904223u;
+          v = static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) - 0.5f;
+        }
+      }
+      core.hbm_write(addresses.back(), values.data(), t.bytes());
+    }
+    *ns = core.run(exe, addresses, {.functional = true, .record = false}).duration_ns;
+    for (size_t k = 0; k < exe.io.size(); ++k) {
+      if (exe.io[k].name != "out0") continue;
+      out.resize(exe.io[k].bytes() / 4);
+      core.hbm_read(addresses[k], out.data(), exe.io[k].bytes());
+    }
+    return out;
+  };
+  const Graph g = mlp(128);
+  const device::Executable kept = lowered(g, ActivationChain::in_sbuf);
+  const device::Executable plain = lowered(g, ActivationChain::through_hbm);
+  EXPECT_EQ(metadata(kept, "compiled.kept_activations"), "1");
+  EXPECT_EQ(metadata(plain, "compiled.kept_activations"), "");
+  EXPECT_EQ(metadata(kept, "compiled.prefetched_weights"), "1");  // w2's (w1 has no kernel before it)
+  EXPECT_EQ(scratch_loads(kept), 0u);
+  EXPECT_EQ(scratch_loads(plain), 128u * 1920 * 4);
+  double kept_ns = 0, plain_ns = 0;
+  const std::vector<float> a = run(kept, &kept_ns), b = run(plain, &plain_ns);
+  ASSERT_EQ(a.size(), 128u * 480);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  EXPECT_EQ(kept_ns, run_ns(kept));  // functional and timing-only: the same modeled time
+  EXPECT_LT(kept_ns, plain_ns);
+  std::printf("mlp 128 x 480 -> 1920 -> 480: %.1f ns kept in SBUF, %.1f ns through HBM\n", kept_ns, plain_ns);
+  // lower() times the chain on the fastest placement of the prefetch and keeps whichever is faster.
+  EXPECT_LE(run_ns(lower(g, spec, "mlp")), plain_ns);
+
+  // 512 rows (four row tiles, ESM-2's batch 4: each tile's transposes go out with the next tile's) and
+  // 1024 rows of a 512-wide intermediate (eight: each tile's right after it), and a 5120-wide one whose
+  // second weight (75 KiB per partition) is too large to prefetch (only the a^T is handed over): kept, the
+  // same bits, whether or not it is faster.
+  for (const auto& [m, hidden] : {std::pair<int64_t, int64_t>{512, 1920}, {1024, 512}, {128, 5120}}) {
+    const Graph batch = mlp(m, hidden);
+    const device::Executable kept_m = lowered(batch, ActivationChain::in_sbuf);
+    EXPECT_EQ(metadata(kept_m, "compiled.kept_activations"), "1") << m;
+    EXPECT_EQ(scratch_loads(kept_m), 0u) << m;
+    EXPECT_EQ(metadata(kept_m, "compiled.prefetched_weights"), hidden == 5120 ? "0" : "1") << m;
+    double ns = 0;
+    const std::vector<float> am = run(kept_m, &ns), bm = run(lowered(batch, ActivationChain::through_hbm), &ns);
+    ASSERT_EQ(am.size(), static_cast<size_t>(m) * 480);
+    EXPECT_EQ(std::memcmp(am.data(), bm.data(), am.size() * 4), 0) << m;
+  }
+
+  const Graph large = mlp(2048);
+  const device::Executable fallback = lowered(large, ActivationChain::in_sbuf);
+  EXPECT_EQ(metadata(fallback, "compiled.kept_activations"), "");
+  EXPECT_EQ(fallback, lowered(large, ActivationChain::through_hbm));
 }
 
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
