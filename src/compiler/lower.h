@@ -129,7 +129,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 7: rows every partition reads (biases, norm parameters) through KernelBuilder::load_broadcast (the
 //    broadcast DMA or one row and a GpSimd copy, by cost); a weight's prefetch may start past
 //    compute-bound kernels or inside a matmul kernel (PrefetchReach)
-// 8: a gather (aten::embedding) cut by rows into one piece per DMA queue
+// 8: a gather (aten::embedding) cut by rows into one piece per DMA queue; a linear's result kept in
+//    SBUF, transposed on the Tensor engine, for the next linear that reads it (ActivationChain)
 inline constexpr int kLoweringVersion = 8;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
