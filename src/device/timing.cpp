@@ -104,7 +104,11 @@ class Scheduler {
       while (can_take(s) && s.next < s.instructions->size() && waits_hold(s.current())) {
         const Instruction& in = s.current();
         on_issue_(in, s.engine, s.queue, static_cast<uint32_t>(s.next));
-        const size_t record = record_ ? start_record(s, in) : 0;
+        // The instruction's traffic, once: its record's bytes and the run's HBM total (a sum of
+        // integers, the same whether added at issue or at completion).
+        const Traffic traffic = instruction_traffic(in);
+        result_.hbm_bytes += traffic.hbm_read + traffic.hbm_written;
+        const size_t record = record_ ? start_record(s, in, traffic) : 0;
         if (s.is_dma()) {
           Transfer t;
           t.index = s.next;
@@ -137,11 +141,10 @@ class Scheduler {
     return true;
   }
 
-  size_t start_record(const StreamState& s, const Instruction& in) {
+  size_t start_record(const StreamState& s, const Instruction& in, const Traffic& t) {
     InstructionRecord r;
     r.start_ns = now_;
     r.semaphore_wait_ns = static_cast<float>(now_ - s.ready_at);
-    const Traffic t = instruction_traffic(in);
     r.hbm_bytes_read = static_cast<uint32_t>(t.hbm_read);
     r.hbm_bytes_written = static_cast<uint32_t>(t.hbm_written);
     r.onchip_bytes_read = static_cast<uint32_t>(std::min<uint64_t>(t.onchip_read, UINT32_MAX));
@@ -219,8 +222,6 @@ class Scheduler {
     for (const auto& u : in.updates) semaphores_[u.semaphore] += u.delta;
     if (record_) result_.records[record].end_ns = now_;
     result_.busy_ns[static_cast<int>(engine)] += now_ - started_at;
-    const Traffic t = instruction_traffic(in);
-    result_.hbm_bytes += t.hbm_read + t.hbm_written;
   }
 
   void finish_compute(StreamState& s) {
