@@ -515,32 +515,30 @@ class Lowerer {
     };
     std::optional<Kept> pending;
     auto transpose = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
-      {
-        const device::AccessPattern& d = tiles[transposed++].dst;
-        const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-        const int64_t m0 = e0 / row_length, c0 = e0 % row_length, m_total = kept->weight.activation->free_elements /
-                                                                      ((row_length + parts - 1) / parts);
-        const uint16_t mp = y.partition_count;
-        for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
-          const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
-          device::AccessPattern tp = acc;
-          tp.partition_start = 0;
-          tp.partition_count = w;
-          tp.dim_count = 1;
-          tp.dims[0] = {mp, 1};
-          tp.offset = acc.offset + uint64_t{j} * mp * 4;
-          device::AccessPattern st = y;
-          st.offset += uint64_t{c} * dtype_size(y.dtype);
-          st.dims[0].size = w;
-          builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
-          const int64_t kt = (c0 + c) / parts;
-          const device::AccessPattern at =
-              kept->weight.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
-          if (j % 2 == 0) {
-            builder_.copy(at, tp);
-          } else {
-            builder_.activate(ActFunc::identity, at, tp);
-          }
+      const device::AccessPattern& d = tiles[transposed++].dst;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      const int64_t m0 = e0 / row_length, c0 = e0 % row_length,
+                    m_total = kept->weight.activation->free_elements / ((row_length + parts - 1) / parts);
+      const uint16_t mp = y.partition_count;
+      for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
+        const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
+        device::AccessPattern tp = acc;
+        tp.partition_start = 0;
+        tp.partition_count = w;
+        tp.dim_count = 1;
+        tp.dims[0] = {mp, 1};
+        tp.offset = acc.offset + uint64_t{j} * mp * 4;
+        device::AccessPattern st = y;
+        st.offset += uint64_t{c} * dtype_size(y.dtype);
+        st.dims[0].size = w;
+        builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
+        const int64_t kt = (c0 + c) / parts;
+        const device::AccessPattern at =
+            kept->weight.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
+        if (j % 2 == 0) {
+          builder_.copy(at, tp);
+        } else {
+          builder_.activate(ActFunc::identity, at, tp);
         }
       }
     };

@@ -308,6 +308,22 @@ namespace {
 // Below a few KiB a transfer is dominated by its fixed cost: dma_split and gather cut none smaller.
 constexpr uint64_t kMinSplitPieceBytes = 4096;
 
+// Calls piece(first, count) for the pieces [first, first + count) that cut `extent` rows of a transfer of
+// `bytes` into at most one piece per queue and none below kMinSplitPieceBytes, the first `extent % n`
+// pieces one row longer (dma_split and gather cut the same way).
+template <typename Piece>
+void for_each_piece(uint32_t queues, uint32_t extent, uint64_t bytes, const Piece& piece) {
+  const uint64_t by_size = std::max<uint64_t>(1, bytes / kMinSplitPieceBytes);
+  const uint32_t pieces = static_cast<uint32_t>(std::min<uint64_t>({queues, extent, by_size}));
+  const uint32_t base = extent / pieces, extra = extent % pieces;
+  uint32_t first = 0;
+  for (uint32_t i = 0; i < pieces; ++i) {
+    const uint32_t count = base + (i < extra ? 1 : 0);
+    piece(first, count);
+    first += count;
+  }
+}
+
 // Partitions (or, with by_partition false, elements of the outermost free dim) [first, first + count)
 // of `ap`.
 AccessPattern slice_pattern(AccessPattern ap, uint32_t first, uint32_t count, bool by_partition) {
@@ -333,11 +349,9 @@ void KernelBuilder::dma_split(const AccessPattern& dst, const AccessPattern& src
   SIGHTLINE_CHECK(dst.partition_count == src.partition_count && dst.free_elements() == src.free_elements(),
                   "dma: dst [{}, {}] and src [{}, {}] differ in shape", dst.partition_count,
                   dst.free_elements(), src.partition_count, src.free_elements());
-  const uint32_t queues = spec_.dma.queues;
   // No piece below kMinSplitPieceBytes. Pieces of stream_min_piece_bytes() would keep a stream of
-  // transfers at the queues' peak, but they make a transfer alone on the queues slower (docs/hardware-model.md §1.4, "How a transfer is split").
-  const uint64_t bytes = std::max(dst.bytes(), src.bytes());
-  const uint64_t by_size = std::max<uint64_t>(1, bytes / kMinSplitPieceBytes);
+  // transfers at the queues' peak, but they make a transfer alone on the queues slower
+  // (docs/hardware-model.md §1.4, "How a transfer is split").
   // Split along partitions, or along the outermost free dim of a single-partition transfer, provided
   // both sides agree on that dim's size.
   const bool by_partition = dst.partition_count > 1;
@@ -349,15 +363,10 @@ void KernelBuilder::dma_split(const AccessPattern& dst, const AccessPattern& src
     }
     extent = dst.dims[0].size;
   }
-  const uint32_t pieces = static_cast<uint32_t>(std::min<uint64_t>({queues, extent, by_size}));
-  const uint32_t base = extent / pieces, extra = extent % pieces;
-  uint32_t first = 0;
-  for (uint32_t i = 0; i < pieces; ++i) {
-    const uint32_t count = base + (i < extra ? 1 : 0);
+  for_each_piece(spec_.dma.queues, extent, std::max(dst.bytes(), src.bytes()), [&](uint32_t first, uint32_t count) {
     emit(device::dma_copy(slice_pattern(dst, first, count, by_partition),
                           slice_pattern(src, first, count, by_partition)));
-    first += count;
-  }
+  });
 }
 
 void KernelBuilder::load(const AccessPattern& tile, const AccessPattern& hbm) {
@@ -443,17 +452,10 @@ void KernelBuilder::gather(const AccessPattern& dst, const AccessPattern& table,
     emit(device::dma_gather(dst, table, row_indices));
     return;
   }
-  const uint64_t by_size = std::max<uint64_t>(1, dst.bytes() / kMinSplitPieceBytes);
-  const uint32_t pieces =
-      static_cast<uint32_t>(std::min<uint64_t>({spec_.dma.queues, dst.partition_count, by_size}));
-  const uint32_t base = dst.partition_count / pieces, extra = dst.partition_count % pieces;
-  uint32_t first = 0;
-  for (uint32_t i = 0; i < pieces; ++i) {
-    const uint32_t count = base + (i < extra ? 1 : 0);
+  for_each_piece(spec_.dma.queues, dst.partition_count, dst.bytes(), [&](uint32_t first, uint32_t count) {
     emit(device::dma_gather(slice_pattern(dst, first, count, true), table,
                             slice_pattern(row_indices, first, count, true)));
-    first += count;
-  }
+  });
 }
 
 void KernelBuilder::tensor_tensor(AluOp op, const AccessPattern& dst, const AccessPattern& a,
