@@ -15,7 +15,10 @@
 // The (head, query tile) items are software-pipelined part by part, so that many small heads cost about
 // their busiest engine's work instead of a chain of latencies each, and the steps two or three engines
 // can run (the scale's evacuation, the mask, the max's subtraction, the reciprocal, the evacuations of
-// P^T and P v) go where the spec's costs balance the engines (build_attention).
+// P^T and P v) go where the spec's costs balance the engines (build_attention). An item is one or a few
+// heads whose element-wise steps are one instruction for all of them, and blocks of items share one
+// transfer per operand and one store, which saves engine instructions' and transfers' fixed costs; each
+// element is computed as head by head, so the bits do not change.
 //
 // Limits: E <= 128 (the contraction of q k^T on the partitions), Ev <= 512 (one PSUM bank) and the
 // keys of one query tile in PSUM next to the transposes and the output (S <= 2560 on trn2); longer
@@ -101,37 +104,107 @@ void build_attention(EagerContext& c) {
   Dims scores_shape = q.shape;
   scores_shape[r - 1] = s;
   const std::vector<int64_t> mask_strides = mask ? broadcast_strides(*mask, scores_shape) : std::vector<int64_t>{};
-  const std::vector<int64_t> outer(q.shape.begin(), q.shape.begin() + (r - 2));
+  // The dims before the heads (batch), and each operand's head stride (0 without a head dim).
+  const std::vector<int64_t> prefix(q.shape.begin(), q.shape.begin() + std::max(0, r - 3));
+  const auto head_stride = [&](const auto& strides) { return r >= 3 ? strides[r - 3] : int64_t{0}; };
+  const int64_t q_hs = head_stride(q.strides), k_hs = head_stride(k.strides), v_hs = head_stride(v.strides),
+                o_hs = head_stride(c.out.strides), m_hs = mask ? head_stride(mask_strides) : 0;
+  // The key/value head query head h reads, as loaded: one for every head where the head dim is broadcast.
+  const auto kv_head = [&](int64_t h, int64_t stride) { return stride == 0 ? int64_t{0} : h / group; };
 
-  // The work items (head, query tile) in order. k^T and v are loaded once per key/value head, the mask
-  // once per distinct block (a padding mask [B, 1, 1, S] is the same for every head of a batch).
-  struct Item {
-    int64_t q_base = 0, k_base = 0, v_base = 0, m_base = 0, o_base = 0, q0 = 0;
+  // The work items (heads, query tile) in order, grouped in blocks of heads that share their loads and
+  // their store: a block's q^T [E, heads x Lq], k^T [E, kv heads x S] and v [S, kv heads x Ev] are one
+  // transfer each (one access pattern over the heads, cut by dma_split), and its output one store in
+  // pieces of heads. A head's transfers alone are a few KiB (ESM-2: 24 x 128 f32, 12 KiB, three pieces
+  // of 4 KiB), 12 transfers per head each paying the DMA fixed cost (docs/hardware-model.md §1.4); in
+  // blocks of 8 heads, 64 per block. The blocks of one key/value block are its query tiles; the mask is
+  // loaded once per distinct block (a padding mask [B, 1, 1, S] is the same for every head of a batch).
+  struct QBlock {
+    int64_t q_base = 0, o_base = 0;  // the first head's rows of this query tile
+    uint32_t heads = 0;
     uint16_t lp = 0;
+    Tile qt, y;
+  };
+  struct KvBlock {
+    int64_t k_base = 0, v_base = 0;  // the first key/value head's
+    uint32_t k_heads = 0, v_heads = 0;
     Tile kt, vt;
-    AccessPattern qt, m;
+  };
+  // An item is one or a few heads of one block (`heads`, side by side in each of its buffers), so that
+  // the steps that treat every score alike (the scale's evacuation, the mask, P^T's evacuation, the
+  // reciprocal) are one instruction for all of them: an engine instruction's fixed cost (about 160
+  // cycles) is most of its time on a head of 128 keys.
+  struct Item {
+    int64_t m_base = 0, q0 = 0;  // the mask's (the same for every head of an item)
+    size_t qb = 0, kvb = 0;      // its blocks
+    uint32_t heads = 1;
+    uint32_t jq = 0;             // its first head's place in the query block: q^T's and the output's
+    std::vector<uint32_t> jk, jv;  // per head, its key/value head's place in the key/value block
+    uint32_t v_heads = 1;          // its key/value block's heads of v (v's columns: chunk, head)
+    uint16_t lp = 0;
+    Tile kt, vt, qt;  // the blocks' buffers
+    AccessPattern m;
     // The buffers the body's parts write (taken from their rings in emit_part), which later parts read.
     Tile sp, scores, bias, stats, p, op, y;
     bool build_bias = true;  // false where an earlier item built the causal bias of this query tile
     std::vector<std::pair<Tile, Tile>> transposes;  // per chunk of keys: P^T in PSUM, then in SBUF
   };
   std::vector<Item> items;
-  for_each_index(outer, [&](const std::vector<int64_t>& idx) {
-    Item it;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      const int64_t kv_index = static_cast<int>(d) == r - 3 ? idx[d] / group : idx[d];
-      it.q_base += idx[d] * q.strides[d];
-      it.k_base += kv_index * k.strides[d];
-      it.v_base += kv_index * v.strides[d];
-      it.o_base += idx[d] * c.out.strides[d];
-      if (mask) it.m_base += idx[d] * mask_strides[d];
-    }
-    for (int64_t q0 = 0; q0 < l; q0 += lq_max) {
-      it.q0 = q0;
-      it.lp = static_cast<uint16_t>(std::min<int64_t>(lq_max, l - q0));
-      items.push_back(it);
-    }
-  });
+  std::vector<QBlock> qblocks;
+  std::vector<KvBlock> kvblocks;
+  // The items for blocks of up to `heads_per_block` heads, items of up to `heads_per_item`.
+  const auto build_items = [&](int64_t heads_per_block, int64_t heads_per_item) {
+    items.clear();
+    qblocks.clear();
+    kvblocks.clear();
+    for_each_index(prefix, [&](const std::vector<int64_t>& idx) {
+      int64_t q_pre = 0, k_pre = 0, v_pre = 0, o_pre = 0, m_pre = 0;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        q_pre += idx[d] * q.strides[d];
+        k_pre += idx[d] * k.strides[d];
+        v_pre += idx[d] * v.strides[d];
+        o_pre += idx[d] * c.out.strides[d];
+        if (mask) m_pre += idx[d] * mask_strides[d];
+      }
+      for (int64_t h0 = 0, n = 0; h0 < hq; h0 += n) {
+        n = std::min(heads_per_block, hq - h0);
+        KvBlock kb;
+        kb.k_base = k_pre + kv_head(h0, k_hs) * k_hs;
+        kb.v_base = v_pre + kv_head(h0, v_hs) * v_hs;
+        kb.k_heads = static_cast<uint32_t>(kv_head(h0 + n - 1, k_hs) - kv_head(h0, k_hs) + 1);
+        kb.v_heads = static_cast<uint32_t>(kv_head(h0 + n - 1, v_hs) - kv_head(h0, v_hs) + 1);
+        // Heads of one group in blocks of their own (blocks of one head) share the previous block's.
+        const bool same = !kvblocks.empty() && kvblocks.back().k_base == kb.k_base &&
+                          kvblocks.back().v_base == kb.v_base && kvblocks.back().k_heads == kb.k_heads &&
+                          kvblocks.back().v_heads == kb.v_heads;
+        if (!same) kvblocks.push_back(kb);
+        for (int64_t q0 = 0; q0 < l; q0 += lq_max) {
+          QBlock qb;
+          qb.q_base = q_pre + h0 * q_hs + q0 * q.strides[r - 2];
+          qb.o_base = o_pre + h0 * o_hs + q0 * c.out.strides[r - 2];
+          qb.heads = static_cast<uint32_t>(n);
+          qb.lp = static_cast<uint16_t>(std::min<int64_t>(lq_max, l - q0));
+          qblocks.push_back(qb);
+          for (int64_t j = 0; j < n; j += heads_per_item) {
+            Item it;
+            it.m_base = m_pre + (h0 + j) * m_hs;
+            it.q0 = q0;
+            it.lp = qb.lp;
+            it.qb = qblocks.size() - 1;
+            it.kvb = kvblocks.size() - 1;
+            it.heads = static_cast<uint32_t>(std::min(heads_per_item, n - j));
+            it.jq = static_cast<uint32_t>(j);
+            for (int64_t h = h0 + j; h < h0 + j + it.heads; ++h) {
+              it.jk.push_back(static_cast<uint32_t>(kv_head(h, k_hs) - kv_head(h0, k_hs)));
+              it.jv.push_back(static_cast<uint32_t>(kv_head(h, v_hs) - kv_head(h0, v_hs)));
+            }
+            it.v_heads = kvblocks.back().v_heads;
+            items.push_back(it);
+          }
+        }
+      }
+    });
+  };
 
   // One item's body is a chain of parts, each on one engine (or one of two, placed below):
   //   scores (Tensor) | scale (Scalar or Vector; Vector with the mask where the scale is 1) |
@@ -152,6 +225,23 @@ void build_attention(EagerContext& c) {
     bool staged = false;  // every part a stage of its own; else the whole body is one stage
   };
   const auto stage_of = [](const Schedule& sc, int part) { return sc.staged ? static_cast<size_t>(part) : 0; };
+  // The deepest schedule first (allocate_rings below), down to the whole body one item behind its loads.
+  const std::vector<Schedule> schedules = {{4, true}, {2, true}, {1, true}, {1, false}};
+
+  // Heads per item: the fewest that leave at most kParts items per query tile of a batch's heads. The
+  // staged pipeline works on kParts items at once, so smaller items than that add no overlap, only the
+  // fixed cost of their instructions, and larger ones leave its stages idle (ESM-2's 20 heads of 24
+  // over 128 tokens: items of 2 heads; 4 were slower, their chain as long as the run of the pipeline).
+  // At most as many as one PSUM bank holds of their scores, transposes and outputs (a matmul writes
+  // within one bank), and one where the heads add different masks.
+  const uint64_t bank_elements = bank / 4;
+  const int64_t bank_heads = static_cast<int64_t>(bank_elements / std::max<uint64_t>({sf, lq_max, evf}));
+  int64_t item_heads = m_hs != 0 ? 1 : std::clamp<int64_t>((hq + kParts - 1) / kParts, 1, std::max<int64_t>(1, bank_heads));
+  // Heads per block: as many items as the loads run ahead of the deepest schedule, so that a block loads
+  // while the one before it computes and the first item waits for one block's loads only (blocks of
+  // all 20 heads made it wait about 3 us on ESM-2). Smaller where the rings do not fit (allocate_rings).
+  int64_t block_heads = std::min<int64_t>(hq, static_cast<int64_t>(schedules.front().ahead) * item_heads);
+  build_items(block_heads, item_heads);
   const bool causal = c.attrs.is_causal;
   const bool with_bias = causal || (mask && mask->dtype == DType::boolean);
   // The causal bias depends only on the query tile: built once per tile where a buffer for each fits
@@ -202,84 +292,118 @@ void build_attention(EagerContext& c) {
     }
     return bias;
   };
+  // `ap` (one head's [p, n], one free dim) read once per head of `heads`: the same mask for each.
+  const auto over_heads = [](AccessPattern ap, uint32_t heads) {
+    SIGHTLINE_ASSERT(ap.dim_count == 1);
+    if (heads == 1) return ap;
+    ap.dims[1] = ap.dims[0];
+    ap.dims[0] = device::FreeDim{heads, 0};
+    ap.dim_count = 2;
+    return ap;
+  };
   auto part_instructions = [&](int which, const Item& it, const Placement& pl) {
     const uint16_t lp = it.lp;
+    const uint32_t g = it.heads;
+    // Head h's keys of the scores (PSUM: `it.sp`) or of an SBUF row tile; all heads' scores at once.
+    const auto keys = [&](const Tile& t, uint32_t h) { return t.region(0, lp, h * sf, sf); };
+    const auto all_scores = [&] { return it.scores.region(0, lp, 0, g * sf); };
+    const auto sum_of = [&](uint32_t h) { return it.stats.column(lp, g + h); };  // stats: g maxima, g sums
     std::vector<Instruction> out;
     switch (which) {
       case kScores:  // scores = q k^T, one matmul per PSUM bank of keys
-        for (uint32_t n0 = 0; n0 < sf; n0 += moving_max) {
-          const uint32_t nw = std::min(moving_max, sf - n0);
-          out.push_back(device::matmul(it.sp.region(0, lp, n0, nw), it.qt, it.kt.region(0, ep, n0, nw), false));
+        for (uint32_t h = 0; h < g; ++h) {
+          const AccessPattern qt = it.qt.region(0, ep, (it.jq + h) * lp, lp);
+          for (uint32_t n0 = 0; n0 < sf; n0 += moving_max) {
+            const uint32_t nw = std::min(moving_max, sf - n0);
+            out.push_back(device::matmul(it.sp.region(0, lp, h * sf + n0, nw), qt,
+                                         it.kt.region(0, ep, it.jk[h] * sf + n0, nw), false));
+          }
         }
         break;
       case kScale: {  // * scale into SBUF (f32); with a scale of 1, + the mask on the way
-        const AccessPattern scores = it.scores.rows(lp), raw = it.sp.region(0, lp, 0, sf);
+        const AccessPattern raw = it.sp.region(0, lp, 0, g * sf);
         if (pl.mask_in_evacuation) {
-          out.push_back(device::tensor_tensor(AluOp::add, scores, raw, mask_addend(out, it, pl)));
+          const AccessPattern addend = mask_addend(out, it, pl);
+          out.push_back(device::tensor_tensor(AluOp::add, all_scores(), raw, over_heads(addend, g)));
         } else if (pl.scale == Engine::scalar) {
-          out.push_back(device::activate(ActFunc::identity, scores, raw, scale));
+          out.push_back(device::activate(ActFunc::identity, all_scores(), raw, scale));
         } else {
-          out.push_back(device::tensor_scalar(AluOp::multiply, scores, raw, scale));
+          out.push_back(device::tensor_scalar(AluOp::multiply, all_scores(), raw, scale));
         }
         break;
       }
       case kMask:
         if ((mask || causal) && !pl.mask_in_evacuation) {
-          const AccessPattern scores = it.scores.rows(lp);
-          out.push_back(device::tensor_tensor(AluOp::add, scores, scores, mask_addend(out, it, pl), pl.mask));
+          const AccessPattern addend = mask_addend(out, it, pl);
+          out.push_back(
+              device::tensor_tensor(AluOp::add, all_scores(), all_scores(), over_heads(addend, g), pl.mask));
         }
         break;
       case kMax:  // the softmax along the keys, in SBUF
-        out.push_back(device::tensor_reduce(AluOp::max, it.stats.column(lp, 0), it.scores.rows(lp)));
+        for (uint32_t h = 0; h < g; ++h) {
+          out.push_back(device::tensor_reduce(AluOp::max, it.stats.column(lp, h), keys(it.scores, h)));
+        }
         break;
       case kSubtract:
-        out.push_back(device::tensor_scalar(AluOp::subtract, it.scores.rows(lp), it.scores.rows(lp),
-                                            it.stats.column(lp, 0), false, pl.subtract));
+        for (uint32_t h = 0; h < g; ++h) {
+          out.push_back(device::tensor_scalar(AluOp::subtract, keys(it.scores, h), keys(it.scores, h),
+                                              it.stats.column(lp, h), false, pl.subtract));
+        }
         break;
-      case kExp: {  // P = exp, unnormalized, in the input dtype; the row sum beside it
-        Instruction exp = device::activate(ActFunc::exp, it.p.rows(lp), it.scores.rows(lp));
-        exp.aux = it.stats.column(lp, 1);
-        out.push_back(exp);
+      case kExp:  // P = exp, unnormalized, in the input dtype; the row sum beside it
+        for (uint32_t h = 0; h < g; ++h) {
+          Instruction exp = device::activate(ActFunc::exp, keys(it.p, h), keys(it.scores, h));
+          exp.aux = sum_of(h);
+          out.push_back(exp);
+        }
         break;
-      }
       case kNormalize: {  // 1 / sum, for the Scalar engine's evacuation of P v (the Vector one divides)
-        const AccessPattern sum = it.stats.column(lp, 1);
+        const AccessPattern sums = it.stats.region(0, lp, g, g);
         if (pl.out != Engine::scalar) break;
         out.push_back(pl.reciprocal == Engine::scalar
-                          ? device::activate(ActFunc::reciprocal, sum, sum)
-                          : device::tensor_scalar(AluOp::divide, sum, sum, 1.0f, /*reverse=*/true, pl.reciprocal));
+                          ? device::activate(ActFunc::reciprocal, sums, sums)
+                          : device::tensor_scalar(AluOp::divide, sums, sums, 1.0f, /*reverse=*/true, pl.reciprocal));
         break;
       }
       case kTranspose:  // per chunk of keys, P^T through the array (P @ I), evacuated to SBUF
         for (int64_t ch = 0; ch < s_chunks; ++ch) {
           const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
-          const AccessPattern tp = it.transposes[static_cast<size_t>(ch)].first.region(0, w, 0, lp);
-          const AccessPattern pt = it.transposes[static_cast<size_t>(ch)].second.region(0, w, 0, lp);
-          out.push_back(device::matmul(tp, it.p.region(0, lp, static_cast<uint32_t>(ch) * parts, w),
-                                       ident.region(0, lp, 0, lp), false));
-          out.push_back(evac_on_scalar(pl, ch) ? device::activate(ActFunc::identity, pt, tp)
-                                               : device::tensor_copy(pt, tp));
+          const Tile& tp = it.transposes[static_cast<size_t>(ch)].first;
+          const Tile& pt = it.transposes[static_cast<size_t>(ch)].second;
+          for (uint32_t h = 0; h < g; ++h) {
+            out.push_back(device::matmul(tp.region(0, w, h * lp, lp),
+                                         it.p.region(0, lp, h * sf + static_cast<uint32_t>(ch) * parts, w),
+                                         ident.region(0, lp, 0, lp), false));
+          }
+          const AccessPattern from = tp.region(0, w, 0, g * lp), to = pt.region(0, w, 0, g * lp);
+          out.push_back(evac_on_scalar(pl, ch) ? device::activate(ActFunc::identity, to, from)
+                                               : device::tensor_copy(to, from));
         }
         break;
       case kValues:  // out = P v, accumulated over the chunks of keys
-        for (int64_t ch = 0; ch < s_chunks; ++ch) {
-          const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
-          const AccessPattern pt = it.transposes[static_cast<size_t>(ch)].second.region(0, w, 0, lp);
-          out.push_back(device::matmul(it.op.region(0, lp, 0, evf), pt,
-                                       it.vt.region(0, w, static_cast<uint32_t>(ch) * evf, evf), ch > 0));
+        for (uint32_t h = 0; h < g; ++h) {
+          for (int64_t ch = 0; ch < s_chunks; ++ch) {
+            const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
+            const AccessPattern pt = it.transposes[static_cast<size_t>(ch)].second.region(0, w, h * lp, lp);
+            const uint32_t column = (static_cast<uint32_t>(ch) * it.v_heads + it.jv[h]) * evf;
+            out.push_back(device::matmul(it.op.region(0, lp, h * evf, evf), pt, it.vt.region(0, w, column, evf),
+                                         ch > 0));
+          }
         }
         break;
-      case kOut: {  // evacuate P v, normalized: times 1 / sum (Scalar) or divided by the sum (Vector)
-        const AccessPattern pv = it.op.region(0, lp, 0, evf), sum = it.stats.column(lp, 1);
-        if (pl.out == Engine::scalar) {
-          Instruction evacuate = device::activate(ActFunc::identity, it.y.rows(lp), pv);
-          evacuate.src1 = sum;  // the per-partition scale: the reciprocal of kNormalize
-          out.push_back(evacuate);
-        } else {
-          out.push_back(device::tensor_scalar(AluOp::divide, it.y.rows(lp), pv, sum));
+      case kOut:  // evacuate P v, normalized: times 1 / sum (Scalar) or divided by the sum (Vector)
+        for (uint32_t h = 0; h < g; ++h) {
+          const AccessPattern pv = it.op.region(0, lp, h * evf, evf);
+          const AccessPattern y = it.y.region(0, lp, (it.jq + h) * evf, evf);  // its head's columns of the block
+          if (pl.out == Engine::scalar) {
+            Instruction evacuate = device::activate(ActFunc::identity, y, pv);
+            evacuate.src1 = sum_of(h);  // the per-partition scale: the reciprocal of kNormalize
+            out.push_back(evacuate);
+          } else {
+            out.push_back(device::tensor_scalar(AluOp::divide, y, pv, sum_of(h)));
+          }
         }
         break;
-      }
       default: break;
     }
     return out;
@@ -297,21 +421,26 @@ void build_attention(EagerContext& c) {
     const auto tile = [&](Memory memory, DType tile_dtype, uint16_t p, uint32_t elements) {
       return Tile{memory, tile_dtype, p, 0, elements, 0};
     };
-    Item probe;
+    Item probe;  // an item of the first grouping's heads
+    const uint32_t g = static_cast<uint32_t>(item_heads);
     probe.lp = lp;
+    probe.heads = g;
+    probe.jk.assign(g, 0);
+    probe.jv.assign(g, 0);
     probe.build_bias = !causal_bias;  // built once per query tile where the buffers fit, not per head
     probe.kt = tile(Memory::sbuf, dt, ep, sf);
     probe.vt = tile(Memory::sbuf, dt, parts, static_cast<uint32_t>(s_chunks) * evf);
-    probe.qt = tile(Memory::sbuf, dt, ep, lp).ap();
+    probe.qt = tile(Memory::sbuf, dt, ep, g * lp);
     if (mask) probe.m = tile(Memory::sbuf, mask->dtype, lp, sf).ap();
-    probe.sp = tile(Memory::psum, DType::f32, lp, sf);
-    probe.scores = probe.bias = tile(Memory::sbuf, DType::f32, lp, sf);
-    probe.stats = tile(Memory::sbuf, DType::f32, lp, 2);
-    probe.p = tile(Memory::sbuf, dt, lp, sf);
-    probe.op = tile(Memory::psum, DType::f32, lp, evf);
-    probe.y = tile(Memory::sbuf, c.out.dtype, lp, evf);
-    probe.transposes.assign(static_cast<size_t>(s_chunks),
-                            {tile(Memory::psum, DType::f32, parts, lp), tile(Memory::sbuf, dt, parts, lp)});
+    probe.sp = tile(Memory::psum, DType::f32, lp, g * sf);
+    probe.scores = tile(Memory::sbuf, DType::f32, lp, g * sf);
+    probe.bias = tile(Memory::sbuf, DType::f32, lp, sf);
+    probe.stats = tile(Memory::sbuf, DType::f32, lp, 2 * g);
+    probe.p = tile(Memory::sbuf, dt, lp, g * sf);
+    probe.op = tile(Memory::psum, DType::f32, lp, g * evf);
+    probe.y = tile(Memory::sbuf, c.out.dtype, lp, g * evf);
+    probe.transposes.assign(static_cast<size_t>(s_chunks), {tile(Memory::psum, DType::f32, parts, g * lp),
+                                                            tile(Memory::sbuf, dt, parts, g * lp)});
     ident = tile(Memory::sbuf, dt, parts, lp);
     const auto cost = [&](const Placement& pl) {
       std::array<double, device::kEngineCount> work{};
@@ -358,9 +487,27 @@ void build_attention(EagerContext& c) {
   auto allocate_rings = [&](const Schedule& sc, bool last) {
     const auto span = [&](int from, int to) { return stage_of(sc, to) - stage_of(sc, from) + 1; };
     const auto loaded = [&](int reader) { return sc.ahead + stage_of(sc, reader) + 1; };
-    const uint32_t out_banks = banks_for(uint64_t(ev) * 4, bank);
+    // A ring of blocks read by part `reader`: as many buffers as the most blocks among the items whose
+    // loads are emitted and whose reader is not (loaded(reader) in a row; block ids count up), and one
+    // more so that a block's load does not wait for the last reader of the one before it.
+    const auto block_ring = [&](int reader, size_t Item::*block) {
+      const size_t window = loaded(reader);
+      if (block_heads == 1) return window;
+      size_t most = 1;
+      for (size_t i = 0; i < items.size(); ++i) {
+        const size_t first = i + 1 >= window ? i + 1 - window : 0;
+        most = std::max(most, items[i].*block - items[first].*block + 1);
+      }
+      return most + 1;
+    };
+    uint32_t q_heads = 1, k_heads = 1, v_heads = 1;
+    for (const QBlock& qb : qblocks) q_heads = std::max(q_heads, qb.heads);
+    for (const KvBlock& kb : kvblocks) k_heads = std::max(k_heads, kb.k_heads), v_heads = std::max(v_heads, kb.v_heads);
+    const uint32_t g = static_cast<uint32_t>(item_heads);
+    const uint32_t item_score_banks = banks_for(uint64_t(g) * sf * 4, bank);
+    const uint32_t out_banks = banks_for(uint64_t(g) * evf * 4, bank);
     const auto psum_banks = [&](size_t score_ring, size_t out_ring) {
-      return score_ring * score_banks + 2 + out_ring * out_banks;
+      return score_ring * item_score_banks + 2 + out_ring * out_banks;
     };
     size_t score_ring = span(kScores, kScale), out_ring = span(kValues, kOut);
     if (psum_banks(score_ring, out_ring) > spec.psum_banks) {
@@ -376,17 +523,19 @@ void build_attention(EagerContext& c) {
         pool = b.pool(pool_name, pool_dtype, elements, count);
         made.push_back(&pool);
       };
-      make(kt_pool, "k_t", dt, sf, loaded(kScores));
-      make(v_pool, "v", dt, static_cast<uint32_t>(s_chunks) * evf, loaded(kValues));
-      make(qt_pool, "q_t", dt, lq_max, loaded(kScores));
-      make(score_pool, "scores", DType::f32, sf, span(kScale, kExp) + 1);
-      make(p_pool, "p", dt, sf, span(kExp, kTranspose) + 1);
+      make(kt_pool, "k_t", dt, k_heads * sf, block_ring(kScores, &Item::kvb));
+      make(v_pool, "v", dt, static_cast<uint32_t>(s_chunks) * v_heads * evf, block_ring(kValues, &Item::kvb));
+      make(qt_pool, "q_t", dt, q_heads * lq_max, block_ring(kScores, &Item::qb));
+      make(score_pool, "scores", DType::f32, g * sf, span(kScale, kExp) + 1);
+      make(p_pool, "p", dt, g * sf, span(kExp, kTranspose) + 1);
       // P v reads every chunk of P^T after the last one's transpose: a buffer per chunk per stage P^T
       // spans, and one set more.
-      make(pt_pool, "p_t", dt, lq_max, static_cast<size_t>(s_chunks) * (span(kTranspose, kValues) + 1));
-      // Staged, two more outputs: the next items' results do not wait for a store's fixed cost.
-      make(y_pool, "y", c.out.dtype, evf, span(kOut, kOut) + 1 + (sc.staged ? 2 : 0));
-      make(stat_pool, "stats", DType::f32, 2, std::max<size_t>(3, span(kMax, kOut) + 1));
+      make(pt_pool, "p_t", dt, g * lq_max, static_cast<size_t>(s_chunks) * (span(kTranspose, kValues) + 1));
+      // Staged, two more outputs: the next items' results do not wait for a store's fixed cost. A block's
+      // output is written by its items one after another and stored once: two more blocks.
+      make(y_pool, "y", c.out.dtype, q_heads * evf,
+           block_heads == 1 ? span(kOut, kOut) + 1 + (sc.staged ? 2 : 0) : 3);
+      make(stat_pool, "stats", DType::f32, 2 * g, std::max<size_t>(3, span(kMax, kOut) + 1));
       if (mask) make(mask_pool, "mask", mask->dtype, sf, loaded(kMask));
       if (causal_bias) {
         try {
@@ -405,43 +554,59 @@ void build_attention(EagerContext& c) {
       for (TilePool* pool : made) b.free(*pool);
       return false;
     }
-    score_psum = b.pool("scores_psum", DType::f32, score_banks * static_cast<uint32_t>(bank / 4), score_ring,
+    score_psum = b.pool("scores_psum", DType::f32, item_score_banks * static_cast<uint32_t>(bank / 4), score_ring,
                         Memory::psum);
-    pt_psum = b.pool("p_t_psum", DType::f32, lq_max, 2, Memory::psum);
-    out_psum = b.pool("out_psum", DType::f32, evf, out_ring, Memory::psum);
+    pt_psum = b.pool("p_t_psum", DType::f32, g * lq_max, 2, Memory::psum);
+    out_psum = b.pool("out_psum", DType::f32, g * evf, out_ring, Memory::psum);
     return true;
   };
-  // The deepest schedule whose rings fit, down to the whole body one item behind its loads.
-  const std::vector<Schedule> schedules = {{4, true}, {2, true}, {1, true}, {1, false}};
+  // The deepest schedule whose rings fit, down to the whole body one item behind its loads; blocks of
+  // several heads only staged (a body in one stage waits on its chain's latency, which costs more than
+  // the transfers the blocks save), else blocks of half as many heads.
   Schedule sched;
-  for (size_t i = 0; i < schedules.size(); ++i) {
-    if (allocate_rings(schedules[i], i + 1 == schedules.size())) {
-      sched = schedules[i];
-      break;
+  for (bool placed = false; !placed;) {
+    for (size_t i = 0; i < schedules.size() && !placed; ++i) {
+      if (block_heads > 1 && !schedules[i].staged) break;
+      if (allocate_rings(schedules[i], block_heads == 1 && i + 1 == schedules.size())) {
+        sched = schedules[i];
+        placed = true;
+      }
     }
+    if (placed) break;
+    block_heads = std::max<int64_t>(1, block_heads / 2);
+    item_heads = std::min(item_heads, block_heads);
+    build_items(block_heads, item_heads);
   }
   phase(AttentionPhase::values);  // the identity is for the transposes of P
   b.iota(ramp.at(0).ap(), 0.0f, -1.0f);  // i - p
   b.tensor_scalar(AluOp::is_equal, ident.ap(), ramp.at(0).ap(), 0.0f);
   b.free(ramp);
 
-  int64_t loaded_k = -1, loaded_v = -1, loaded_m = -1;
-  Tile kt, vt;
+  size_t loaded_kv = SIZE_MAX, loaded_q = SIZE_MAX;
+  int64_t loaded_m = -1;
   AccessPattern m_loaded;
   auto load = [&](size_t i) {
     Item& it = items[i];
-    // k^T [E, S] and v [S (chunks of partitions), Ev], once per key/value head.
+    KvBlock& kb = kvblocks[it.kvb];
+    QBlock& qb = qblocks[it.qb];
+    // k^T [E, kv heads x S] and v [S (chunks of partitions), chunks x kv heads x Ev], once per key/value
+    // block; q^T [E, heads x Lq] once per block of query tiles.
     phase(AttentionPhase::scores);
-    if (it.k_base != loaded_k) {
-      kt = kt_pool.next();
-      b.load(kt.region(0, ep, 0, sf),
-             hbm_pattern(c.input_io[1], dt, it.k_base, ep, k.strides[r - 1], {{sf, stride32(k.strides[r - 2])}}));
-      loaded_k = it.k_base;
+    if (it.kvb != loaded_kv) {
+      kb.kt = kt_pool.next();
+      b.load(kb.kt.region(0, ep, 0, kb.k_heads * sf),
+             hbm_pattern(c.input_io[1], dt, kb.k_base, ep, k.strides[r - 1],
+                         {{kb.k_heads, stride32(k_hs)}, {sf, stride32(k.strides[r - 2])}}));
     }
-    it.kt = kt;
-    it.qt = qt_pool.next().region(0, ep, 0, it.lp);
-    b.load(it.qt, hbm_pattern(c.input_io[0], dt, it.q_base + it.q0 * q.strides[r - 2], ep, q.strides[r - 1],
-                              {{it.lp, stride32(q.strides[r - 2])}}));
+    it.kt = kb.kt;
+    if (it.qb != loaded_q) {
+      qb.qt = qt_pool.next();
+      b.load(qb.qt.region(0, ep, 0, qb.heads * qb.lp),
+             hbm_pattern(c.input_io[0], dt, qb.q_base, ep, q.strides[r - 1],
+                         {{qb.heads, stride32(q_hs)}, {qb.lp, stride32(q.strides[r - 2])}}));
+      loaded_q = it.qb;
+    }
+    it.qt = qb.qt;
     if (mask) {
       phase(AttentionPhase::mask);
       const int64_t m_offset = it.m_base + it.q0 * mask_strides[r - 2];
@@ -453,18 +618,18 @@ void build_attention(EagerContext& c) {
       }
       it.m = m_loaded;
     }
-    if (it.v_base != loaded_v) {
+    if (it.kvb != loaded_kv) {
       phase(AttentionPhase::values);
-      vt = v_pool.next();
+      kb.vt = v_pool.next();
       for (int64_t ch = 0; ch < s_chunks; ++ch) {
         const uint16_t w = static_cast<uint16_t>(std::min<int64_t>(parts, s - ch * parts));
-        b.load(vt.region(0, w, static_cast<uint32_t>(ch) * evf, evf),
-               hbm_pattern(c.input_io[2], dt, it.v_base + ch * parts * v.strides[r - 2], w, v.strides[r - 2],
-                           {{evf, stride32(v.strides[r - 1])}}));
+        b.load(kb.vt.region(0, w, static_cast<uint32_t>(ch) * kb.v_heads * evf, kb.v_heads * evf),
+               hbm_pattern(c.input_io[2], dt, kb.v_base + ch * parts * v.strides[r - 2], w, v.strides[r - 2],
+                           {{kb.v_heads, stride32(v_hs)}, {evf, stride32(v.strides[r - 1])}}));
       }
-      loaded_v = it.v_base;
+      loaded_kv = it.kvb;
     }
-    it.vt = vt;
+    it.vt = kb.vt;
   };
   // The bias of item `it`: its query tile's (built by the tile's first item), or the ring's next.
   std::vector<bool> bias_built(query_tiles, false);
@@ -503,15 +668,34 @@ void build_attention(EagerContext& c) {
         }
         break;
       case kValues: it.op = out_psum.next(); break;
-      case kOut: it.y = y_pool.next(); break;
+      case kOut:  // the block's output, taken by its first item
+        if (it.jq == 0) qblocks[it.qb].y = y_pool.next();
+        it.y = qblocks[it.qb].y;
+        break;
       default: break;
     }
     phase(phase_of[which]);
     for (const Instruction& in : part_instructions(which, it, place)) b.emit(in);
-    if (which == kOut) {
-      b.store(hbm_pattern(c.out_io, c.out.dtype, it.o_base + it.q0 * c.out.strides[r - 2], it.lp, c.out.strides[r - 2],
-                          {{evf, stride32(c.out.strides[r - 1])}}),
-              it.y.rows(it.lp));
+    const QBlock& qb = qblocks[it.qb];
+    if (which == kOut && it.jq + it.heads == qb.heads) {  // the block's last item: one store for all
+      const auto heads_of = [&](uint32_t h0, uint32_t n) {
+        return hbm_pattern(c.out_io, c.out.dtype, qb.o_base + h0 * o_hs, qb.lp, c.out.strides[r - 2],
+                           {{n, stride32(o_hs)}, {evf, stride32(c.out.strides[r - 1])}});
+      };
+      if (qb.heads == 1) {
+        b.store(heads_of(0, 1), qb.y.region(0, qb.lp, 0, evf));
+      } else {
+        // Pieces of whole heads, one queue each: in a [B, H, L, Ev] output their bytes do not interleave,
+        // so no piece waits for another (pieces of partitions would each span every head's rows: 16
+        // heads' stores ran one after another, 38 us against 15 us), and in a [B, L, H, Ev] one (the
+        // permuted copy the kernel stores into) they interleave without touching and cost the same.
+        const uint32_t pieces = std::min<uint32_t>(qb.heads, spec.dma.queues);
+        for (uint32_t i = 0, h0 = 0; i < pieces; ++i) {
+          const uint32_t n = qb.heads / pieces + (i < qb.heads % pieces ? 1 : 0);
+          b.dma(heads_of(h0, n), qb.y.region(0, qb.lp, h0 * evf, n * evf));
+          h0 += n;
+        }
+      }
     }
   };
   const size_t stages = stage_of(sched, kParts - 1) + 1;

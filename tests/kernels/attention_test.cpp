@@ -30,11 +30,13 @@ device::RunResult run_heads(int64_t heads) {
 
 // Many small heads cost about their busiest engine's work, not a chain of latencies each: after the
 // first head, whose loads, chain of engines and store nothing can hide (the one-head kernel's time),
-// each further head adds at most the busiest compute engine's work per head and 15 % of it (the
-// engines' chains do not pack perfectly). Run one after another, as the kernel ran them before its
-// parts were staged, each head adds its whole chain (2.3 us here, against 0.8 to 0.95 us of the
-// busiest engine's work): 37.3 us for the 16 heads; staged with the Scalar engine the busiest (0.82 us
-// a head), 18.0 us; balanced over the engines (0.66 us a head), 16.0 us where the bound allows 16.3 us.
+// each further head adds at most the busiest compute engine's work per head and 25 % of it (the
+// engines' chains do not pack perfectly, and items of two heads chain twice the work). Run one after
+// another, as the kernel ran them before its parts were staged, each head adds its whole chain (2.3 us
+// here, against 0.8 to 0.95 us of the busiest engine's work): 37.3 us for the 16 heads; staged with the
+// Scalar engine the busiest (0.82 us a head), 18.0 us; balanced over the engines (0.66 us a head),
+// 16.0 us; in items of two heads that share instructions (0.55 us a head), 15.0 us where the bound
+// allows 15.2 us.
 TEST(EagerAttention, ManySmallHeadsCostTheirBusiestEnginesWork) {
   constexpr int64_t kHeads = 16;
   const device::RunResult one = run_heads(1), many = run_heads(kHeads);
@@ -43,7 +45,7 @@ TEST(EagerAttention, ManySmallHeadsCostTheirBusiestEnginesWork) {
     busiest = std::max(busiest, many.busy_ns[static_cast<size_t>(e)]);
   }
   const double per_head = busiest / kHeads;
-  EXPECT_LE(many.duration_ns, one.duration_ns + (kHeads - 1) * per_head * 1.15)
+  EXPECT_LE(many.duration_ns, one.duration_ns + (kHeads - 1) * per_head * 1.25)
       << "one head " << one.duration_ns << " ns, busiest engine " << per_head << " ns per head";
   // The heads overlap: the compute engines work at once, more than one of them busy on average.
   double compute = 0;
@@ -71,6 +73,29 @@ TEST(EagerAttention, ConsecutiveHeadsRecordsOverlap) {
   EXPECT_GT(before, 2 * 3) << "matmuls done before the first store ended: " << before;
 }
 
+// ESM-2's 20 heads of 24 f32 over 128 tokens: one head's q^T, k^T, v and output are 12 KiB each, three
+// transfers of 4 KiB apiece, so loading and storing head by head issued 12 transfers per head (240),
+// each paying the DMA fixed cost. Blocks of heads load q^T, k^T and v and store the output as one
+// access pattern over their heads: at most 16 pieces each per block of 8 heads (blocks 8, 8, 4).
+TEST(EagerAttention, BlocksOfHeadsShareTheirTransfers) {
+  constexpr int64_t kHeads = 20;
+  const device::RunResult one = run_heads(1), many = run_heads(kHeads);
+  const auto transfers = [](const device::RunResult& r) {
+    return std::count_if(r.records.begin(), r.records.end(),
+                         [](const device::InstructionRecord& rec) { return rec.engine == Engine::dma; });
+  };
+  EXPECT_EQ(transfers(one), 12);
+  EXPECT_LE(transfers(many), 2 * 4 * 16 + 4 * 12);
+  // Items of two heads: the scale's evacuation and P^T's evacuation (and the mask, where there is one)
+  // are one instruction for both, so the engines run fewer instructions than 20 one-head kernels (the
+  // identity's two instructions aside).
+  const auto compute = [](const device::RunResult& r) {
+    return std::count_if(r.records.begin(), r.records.end(),
+                         [](const device::InstructionRecord& rec) { return rec.engine != Engine::dma; });
+  };
+  EXPECT_LT(compute(many) - 2, kHeads * (compute(one) - 2));
+}
+
 TEST(EagerAttention, ManyHeadsMatchTheCpuReference) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     const Tensor q = random({2, 12, 128, 24}, dtype), k = random({2, 12, 128, 24}, dtype),
@@ -83,6 +108,13 @@ TEST(EagerAttention, ManyHeadsMatchTheCpuReference) {
     const Tensor keep = ge(randn({128, 128}), -0.5);
     check_op(OpId::scaled_dot_product_attention, {q, k, v, keep}, attention_attrs(0.2), tol);
     check_op(OpId::scaled_dot_product_attention, {q, k, v}, attention_attrs(0.2, true), tol);
+    // A mask of its own per head (items of one head) and heads that fill no whole block or item.
+    const Tensor per_head = randn({2, 12, 128, 128}, DType::f32).to(dtype);
+    check_op(OpId::scaled_dot_product_attention, {q, k, v, per_head}, attention_attrs(0.2), tol);
+    const Tensor q7 = random({1, 7, 128, 24}, dtype), k7 = random({1, 7, 128, 24}, dtype),
+                 v7 = random({1, 7, 128, 24}, dtype);
+    check_op(OpId::scaled_dot_product_attention, {q7, k7, v7, pad.slice(0, 0, 1).to(dtype)}, attention_attrs(0.2),
+             tol);
   }
 }
 
