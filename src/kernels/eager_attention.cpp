@@ -392,6 +392,15 @@ void build_attention(EagerContext& c) {
         }
         break;
       case kOut:  // evacuate P v, normalized: times 1 / sum (Scalar) or divided by the sum (Vector)
+        if (pl.out != Engine::scalar && g > 1) {
+          // Every head's rows divided by its sum at once: the sums read once per output column.
+          AccessPattern sums = it.stats.region(0, lp, g, g);
+          sums.dims[1] = device::FreeDim{evf, 0};
+          sums.dim_count = 2;
+          out.push_back(device::tensor_tensor(AluOp::divide, it.y.region(0, lp, it.jq * evf, g * evf),
+                                              it.op.region(0, lp, 0, g * evf), sums));
+          break;
+        }
         for (uint32_t h = 0; h < g; ++h) {
           const AccessPattern pv = it.op.region(0, lp, h * evf, evf);
           const AccessPattern y = it.y.region(0, lp, (it.jq + h) * evf, evf);  // its head's columns of the block
