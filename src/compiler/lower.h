@@ -131,7 +131,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    compute-bound kernels or inside a matmul kernel (PrefetchReach)
 // 8: a gather (aten::embedding) cut by rows into one piece per DMA queue; a linear's result kept in
 //    SBUF, transposed on the Tensor engine, for the next linear that reads it (ActivationChain)
-inline constexpr int kLoweringVersion = 8;
+// 9: attention items of a few heads sharing their element-wise instructions, blocks of items sharing one
+//    transfer per operand and one store
+inline constexpr int kLoweringVersion = 9;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
