@@ -90,7 +90,8 @@ class Lowerer {
           bool idle_queues, PrefetchReach reach, ActivationChain chain)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
-        reach_(reach), chain_(chain == ActivationChain::in_sbuf) {}
+        reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
+        chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -444,14 +445,7 @@ class Lowerer {
     prefetch_hooks(hooks, taken);
     kernels::Tile identity;
     hooks.allocated = [&] {
-      if (kept_here) {
-        // The identity the transposes multiply by (as the attention kernel's), in the result's dtype.
-        identity = builder_.sbuf(meta.dtype, parts, 0, "kept_identity");
-        const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
-        builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
-        builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f);
-        builder_.free(ramp);
-      }
+      if (kept_here) identity = kept_identity(meta.dtype);
       for (size_t k = 1; k < chain.size(); ++k) {
         if (op_is_binary_elementwise(chain[k]->op)) {
           pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
@@ -496,11 +490,8 @@ class Lowerer {
       }
       builder_.set_source_op(op_name(mm.op));
     };
-    // Each result tile, its epilogue applied, into the next linear's a^T: partition p of K tile kt holds
-    // column kt * partitions + p, one column per row of the result (kernels::allocate_linear_activation's
-    // layout). Transposed 128 columns at a time through the Tensor engine (tile^T = tile @ I, exact: one
-    // product by 1 and the rest by 0 per element) into the tile's PSUM accumulator, free once evacuated,
-    // and copied out alternately by the Vector and Scalar engines. Each tile's transposes are emitted
+    // Each result tile, its epilogue applied, into the next linear's a^T (transpose_to_kept) through the
+    // tile's PSUM accumulator, free once evacuated. Each tile's transposes are emitted
     // with the next tile's (the last's after the kernel): the Tensor engine runs in order, and a tile's
     // transposes wait for its evacuation and epilogue, which the next tile's matmuls need not. That
     // holds the tile's SBUF result buffer and PSUM bank one tile longer, which is safe while the matmul
@@ -517,30 +508,8 @@ class Lowerer {
     auto transpose = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
       const device::AccessPattern& d = tiles[transposed++].dst;
       const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-      const int64_t m0 = e0 / row_length, c0 = e0 % row_length,
-                    m_total = kept->weight.activation->free_elements / ((row_length + parts - 1) / parts);
-      const uint16_t mp = y.partition_count;
-      for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
-        const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
-        device::AccessPattern tp = acc;
-        tp.partition_start = 0;
-        tp.partition_count = w;
-        tp.dim_count = 1;
-        tp.dims[0] = {mp, 1};
-        tp.offset = acc.offset + uint64_t{j} * mp * 4;
-        device::AccessPattern st = y;
-        st.offset += uint64_t{c} * dtype_size(y.dtype);
-        st.dims[0].size = w;
-        builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
-        const int64_t kt = (c0 + c) / parts;
-        const device::AccessPattern at =
-            kept->weight.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
-        if (j % 2 == 0) {
-          builder_.copy(at, tp);
-        } else {
-          builder_.activate(ActFunc::identity, at, tp);
-        }
-      }
+      transpose_to_kept(kept->weight, identity, y, acc, e0 / row_length, e0 % row_length, row_length,
+                        y.partition_count);
     };
     if (kept_here) {
       hooks.after_epilogue = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
@@ -565,6 +534,54 @@ class Lowerer {
     ++kernel_count_;
     ++epilogues_;
     return out;
+  }
+
+  // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
+  // SBUF [partitions, partitions] tile the caller's kernel scope frees.
+  kernels::Tile kept_identity(DType dtype) {
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const kernels::Tile identity = builder_.sbuf(dtype, parts, 0, "kept_identity");
+    const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
+    builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
+    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f);
+    builder_.free(ramp);
+    return identity;
+  }
+
+  // Rows `y` of a result kept in SBUF (on partitions from 0: rows m0.. of a [M, row_length] value, its
+  // columns c0..) into the next linear's a^T `kept.activation`: partition p of K tile kt holds column
+  // kt * partitions + p, one column per row of the value (kernels::allocate_linear_activation's layout).
+  // Transposed 128 columns at a time through the Tensor engine (y^T = y @ I, exact: one product by 1 and
+  // the rest by 0 per element) into [w, rows] pieces of the PSUM range `acc`, `piece_stride` f32
+  // elements apart (none straddling a bank), and copied out alternately by the Vector and Scalar engines.
+  // c0 is a multiple of the partitions.
+  void transpose_to_kept(const kernels::PrefetchedWeight& kept, const kernels::Tile& identity,
+                         const device::AccessPattern& y, const device::AccessPattern& acc, int64_t m0, int64_t c0,
+                         int64_t row_length, uint32_t piece_stride) {
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
+    const uint16_t mp = y.partition_count;
+    for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
+      const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
+      device::AccessPattern tp = acc;
+      tp.partition_start = 0;
+      tp.partition_count = w;
+      tp.dim_count = 1;
+      tp.dims[0] = {mp, 1};
+      tp.offset = acc.offset + uint64_t{j} * piece_stride * 4;
+      device::AccessPattern st = y;
+      st.offset += uint64_t{c} * dtype_size(y.dtype);
+      st.dims[0].size = w;
+      builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
+      const int64_t kt = (c0 + c) / parts;
+      const device::AccessPattern at =
+          kept.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
+      if (j % 2 == 0) {
+        builder_.copy(at, tp);
+      } else {
+        builder_.activate(ActFunc::identity, at, tp);
+      }
+    }
   }
 
   // A fused.matmul_epilogue node whose ops work on views of the result (the heads of a projection and
@@ -1152,7 +1169,7 @@ class Lowerer {
       }
       return lower_graph(*n.body, operands, body_result).front();
     }
-    if (!op_info(n.op).is_view) return kernel(n.op, std::move(operands), n.attrs, n.meta, dst);
+    if (!op_info(n.op).is_view) return kernel(n.op, std::move(operands), n.attrs, n.meta, dst, &n);
     if (std::optional<Place> view = apply_view(n.op, n.attrs, operands.front())) return *view;
     const Place& source = operands.front();
     const Place dense = kernel(OpId::contiguous, {source}, {}, {source.desc.shape, source.desc.dtype}, std::nullopt);
@@ -1318,9 +1335,16 @@ class Lowerer {
     return out;
   }
 
-  // Emits the eager kernel of one op application straight into the program.
+  // A norm's kernel may write its result into the next linear's a^T as well (ActivationChain::in_sbuf):
+  // rms_norm and layer_norm, whose row tiles hold whole rows from partition 0.
+  static bool keeps_rows(const Node& n) {
+    return n.kind == NodeKind::op && (n.op == OpId::layer_norm || n.op == OpId::rms_norm);
+  }
+
+  // Emits the eager kernel of one op application straight into the program (of graph node `node`, when
+  // it is one: a norm whose result a prefetch keeps in SBUF, plan_weight_prefetch).
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
-               const std::optional<Place>& dst) {
+               const std::optional<Place>& dst, const Node* node = nullptr) {
     // Each operand is cast to the dtype the kernel reads it in (elementwise_operand_dtype).
     std::vector<Tensor> views;
     for (const Place& p : operands) views.push_back(view_of(p));
@@ -1351,13 +1375,57 @@ class Lowerer {
     const bool takes_prefetch = taken != prefetches_.end();
     if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    const bool kept = node && keep_norm_rows(*node, descs, out.desc, hooks);
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
-                               op_info(op).kind == OpKind::matmul ? &hooks : nullptr);
+                               op_info(op).kind == OpKind::matmul || kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
     if (takes_prefetch) took_prefetch(taken);
     ++kernel_count_;
     return out;
+  }
+
+  // Norm node n's result kept in SBUF for the linear after it, when a prefetch holds that linear's a^T
+  // for it (plan_weight_prefetch): inside n's kernel scope, before its kernel, the identity and a PSUM
+  // ring for the transposes, and `hooks.rows_computed` transposing each row tile into the a^T
+  // (transpose_to_kept) right after the kernel computes it and emits its store, so the linear waits for
+  // neither the store nor a reload. The kernel still stores its result (its other readers, and a linear
+  // whose kernel cannot take the a^T, read it there). False (nothing allocated) when the rows do not map
+  // onto the a^T or the identity would take SBUF the kernel's three row buffers need: then the linear
+  // loads the stored result as a prefetched activation (lower_graph).
+  bool keep_norm_rows(const Node& n, std::span<const TensorDesc> inputs, const TensorDesc& out,
+                      kernels::EagerHooks& hooks) {
+    if (!keeps_rows(n)) return false;
+    const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
+    if (kept == prefetches_.end() || !kept->weight.activation || out.shape.size() == 0) return false;
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const int64_t row_length = out.shape.back(), rows = static_cast<int64_t>(out.shape.product()) / std::max<int64_t>(row_length, 1);
+    const int64_t chunks = (row_length + parts - 1) / parts;
+    if (row_length == 0 || out.strides != contiguous_strides(out.shape) ||
+        kept->weight.activation->free_elements != static_cast<uint64_t>(chunks * rows) || out.dtype != kept->weight.x.dtype)
+      return false;
+    const auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
+    const uint64_t es = dtype_size(out.dtype), in_es = dtype_size(inputs[0].dtype);
+    const uint64_t identity_bytes = aligned(uint64_t{parts} * es) + uint64_t{parts} * 4;
+    const uint64_t row_buffers = 3 * (uint64_t(row_length) * (in_es + es) + 128);
+    const uint64_t parameters = (inputs.size() - 1) * aligned(uint64_t(row_length) * es) + 2 * 4 * 64;
+    // Two row tiles' transposes in flight: a PSUM range of every chunk of a row tile each.
+    constexpr size_t kPsumBuffers = 2;
+    const uint64_t psum_bytes = kPsumBuffers * aligned(uint64_t(chunks) * parts * 4);
+    if (identity_bytes + row_buffers + parameters > builder_.sbuf_free_bytes() || psum_bytes > builder_.psum_free_bytes())
+      return false;
+    const kernels::Tile identity = kept_identity(out.dtype);
+    kernels::TilePool psum =
+        builder_.pool("kept_transposes", DType::f32, static_cast<uint32_t>(chunks * parts), kPsumBuffers, device::Memory::psum);
+    // Each row tile writes a^T columns m0.. of every K tile; the PSUM ring's ranges are bank-aligned.
+    hooks.rows_computed = [this, &kept = kept->weight, identity, psum, row_length, parts](const device::AccessPattern& y,
+                                                                                 const device::AccessPattern& dst) mutable {
+      const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype));
+      SIGHTLINE_ASSERT(e0 % row_length == 0 && dst.partition_stride == row_length && y.partition_start == 0);
+      transpose_to_kept(kept, identity, y, psum.next().ap(), e0 / row_length, 0, row_length, parts);
+    };
+    kept->x_filled = true;
+    return true;
   }
 
   // A weight prefetched for a linear ahead (plan_weight_prefetch), until the linear reads it.
@@ -1421,10 +1489,36 @@ class Lowerer {
     std::optional<kernels::PrefetchedWeight> copy;
     std::vector<kernels::Tile> fillers;
     std::map<const Prefetch*, kernels::PrefetchedWeight> made;
+    // A weight's panels need not be one range (the first may have gone into a hole that later ones did
+    // not fit): so the dry builder first gets fillers around every tile of the prefetches and a
+    // placeholder on each tile's range; each unit's placeholders are freed right before it is allocated,
+    // so that the only free ranges below the last tile are that unit's own, which first fit fills in
+    // order, as in the program.
+    std::map<std::pair<const Prefetch*, bool>, std::vector<kernels::Tile>> placeholders;
+    {
+      struct Held {
+        kernels::Tile tile;
+        const Prefetch* owner;
+        bool activation;
+      };
+      std::vector<Held> tiles;
+      for (const Prefetch& p : prefetches_) {
+        for (size_t k = 0; k < p.weight.panels.size(); ++k) tiles.push_back({p.weight.panels.at(k), &p, false});
+        if (p.weight.activation) tiles.push_back({*p.weight.activation, &p, true});
+      }
+      std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
+      for (const Held& h : tiles) {
+        const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
+        const uint32_t next = (used + 63) / 64 * 64;
+        if (h.tile.offset > next)
+          fillers.push_back(dry.sbuf(DType::f32, (h.tile.offset - next) / 4, 0, "between_kernels"));
+        const kernels::Tile t = dry.sbuf(h.tile.dtype, h.tile.free_elements, 0, "placeholder");
+        SIGHTLINE_ASSERT(t.offset == h.tile.offset);
+        placeholders[{h.owner, h.activation}].push_back(t);
+      }
+    }
     for (const Unit& u : units) {
-      const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
-      const uint32_t next = (used + 63) / 64 * 64;
-      if (u.offset > next) fillers.push_back(dry.sbuf(DType::f32, (u.offset - next) / 4, 0, "between_kernels"));
+      for (const kernels::Tile& t : placeholders.at({u.owner, u.activation})) dry.free(t);
       kernels::PrefetchedWeight& w = made[u.owner];
       w.weight = u.owner->weight.weight;
       if (!u.activation) {
@@ -1520,8 +1614,10 @@ class Lowerer {
     // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
     // prefetch of no panels, only the activation.
     const Node& before = graph.nodes[before_linear];
-    const bool keepable = chain_ && linear->first == before_linear && before.kind == NodeKind::fused &&
-                          before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body);
+    const bool keepable = linear->first == before_linear &&
+                          ((chain_groups_ && before.kind == NodeKind::fused &&
+                            before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body)) ||
+                           (chain_norms_ && keeps_rows(before)));
     if (!panels && !keepable) return;
     if (!panels) panels = kernels::PrefetchedWeight{weight.desc, {}, std::nullopt, {}};
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
@@ -1536,10 +1632,11 @@ class Lowerer {
                keepable &&
                kernels::allocate_linear_activation(builder_, p.weight, TensorDesc::contiguous(made.meta.dtype, made.meta.shape),
                                                    budget)) {
-      // The linear reads the result of the matmul epilogue group right before it: the group's epilogue
-      // writes it into the a^T straight from its result tiles (epilogue_group), so the linear neither
-      // waits for the group's stores nor reloads them. It takes a budget of its own beside the weight's:
-      // it stands for the group's result, which its kernel holds in SBUF tile by tile anyway.
+      // The linear reads the result of the matmul epilogue group (or the norm) right before it: the
+      // group's epilogue writes it into the a^T straight from its result tiles (epilogue_group; a norm's
+      // kernel from its row tiles, norm_kernel), so the linear neither waits for the group's stores nor
+      // reloads them. It takes a budget of its own beside the weight's: it stands for the group's result,
+      // which its kernel holds in SBUF tile by tile anyway.
       p.x_on_chip = &made;
     } else if (p.weight.panels.size() == 0) {
       return;  // nothing to prefetch
@@ -1702,7 +1799,9 @@ class Lowerer {
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
   int kept_activations_ = 0;                // ... of those, the result of the kernel before, kept in SBUF
-  bool chain_ = false;  // a linear's input may be the kernel before's result kept in SBUF (ActivationChain)
+  // A linear's input may be the kernel before's result kept in SBUF (ActivationChain): a matmul epilogue
+  // group's, a norm's.
+  bool chain_groups_ = false, chain_norms_ = false;
   // "i>j" for each prefetch node i's kernel started for the linear at node j past kernels between
   // (PrefetchReach::past_compute_bound; the metadata's "compiled.prefetched_ahead")
   std::vector<std::string> prefetched_ahead_;
@@ -1841,9 +1940,11 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     const double before = best_ns;
     keep_if_faster(lowered(best_p, best_q, best_idle, PrefetchReach::past_compute_bound), best_p, best_q, best_idle);
     if (best_ns < before) best_r = PrefetchReach::past_compute_bound;
-    // The fastest, with the results of matmul epilogue groups kept in SBUF for the linears after them
-    // (ActivationChain); a program with nothing kept is the same one and is not timed again.
-    keep_if_faster(lowered(best_p, best_q, best_idle, best_r, ActivationChain::in_sbuf), best_p, best_q, best_idle);
+    // The fastest, with the results of matmul epilogue groups and norms kept in SBUF for the linears
+    // after them, and with only the norms' (ActivationChain); a program with nothing kept is the same one
+    // and is not timed again.
+    for (const ActivationChain c : {ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf})
+      keep_if_faster(lowered(best_p, best_q, best_idle, best_r, c), best_p, best_q, best_idle);
   }
   return best;
 }

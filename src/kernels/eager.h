@@ -93,6 +93,11 @@ struct EagerHooks {
   // may put work of its own through it (compile()'s lowering transposes the result tile into the next
   // linear's a^T there: a result kept in SBUF). Only a matmul kernel's resident schedule calls it.
   std::function<void(const AccessPattern& y, const AccessPattern& acc)> after_epilogue;
+  // A normalization kernel (rms_norm, layer_norm) calls it once per row tile, right after the
+  // instructions that compute the tile's whole rows `y` (SBUF, from partition 0), with the output rows
+  // they are stored to (`dst`, HBM): compile()'s lowering transposes them into the next linear's a^T
+  // there (a norm's result kept in SBUF). Called whether or not the rows were stored in pieces.
+  std::function<void(const AccessPattern& y, const AccessPattern& dst)> rows_computed;
   const struct PrefetchedWeight* weight = nullptr;
 };
 

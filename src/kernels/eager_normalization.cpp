@@ -91,9 +91,10 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
   auto run_stage = [&](size_t st, size_t i) {
     stage(st, i, loaded[i], outputs[i], tiles[i].p);
     if (st + 1 < stages) return;
-    b.store(hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, tiles[i].p, l.out_row_stride,
-                        {{n, static_cast<int32_t>(l.out_col_stride)}}),
-            outputs[i]);
+    const AccessPattern dst = hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, tiles[i].p, l.out_row_stride,
+                                          {{n, static_cast<int32_t>(l.out_col_stride)}});
+    b.store(dst, outputs[i]);
+    if (c.hooks && c.hooks->rows_computed) c.hooks->rows_computed(outputs[i], dst);
   };
   // A load may only run ahead into a buffer no earlier tile still uses; only stage 0 reads x.
   pipeline_staged(
@@ -169,6 +170,10 @@ void layer_norm_one_tile(EagerContext& c, const RowLayout& l, const std::optiona
     b.store(hbm_pattern(c.out_io, c.out.dtype, c0 * l.out_col_stride, p, l.out_row_stride,
                         {{cols, static_cast<int32_t>(l.out_col_stride)}}),
             yc);
+  }
+  if (c.hooks && c.hooks->rows_computed) {
+    c.hooks->rows_computed(y.rows(p), hbm_pattern(c.out_io, c.out.dtype, 0, p, l.out_row_stride,
+                                                  {{n, static_cast<int32_t>(l.out_col_stride)}}));
   }
 }
 
