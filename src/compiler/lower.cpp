@@ -196,10 +196,23 @@ class Lowerer {
   std::optional<Place> row_group(const Node& n, std::span<const Place> operands,
                                  const std::optional<Place>& dst) {
     Place out;
-    const std::optional<std::string> why = emit_row_program(builder_, row_program(*n.body, operands), [&] {
+    const RowProgram program = row_program(*n.body, operands);
+    // The group's result kept in SBUF for the linear after it (keep_rows), when the loop still fits
+    // beside the identity.
+    std::optional<KeptRows> kept = keep_rows(n, TensorDesc::contiguous(n.meta.dtype, n.meta.shape), [&](uint64_t bytes) {
+      return !row_program_unsupported(program, spec_, builder_.sbuf_free_bytes() - static_cast<uint32_t>(bytes));
+    });
+    RowsComputed hook;
+    if (kept) hook = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, out.offset); };
+    const std::optional<std::string> why = emit_row_program(builder_, program, [&] {
       out = dst ? *dst : scratch(n.meta);
       return RowOperand{out.io, out.offset, out.desc};
-    });
+    }, hook);
+    if (kept) {
+      builder_.free(kept->identity);
+      builder_.free(kept->psum);
+      if (!why && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
+    }
     if (why) {
       row_fallbacks_.push_back(*why);
       return std::nullopt;
@@ -1336,9 +1349,11 @@ class Lowerer {
   }
 
   // A norm's kernel may write its result into the next linear's a^T as well (ActivationChain::in_sbuf):
-  // rms_norm and layer_norm, whose row tiles hold whole rows from partition 0.
+  // rms_norm and layer_norm, whose row tiles hold whole rows from partition 0, and a row loop (a user's
+  // RMSNorm), whose tiles do when its rows fit SBUF (keep_rows).
   static bool keeps_rows(const Node& n) {
-    return n.kind == NodeKind::op && (n.op == OpId::layer_norm || n.op == OpId::rms_norm);
+    return (n.kind == NodeKind::op && (n.op == OpId::layer_norm || n.op == OpId::rms_norm)) ||
+           (n.kind == NodeKind::fused && n.fusion == FusionKind::rows);
   }
 
   // Emits the eager kernel of one op application straight into the program (of graph node `node`, when
@@ -1375,58 +1390,83 @@ class Lowerer {
     const bool takes_prefetch = taken != prefetches_.end();
     if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
-    const bool kept = node && keep_norm_rows(*node, descs, out.desc, hooks);
+    // A norm kernel's row buffers (three, for_each_row_tile) and parameters beside the kept identity.
+    std::optional<KeptRows> kept;
+    if (node) {
+      kept = keep_rows(*node, out.desc, [&](uint64_t bytes) {
+        const uint64_t row = uint64_t(out.desc.shape.back()), es = dtype_size(out.desc.dtype);
+        const uint64_t need = 3 * (row * (dtype_size(descs[0].dtype) + es) + 128) +
+                              (descs.size() - 1) * ((row * es + 63) / 64 * 64) + 2 * 4 * 64;
+        return bytes + need <= builder_.sbuf_free_bytes();
+      });
+    }
+    if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
                                op_info(op).kind == OpKind::matmul || kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
+    if (kept && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
     if (takes_prefetch) took_prefetch(taken);
     ++kernel_count_;
     return out;
   }
 
   // Norm node n's result kept in SBUF for the linear after it, when a prefetch holds that linear's a^T
-  // for it (plan_weight_prefetch): inside n's kernel scope, before its kernel, the identity and a PSUM
-  // ring for the transposes, and `hooks.rows_computed` transposing each row tile into the a^T
-  // (transpose_to_kept) right after the kernel computes it and emits its store, so the linear waits for
+  // for it (plan_weight_prefetch): the identity and a PSUM ring for the transposes, allocated before
+  // n's kernel (the caller frees them), and transpose_rows, which the kernel's hook (rows_computed)
+  // calls on each row tile right after computing it and emitting its store, so the linear waits for
   // neither the store nor a reload. The kernel still stores its result (its other readers, and a linear
-  // whose kernel cannot take the a^T, read it there). False (nothing allocated) when the rows do not map
-  // onto the a^T or the identity would take SBUF the kernel's three row buffers need: then the linear
-  // loads the stored result as a prefetched activation (lower_graph).
-  bool keep_norm_rows(const Node& n, std::span<const TensorDesc> inputs, const TensorDesc& out,
-                      kernels::EagerHooks& hooks) {
-    if (!keeps_rows(n)) return false;
+  // whose kernel cannot take the a^T, read it there). nullopt (nothing allocated) when the rows do not
+  // map onto the a^T or `fits(bytes)` says the kernel would not fit beside the identity's bytes; the
+  // linear then loads the stored result as a prefetched activation (lower_graph), as it does when the
+  // kernel did not transpose every row (a row loop's tiles of column chunks).
+  struct Prefetch;
+  struct KeptRows {
+    Prefetch* prefetch = nullptr;
+    kernels::Tile identity;
+    kernels::TilePool psum;
+    int64_t row_length = 0, rows = 0, transposed = 0;  // rows transposed so far
+  };
+  std::optional<KeptRows> keep_rows(const Node& n, const TensorDesc& out, const std::function<bool(uint64_t)>& fits) {
+    if (!keeps_rows(n)) return std::nullopt;
     const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
-    if (kept == prefetches_.end() || !kept->weight.activation || out.shape.size() == 0) return false;
+    if (kept == prefetches_.end() || !kept->weight.activation || out.shape.size() == 0) return std::nullopt;
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
-    const int64_t row_length = out.shape.back(), rows = static_cast<int64_t>(out.shape.product()) / std::max<int64_t>(row_length, 1);
-    const int64_t chunks = (row_length + parts - 1) / parts;
-    if (row_length == 0 || out.strides != contiguous_strides(out.shape) ||
-        kept->weight.activation->free_elements != static_cast<uint64_t>(chunks * rows) || out.dtype != kept->weight.x.dtype)
-      return false;
+    const int64_t row_length = out.shape.back();
+    if (row_length == 0) return std::nullopt;
+    const int64_t rows = static_cast<int64_t>(out.shape.product()) / row_length, chunks = (row_length + parts - 1) / parts;
+    if (out.strides != contiguous_strides(out.shape) || out.dtype != kept->weight.x.dtype ||
+        kept->weight.activation->free_elements != static_cast<uint64_t>(chunks * rows))
+      return std::nullopt;
     const auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
-    const uint64_t es = dtype_size(out.dtype), in_es = dtype_size(inputs[0].dtype);
-    const uint64_t identity_bytes = aligned(uint64_t{parts} * es) + uint64_t{parts} * 4;
-    const uint64_t row_buffers = 3 * (uint64_t(row_length) * (in_es + es) + 128);
-    const uint64_t parameters = (inputs.size() - 1) * aligned(uint64_t(row_length) * es) + 2 * 4 * 64;
+    const uint64_t identity_bytes = aligned(uint64_t{parts} * dtype_size(out.dtype)) + uint64_t{parts} * 4;
     // Two row tiles' transposes in flight: a PSUM range of every chunk of a row tile each.
     constexpr size_t kPsumBuffers = 2;
     const uint64_t psum_bytes = kPsumBuffers * aligned(uint64_t(chunks) * parts * 4);
-    if (identity_bytes + row_buffers + parameters > builder_.sbuf_free_bytes() || psum_bytes > builder_.psum_free_bytes())
-      return false;
-    const kernels::Tile identity = kept_identity(out.dtype);
-    kernels::TilePool psum =
-        builder_.pool("kept_transposes", DType::f32, static_cast<uint32_t>(chunks * parts), kPsumBuffers, device::Memory::psum);
-    // Each row tile writes a^T columns m0.. of every K tile; the PSUM ring's ranges are bank-aligned.
-    hooks.rows_computed = [this, &kept = kept->weight, identity, psum, row_length, parts](const device::AccessPattern& y,
-                                                                                 const device::AccessPattern& dst) mutable {
-      const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype));
-      SIGHTLINE_ASSERT(e0 % row_length == 0 && dst.partition_stride == row_length && y.partition_start == 0);
-      transpose_to_kept(kept, identity, y, psum.next().ap(), e0 / row_length, 0, row_length, parts);
-    };
-    kept->x_filled = true;
-    return true;
+    if (identity_bytes > builder_.sbuf_free_bytes() || !fits(identity_bytes) || psum_bytes > builder_.psum_free_bytes())
+      return std::nullopt;
+    KeptRows k;
+    k.prefetch = &*kept;
+    k.identity = kept_identity(out.dtype);
+    k.psum = builder_.pool("kept_transposes", DType::f32, static_cast<uint32_t>(chunks * parts), kPsumBuffers,
+                           device::Memory::psum);
+    k.row_length = row_length;
+    k.rows = rows;
+    return k;
   }
+
+  // Rows `y` of a kept norm result, stored to `dst` (whose tensor holds the result from element `base`),
+  // into the a^T. The PSUM ring's ranges are bank-aligned, a chunk's piece 128 f32 apart.
+  void transpose_rows(KeptRows& k, const device::AccessPattern& y, const device::AccessPattern& dst, int64_t base) {
+    const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype)) - base;
+    if (e0 % k.row_length != 0 || dst.partition_stride != k.row_length || y.partition_start != 0 ||
+        y.dim_count != 1 || y.dims[0].stride != 1 || int64_t{y.dims[0].size} != k.row_length)
+      return;
+    transpose_to_kept(k.prefetch->weight, k.identity, y, k.psum.next().ap(), e0 / k.row_length, 0, k.row_length,
+                      spec_.partitions);
+    k.transposed += y.partition_count;
+  }
+
 
   // A weight prefetched for a linear ahead (plan_weight_prefetch), until the linear reads it.
   struct Prefetch {

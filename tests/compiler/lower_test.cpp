@@ -663,6 +663,32 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(kept_ns, run_ns(kept));
   EXPECT_LT(kept_ns, plain_ns);
+
+  // The user's RMSNorm (f32, one row loop of its own ops, as Llama's) between two linears: the first
+  // linear's kernel prefetches the second's weight past the loop (a row loop plans no prefetch of its
+  // own: PrefetchReach::past_compute_bound), and the loop transposes each row tile into its a^T the same
+  // way.
+  const Graph u = optimized(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{linear(testing::naive_rms_norm(linear(in[0], in[3]), in[1]), in[2])};
+      },
+      {{{128, 512}, DType::f32}, {{512}, DType::f32}, {{1024, 512}, DType::f32}, {{512, 512}, DType::f32}});
+  const auto reaching = [&](ActivationChain chain) {
+    return lower(u, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                 PrefetchReach::past_compute_bound, chain);
+  };
+  const device::Executable kept_loop = reaching(ActivationChain::norms_in_sbuf);
+  const device::Executable plain_loop = reaching(ActivationChain::through_hbm);
+  EXPECT_EQ(metadata(kept_loop, "compiled.row_loops"), "1");
+  EXPECT_EQ(metadata(kept_loop, "compiled.kept_activations"), "1");
+  // The loop reads the first linear's result from scratch either way; only without the chain does the
+  // second linear load the loop's.
+  EXPECT_EQ(scratch_loads(kept_loop), 128u * 512 * 4);
+  EXPECT_EQ(scratch_loads(plain_loop), 2u * 128 * 512 * 4);
+  const auto c = run(kept_loop, &kept_ns), d = run(plain_loop, &plain_ns);
+  EXPECT_EQ(c, d);
+  EXPECT_EQ(kept_ns, run_ns(kept_loop));
+  EXPECT_LT(kept_ns, plain_ns);
 }
 
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
