@@ -344,6 +344,8 @@ class Lowerer {
     // boundaries, and each is transposed through its own PSUM accumulator (EagerHooks::after_epilogue).
     const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
     const bool keep = kept != prefetches_.end();
+    // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
+    const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
     size_t evacuated = 0;  // the dry run's after_epilogue calls
     {
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
@@ -354,7 +356,7 @@ class Lowerer {
       const std::optional<kernels::PrefetchedWeight> dry_weight =
           mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks plan;
-      plan.whole_rows = row_wide || keep;
+      plan.whole_rows = row_wide || keep || keep_rows_for_norm;
       plan.weight = dry_weight ? &*dry_weight : nullptr;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
@@ -454,7 +456,15 @@ class Lowerer {
       builder_.set_source_op(op_name(mm.op));
     };
     kernels::EagerHooks hooks;
-    hooks.whole_rows = row_wide || keep;
+    hooks.whole_rows = row_wide || keep || keep_rows_for_norm;
+    // Each tile whole rows from partition 0, at a multiple of the partitions.
+    bool input_kept = keep_rows_for_norm;
+    for (size_t t = 0; input_kept && t < tiles.size(); ++t) {
+      const device::AccessPattern& d = tiles[t].dst;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      input_kept = tiles[t].y.partition_start == 0 && d.dims[0].size == row_length && e0 % row_length == 0 &&
+                   e0 / row_length % parts == 0 && d.partition_stride == row_length;
+    }
     prefetch_hooks(hooks, taken);
     kernels::Tile identity;
     hooks.allocated = [&] {
@@ -501,6 +511,15 @@ class Lowerer {
         kernels::emit_binary(builder_, e.op, y, chain_first ? chain_value : operand,
                              chain_first ? operand : chain_value);
       }
+      if (input_kept) {
+        // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
+        builder_.set_source_op(op_name(chain.back()->op));
+        const int64_t tile_index = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype)) / row_length / parts;
+        builder_.tensor_scalar(device::AluOp::multiply,
+                               kept_input_->tile.region(0, y.partition_count, static_cast<uint32_t>(tile_index * row_length),
+                                                        static_cast<uint32_t>(row_length)),
+                               y, 1.0f, false, device::Engine::gpsimd);
+      }
       builder_.set_source_op(op_name(mm.op));
     };
     // Each result tile, its epilogue applied, into the next linear's a^T (transpose_to_kept) through the
@@ -543,6 +562,7 @@ class Lowerer {
     SIGHTLINE_ASSERT_MSG(!kept_here || transposed == tiles.size(), "the matmul kernel kept {} tiles, its dry run {}",
                          transposed, tiles.size());
     if (kept_here) kept->x_filled = true;
+    if (input_kept) kept_input_->filled = true;
     if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
@@ -1304,7 +1324,12 @@ class Lowerer {
         kernel_order_ = idlest_queue_order();
         builder_.set_queue_order(kernel_order_);
       }
+      plan_kept_input(graph, i, deferred);
       values[i] = lower_node(n, std::move(operands), dst);
+      if (kept_input_ && (kept_input_->reader == &n || (kept_input_->writer == &n && !kept_input_->filled))) {
+        builder_.free(kept_input_->tile);
+        kept_input_.reset();
+      }
       // A result kept in SBUF for the next linear: read from there when node i's kernel wrote it, else
       // (the group lowered op by op) loaded from where it went, as a prefetched activation.
       for (Prefetch& p : prefetches_) {
@@ -1401,9 +1426,12 @@ class Lowerer {
       });
     }
     if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };
+    const bool input_kept = node && kept_input_ && kept_input_->reader == node && kept_input_->filled &&
+                            descs[0].strides == contiguous_strides(descs[0].shape);
+    if (input_kept) hooks.input_rows = &kept_input_->tile;
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
-                               op_info(op).kind == OpKind::matmul || kept ? &hooks : nullptr);
+                               op_info(op).kind == OpKind::matmul || kept || input_kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
     if (kept && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
     if (takes_prefetch) took_prefetch(taken);
@@ -1546,6 +1574,7 @@ class Lowerer {
         for (size_t k = 0; k < p.weight.panels.size(); ++k) tiles.push_back({p.weight.panels.at(k), &p, false});
         if (p.weight.activation) tiles.push_back({*p.weight.activation, &p, true});
       }
+      if (kept_input_) tiles.push_back({kept_input_->tile, nullptr, false});
       std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
       for (const Held& h : tiles) {
         const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
@@ -1576,7 +1605,7 @@ class Lowerer {
         SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
       }
     }
-    for (const kernels::Tile& t : fillers) dry.free(t);
+    for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's placeholder stays, as the tile does
     SIGHTLINE_ASSERT(dry.sbuf_free_bytes() == builder_.sbuf_free_bytes());
     if (taken) copy = made.at(taken);
     return copy;
@@ -1684,6 +1713,33 @@ class Lowerer {
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
     if (!at_epilogue && op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
+  // with its residual add, then layer_norm): with ActivationChain::norms_in_sbuf an SBUF tile for every
+  // row tile of that result is allocated before the group (its dry run sees it: mirror_prefetches), the
+  // group's epilogue copies each result tile there beside its store, and the norm reads its rows from
+  // there instead of waiting for the store and loading them again. The group still stores its result (the
+  // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF.
+  void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred) {
+    if (!chain_norms_ || kept_input_) return;
+    const Node& n = graph.nodes[i];
+    if (n.kind != NodeKind::fused || n.fusion != FusionKind::matmul_epilogue || epilogue_has_views(*n.body)) return;
+    const Node* next = nullptr;
+    for (size_t j = i + 1; j < graph.nodes.size() && !next; ++j) {
+      const Node& m = graph.nodes[j];
+      if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
+      next = &m;
+    }
+    if (!next || next->kind != NodeKind::op || (next->op != OpId::layer_norm && next->op != OpId::rms_norm) ||
+        next->inputs.empty() || next->inputs[0] != static_cast<int>(i) || n.meta.shape.size() == 0)
+      return;
+    const int64_t cols = n.meta.shape.back(), parts = spec_.partitions;
+    if (cols == 0) return;
+    const int64_t tiles = (static_cast<int64_t>(n.meta.shape.product()) / cols + parts - 1) / parts;
+    const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
+    if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
+    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input")};
   }
 
   // A DMA-bound node's kernel moves its bytes for as long as it runs; a compute-bound one's traffic
@@ -1846,6 +1902,15 @@ class Lowerer {
   // (PrefetchReach::past_compute_bound; the metadata's "compiled.prefetched_ahead")
   std::vector<std::string> prefetched_ahead_;
   std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
+  // A matmul epilogue group's result kept in SBUF for the norm right after it (plan_kept_input): row
+  // tile t at columns [t * cols, (t + 1) * cols) of `tile`; filled once the group's kernel wrote it.
+  struct KeptInput {
+    const Node* writer = nullptr;
+    const Node* reader = nullptr;
+    kernels::Tile tile;
+    bool filled = false;
+  };
+  std::optional<KeptInput> kept_input_;
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op

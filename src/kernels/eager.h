@@ -98,6 +98,10 @@ struct EagerHooks {
   // they are stored to (`dst`, HBM): compile()'s lowering transposes them into the next linear's a^T
   // there (a norm's result kept in SBUF). Called whether or not the rows were stored in pieces.
   std::function<void(const AccessPattern& y, const AccessPattern& dst)> rows_computed;
+  // A normalization kernel of a contiguous input reads row tile t (rows [t * partitions, ...)) from
+  // columns [t * n, (t + 1) * n) of this tile instead of loading it: compile()'s lowering has the matmul
+  // epilogue before the norm write its result there (a norm's input kept in SBUF).
+  const struct Tile* input_rows = nullptr;
   const struct PrefetchedWeight* weight = nullptr;
 };
 

@@ -100,9 +100,13 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
   pipeline_staged(
       tiles.size(), buffers - 1, overlap ? stages : 1,
       [&](size_t i) {
-        loaded[i] = x_pool.next().rows(tiles[i].p);
-        b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
-                                      {{n, static_cast<int32_t>(l.in_col_stride)}}));
+        if (c.hooks && c.hooks->input_rows) {
+          loaded[i] = c.hooks->input_rows->region(0, tiles[i].p, static_cast<uint32_t>(i * n), n);
+        } else {
+          loaded[i] = x_pool.next().rows(tiles[i].p);
+          b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
+                                        {{n, static_cast<int32_t>(l.in_col_stride)}}));
+        }
         if (i == 0) after_first_load();
       },
       [&](size_t st, size_t i) {
@@ -153,13 +157,17 @@ void layer_norm_one_tile(EagerContext& c, const RowLayout& l, const std::optiona
   const TensorDesc& in = c.inputs[0];
   const uint32_t n = static_cast<uint32_t>(l.cols);
   const uint16_t p = static_cast<uint16_t>(l.rows);
-  const Tile x = b.sbuf(in.dtype, n, 0, "x"), y = b.sbuf(c.out.dtype, n, 0, "y");
+  const Tile y = b.sbuf(c.out.dtype, n, 0, "y");
   const Tile stats = b.sbuf(DType::f32, 3, 0, "moments");
-  b.load(x.rows(p), hbm_pattern(c.input_io[0], in.dtype, 0, p, l.in_row_stride,
-                                {{n, static_cast<int32_t>(l.in_col_stride)}}));
+  const bool kept = c.hooks && c.hooks->input_rows;  // x already in SBUF (EagerHooks::input_rows)
+  const Tile x = kept ? *c.hooks->input_rows : b.sbuf(in.dtype, n, 0, "x");
+  if (!kept) {
+    b.load(x.rows(p), hbm_pattern(c.input_io[0], in.dtype, 0, p, l.in_row_stride,
+                                  {{n, static_cast<int32_t>(l.in_col_stride)}}));
+  }
   load_parameter(c, 1, weight);
   load_parameter(c, 2, bias);
-  emit_layer_norm_center(b, y.rows(p), x.rows(p), stats, p);
+  emit_layer_norm_center(b, y.rows(p), x.region(0, p, 0, n), stats, p);
   const uint32_t half = (n + 1) / 2;
   for (uint32_t c0 = 0; c0 < n; c0 += half) {
     const uint32_t cols = std::min(half, n - c0);

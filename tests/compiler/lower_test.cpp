@@ -664,6 +664,29 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   EXPECT_EQ(kept_ns, run_ns(kept));
   EXPECT_LT(kept_ns, plain_ns);
 
+  // ESM-2's out projection with its residual add, the layer_norm, FC1 and the residual add after it: the
+  // projection's epilogue also copies each result tile into SBUF for the norm, which loads nothing, and
+  // the norm's result goes on into FC1's a^T; only FC1's residual add reads the sum back from scratch.
+  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
+    const Graph e = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor h = linear(in[0], in[1], in[2]) + in[0];
+          return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
+        },
+        {{{m, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
+         {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+    const device::Executable kept_e = lowered(e, ActivationChain::norms_in_sbuf);
+    const device::Executable plain_e = lowered(e, ActivationChain::through_hbm);
+    EXPECT_EQ(metadata(kept_e, "compiled.kept_activations"), "1") << m;
+    EXPECT_EQ(scratch_loads(kept_e), static_cast<uint64_t>(m) * 480 * 4) << m;
+    EXPECT_EQ(scratch_loads(plain_e), 3 * static_cast<uint64_t>(m) * 480 * 4) << m;
+    double kept_e_ns = 0, plain_e_ns = 0;
+    const auto ke = run(kept_e, &kept_e_ns), pe = run(plain_e, &plain_e_ns);
+    EXPECT_EQ(ke, pe) << m;
+    EXPECT_EQ(kept_e_ns, run_ns(kept_e)) << m;
+    EXPECT_LT(kept_e_ns, plain_e_ns) << m;
+  }
+
   // The user's RMSNorm (f32, one row loop of its own ops, as Llama's) between two linears: the first
   // linear's kernel prefetches the second's weight past the loop (a row loop plans no prefetch of its
   // own: PrefetchReach::past_compute_bound), and the loop transposes each row tile into its a^T the same
