@@ -1324,10 +1324,11 @@ class Lowerer {
         kernel_order_ = idlest_queue_order();
         builder_.set_queue_order(kernel_order_);
       }
-      plan_kept_input(graph, i, deferred);
+      plan_kept_input(graph, i, deferred, values);
       values[i] = lower_node(n, std::move(operands), dst);
       if (kept_input_ && (kept_input_->reader == &n || (kept_input_->writer == &n && !kept_input_->filled))) {
         builder_.free(kept_input_->tile);
+        for (const kernels::Tile& t : kept_input_->parameters) builder_.free(t);
         kept_input_.reset();
       }
       // A result kept in SBUF for the next linear: read from there when node i's kernel wrote it, else
@@ -1429,9 +1430,14 @@ class Lowerer {
     const bool input_kept = node && kept_input_ && kept_input_->reader == node && kept_input_->filled &&
                             descs[0].strides == contiguous_strides(descs[0].shape);
     if (input_kept) hooks.input_rows = &kept_input_->tile;
+    // The parameters, loaded before the group (whether or not it filled the rows).
+    if (node && kept_input_ && kept_input_->reader == node) {
+      for (size_t k = 0; k < kept_input_->parameters.size(); ++k) hooks.parameters[k] = &kept_input_->parameters[k];
+    }
+    const bool parameters_kept = node && kept_input_ && kept_input_->reader == node && !kept_input_->parameters.empty();
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
-                               op_info(op).kind == OpKind::matmul || kept || input_kept ? &hooks : nullptr);
+                               op_info(op).kind == OpKind::matmul || kept || input_kept || parameters_kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
     if (kept && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
     if (takes_prefetch) took_prefetch(taken);
@@ -1574,7 +1580,10 @@ class Lowerer {
         for (size_t k = 0; k < p.weight.panels.size(); ++k) tiles.push_back({p.weight.panels.at(k), &p, false});
         if (p.weight.activation) tiles.push_back({*p.weight.activation, &p, true});
       }
-      if (kept_input_) tiles.push_back({kept_input_->tile, nullptr, false});
+      if (kept_input_) {
+        tiles.push_back({kept_input_->tile, nullptr, false});
+        for (const kernels::Tile& t : kept_input_->parameters) tiles.push_back({t, nullptr, false});
+      }
       std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
       for (const Held& h : tiles) {
         const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
@@ -1721,7 +1730,7 @@ class Lowerer {
   // group's epilogue copies each result tile there beside its store, and the norm reads its rows from
   // there instead of waiting for the store and loading them again. The group still stores its result (the
   // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF.
-  void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred) {
+  void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred, const std::vector<Place>& values) {
     if (!chain_norms_ || kept_input_) return;
     const Node& n = graph.nodes[i];
     if (n.kind != NodeKind::fused || n.fusion != FusionKind::matmul_epilogue || epilogue_has_views(*n.body)) return;
@@ -1739,7 +1748,29 @@ class Lowerer {
     const int64_t tiles = (static_cast<int64_t>(n.meta.shape.product()) / cols + parts - 1) / parts;
     const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
     if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
-    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input")};
+    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input"), false, {}};
+    // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
+    // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
+    // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
+    // would only delay the group's own loads).
+    const size_t parameters = next->inputs.size() - 1;
+    bool loadable = parameters <= 2 && pending_prefetch();
+    for (size_t k = 1; loadable && k <= parameters; ++k) {
+      const int v = next->inputs[k];
+      loadable = v != kNoValue && graph.nodes[static_cast<size_t>(v)].kind == NodeKind::input &&
+                 argument_ios_.count(values[static_cast<size_t>(v)].io) &&
+                 values[static_cast<size_t>(v)].desc.shape.size() == 1 &&
+                 values[static_cast<size_t>(v)].desc.shape[0] == cols;
+    }
+    if (!loadable) return;
+    for (size_t k = 1; k <= parameters; ++k) {
+      const Place& w = values[static_cast<size_t>(next->inputs[k])];
+      const kernels::Tile t = builder_.sbuf(w.desc.dtype, static_cast<uint32_t>(cols), 0, "kept_norm_parameter");
+      builder_.set_source_op(op_name(next->op));
+      builder_.load_broadcast(t.ap(), kernels::hbm_pattern(builder_.view(w.io, w.offset, w.desc.dtype), w.desc.dtype, 0, 1, 0,
+                                                           {{static_cast<uint32_t>(cols), static_cast<int32_t>(w.desc.strides[0])}}));
+      kept_input_->parameters.push_back(t);
+    }
   }
 
   // A DMA-bound node's kernel moves its bytes for as long as it runs; a compute-bound one's traffic
@@ -1909,6 +1940,7 @@ class Lowerer {
     const Node* reader = nullptr;
     kernels::Tile tile;
     bool filled = false;
+    std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
   };
   std::optional<KeptInput> kept_input_;
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes

@@ -102,6 +102,10 @@ struct EagerHooks {
   // columns [t * n, (t + 1) * n) of this tile instead of loading it: compile()'s lowering has the matmul
   // epilogue before the norm write its result there (a norm's input kept in SBUF).
   const struct Tile* input_rows = nullptr;
+  // A normalization kernel's weight and bias (inputs 1 and 2), already broadcast to every partition of
+  // these tiles: compile()'s lowering loads them ahead of the kernel before, so that they do not queue
+  // behind the transfers that kernel leaves on the DMA queues (a weight's prefetch).
+  const struct Tile* parameters[2] = {nullptr, nullptr};
   const struct PrefetchedWeight* weight = nullptr;
 };
 

@@ -685,6 +685,15 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
     EXPECT_EQ(ke, pe) << m;
     EXPECT_EQ(kept_e_ns, run_ns(kept_e)) << m;
     EXPECT_LT(kept_e_ns, plain_e_ns) << m;
+    // FC1's weight prefetched from the out projection's kernel, past the norm: the norm's weight and bias
+    // then load ahead of that stream, into SBUF before the projection (plan_kept_input). The same bits.
+    const device::Executable reach_e = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
+                                             KernelQueues::from_first, PrefetchReach::past_compute_bound,
+                                             ActivationChain::norms_in_sbuf);
+    EXPECT_NE(metadata(reach_e, "compiled.prefetched_ahead"), "") << m;
+    double reach_ns = 0;
+    EXPECT_EQ(run(reach_e, &reach_ns), pe) << m;
+    EXPECT_EQ(reach_ns, run_ns(reach_e)) << m;
   }
 
   // The user's RMSNorm (f32, one row loop of its own ops, as Llama's) between two linears: the first
