@@ -571,12 +571,12 @@ class Lowerer {
 
   // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
   // SBUF [partitions, partitions] tile the caller's kernel scope frees.
-  kernels::Tile kept_identity(DType dtype) {
+  kernels::Tile kept_identity(DType dtype, device::Engine on = device::Engine::vector) {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const kernels::Tile identity = builder_.sbuf(dtype, parts, 0, "kept_identity");
     const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
     builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
-    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f);
+    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f, false, on);
     builder_.free(ramp);
     return identity;
   }
@@ -1481,7 +1481,8 @@ class Lowerer {
       return std::nullopt;
     KeptRows k;
     k.prefetch = &*kept;
-    k.identity = kept_identity(out.dtype);
+    // Built on GpSimd, beside the iota: a norm's first steps are the Vector engine's.
+    k.identity = kept_identity(out.dtype, device::Engine::gpsimd);
     k.psum = builder_.pool("kept_transposes", DType::f32, static_cast<uint32_t>(chunks * parts), kPsumBuffers,
                            device::Memory::psum);
     k.row_length = row_length;
