@@ -90,7 +90,8 @@ class Lowerer {
           bool idle_queues, PrefetchReach reach, ActivationChain chain)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
-        reach_(reach), chain_(chain == ActivationChain::in_sbuf) {}
+        reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
+        chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -195,10 +196,23 @@ class Lowerer {
   std::optional<Place> row_group(const Node& n, std::span<const Place> operands,
                                  const std::optional<Place>& dst) {
     Place out;
-    const std::optional<std::string> why = emit_row_program(builder_, row_program(*n.body, operands), [&] {
+    const RowProgram program = row_program(*n.body, operands);
+    // The group's result kept in SBUF for the linear after it (keep_rows), when the loop still fits
+    // beside the identity.
+    std::optional<KeptRows> kept = keep_rows(n, TensorDesc::contiguous(n.meta.dtype, n.meta.shape), [&](uint64_t bytes) {
+      return !row_program_unsupported(program, spec_, builder_.sbuf_free_bytes() - static_cast<uint32_t>(bytes));
+    });
+    RowsComputed hook;
+    if (kept) hook = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, out.offset); };
+    const std::optional<std::string> why = emit_row_program(builder_, program, [&] {
       out = dst ? *dst : scratch(n.meta);
       return RowOperand{out.io, out.offset, out.desc};
-    });
+    }, hook);
+    if (kept) {
+      builder_.free(kept->identity);
+      builder_.free(kept->psum);
+      if (!why && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
+    }
     if (why) {
       row_fallbacks_.push_back(*why);
       return std::nullopt;
@@ -330,6 +344,8 @@ class Lowerer {
     // boundaries, and each is transposed through its own PSUM accumulator (EagerHooks::after_epilogue).
     const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
     const bool keep = kept != prefetches_.end();
+    // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
+    const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
     size_t evacuated = 0;  // the dry run's after_epilogue calls
     {
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
@@ -340,7 +356,7 @@ class Lowerer {
       const std::optional<kernels::PrefetchedWeight> dry_weight =
           mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks plan;
-      plan.whole_rows = row_wide || keep;
+      plan.whole_rows = row_wide || keep || keep_rows_for_norm;
       plan.weight = dry_weight ? &*dry_weight : nullptr;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
@@ -440,18 +456,19 @@ class Lowerer {
       builder_.set_source_op(op_name(mm.op));
     };
     kernels::EagerHooks hooks;
-    hooks.whole_rows = row_wide || keep;
+    hooks.whole_rows = row_wide || keep || keep_rows_for_norm;
+    // Each tile whole rows from partition 0, at a multiple of the partitions.
+    bool input_kept = keep_rows_for_norm;
+    for (size_t t = 0; input_kept && t < tiles.size(); ++t) {
+      const device::AccessPattern& d = tiles[t].dst;
+      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+      input_kept = tiles[t].y.partition_start == 0 && d.dims[0].size == row_length && e0 % row_length == 0 &&
+                   e0 / row_length % parts == 0 && d.partition_stride == row_length;
+    }
     prefetch_hooks(hooks, taken);
     kernels::Tile identity;
     hooks.allocated = [&] {
-      if (kept_here) {
-        // The identity the transposes multiply by (as the attention kernel's), in the result's dtype.
-        identity = builder_.sbuf(meta.dtype, parts, 0, "kept_identity");
-        const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
-        builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
-        builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f);
-        builder_.free(ramp);
-      }
+      if (kept_here) identity = kept_identity(meta.dtype);
       for (size_t k = 1; k < chain.size(); ++k) {
         if (op_is_binary_elementwise(chain[k]->op)) {
           pools[k] = builder_.pool("epilogue_operand", meta.dtype, widest, kEpilogueBuffers);
@@ -494,13 +511,19 @@ class Lowerer {
         kernels::emit_binary(builder_, e.op, y, chain_first ? chain_value : operand,
                              chain_first ? operand : chain_value);
       }
+      if (input_kept) {
+        // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
+        builder_.set_source_op(op_name(chain.back()->op));
+        const int64_t tile_index = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype)) / row_length / parts;
+        builder_.tensor_scalar(device::AluOp::multiply,
+                               kept_input_->tile.region(0, y.partition_count, static_cast<uint32_t>(tile_index * row_length),
+                                                        static_cast<uint32_t>(row_length)),
+                               y, 1.0f, false, device::Engine::gpsimd);
+      }
       builder_.set_source_op(op_name(mm.op));
     };
-    // Each result tile, its epilogue applied, into the next linear's a^T: partition p of K tile kt holds
-    // column kt * partitions + p, one column per row of the result (kernels::allocate_linear_activation's
-    // layout). Transposed 128 columns at a time through the Tensor engine (tile^T = tile @ I, exact: one
-    // product by 1 and the rest by 0 per element) into the tile's PSUM accumulator, free once evacuated,
-    // and copied out alternately by the Vector and Scalar engines. Each tile's transposes are emitted
+    // Each result tile, its epilogue applied, into the next linear's a^T (transpose_to_kept) through the
+    // tile's PSUM accumulator, free once evacuated. Each tile's transposes are emitted
     // with the next tile's (the last's after the kernel): the Tensor engine runs in order, and a tile's
     // transposes wait for its evacuation and epilogue, which the next tile's matmuls need not. That
     // holds the tile's SBUF result buffer and PSUM bank one tile longer, which is safe while the matmul
@@ -517,30 +540,8 @@ class Lowerer {
     auto transpose = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
       const device::AccessPattern& d = tiles[transposed++].dst;
       const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-      const int64_t m0 = e0 / row_length, c0 = e0 % row_length,
-                    m_total = kept->weight.activation->free_elements / ((row_length + parts - 1) / parts);
-      const uint16_t mp = y.partition_count;
-      for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
-        const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
-        device::AccessPattern tp = acc;
-        tp.partition_start = 0;
-        tp.partition_count = w;
-        tp.dim_count = 1;
-        tp.dims[0] = {mp, 1};
-        tp.offset = acc.offset + uint64_t{j} * mp * 4;
-        device::AccessPattern st = y;
-        st.offset += uint64_t{c} * dtype_size(y.dtype);
-        st.dims[0].size = w;
-        builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
-        const int64_t kt = (c0 + c) / parts;
-        const device::AccessPattern at =
-            kept->weight.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
-        if (j % 2 == 0) {
-          builder_.copy(at, tp);
-        } else {
-          builder_.activate(ActFunc::identity, at, tp);
-        }
-      }
+      transpose_to_kept(kept->weight, identity, y, acc, e0 / row_length, e0 % row_length, row_length,
+                        y.partition_count);
     };
     if (kept_here) {
       hooks.after_epilogue = [&](const device::AccessPattern& y, const device::AccessPattern& acc) {
@@ -561,10 +562,59 @@ class Lowerer {
     SIGHTLINE_ASSERT_MSG(!kept_here || transposed == tiles.size(), "the matmul kernel kept {} tiles, its dry run {}",
                          transposed, tiles.size());
     if (kept_here) kept->x_filled = true;
+    if (input_kept) kept_input_->filled = true;
     if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
     return out;
+  }
+
+  // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
+  // SBUF [partitions, partitions] tile the caller's kernel scope frees.
+  kernels::Tile kept_identity(DType dtype, device::Engine on = device::Engine::vector) {
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const kernels::Tile identity = builder_.sbuf(dtype, parts, 0, "kept_identity");
+    const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
+    builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
+    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f, false, on);
+    builder_.free(ramp);
+    return identity;
+  }
+
+  // Rows `y` of a result kept in SBUF (on partitions from 0: rows m0.. of a [M, row_length] value, its
+  // columns c0..) into the next linear's a^T `kept.activation`: partition p of K tile kt holds column
+  // kt * partitions + p, one column per row of the value (kernels::allocate_linear_activation's layout).
+  // Transposed 128 columns at a time through the Tensor engine (y^T = y @ I, exact: one product by 1 and
+  // the rest by 0 per element) into [w, rows] pieces of the PSUM range `acc`, `piece_stride` f32
+  // elements apart (none straddling a bank), and copied out alternately by the Vector and Scalar engines.
+  // c0 is a multiple of the partitions.
+  void transpose_to_kept(const kernels::PrefetchedWeight& kept, const kernels::Tile& identity,
+                         const device::AccessPattern& y, const device::AccessPattern& acc, int64_t m0, int64_t c0,
+                         int64_t row_length, uint32_t piece_stride) {
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
+    const uint16_t mp = y.partition_count;
+    for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
+      const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
+      device::AccessPattern tp = acc;
+      tp.partition_start = 0;
+      tp.partition_count = w;
+      tp.dim_count = 1;
+      tp.dims[0] = {mp, 1};
+      tp.offset = acc.offset + uint64_t{j} * piece_stride * 4;
+      device::AccessPattern st = y;
+      st.offset += uint64_t{c} * dtype_size(y.dtype);
+      st.dims[0].size = w;
+      builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
+      const int64_t kt = (c0 + c) / parts;
+      const device::AccessPattern at =
+          kept.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
+      if (j % 2 == 0) {
+        builder_.copy(at, tp);
+      } else {
+        builder_.activate(ActFunc::identity, at, tp);
+      }
+    }
   }
 
   // A fused.matmul_epilogue node whose ops work on views of the result (the heads of a projection and
@@ -1152,7 +1202,7 @@ class Lowerer {
       }
       return lower_graph(*n.body, operands, body_result).front();
     }
-    if (!op_info(n.op).is_view) return kernel(n.op, std::move(operands), n.attrs, n.meta, dst);
+    if (!op_info(n.op).is_view) return kernel(n.op, std::move(operands), n.attrs, n.meta, dst, &n);
     if (std::optional<Place> view = apply_view(n.op, n.attrs, operands.front())) return *view;
     const Place& source = operands.front();
     const Place dense = kernel(OpId::contiguous, {source}, {}, {source.desc.shape, source.desc.dtype}, std::nullopt);
@@ -1274,7 +1324,13 @@ class Lowerer {
         kernel_order_ = idlest_queue_order();
         builder_.set_queue_order(kernel_order_);
       }
+      plan_kept_input(graph, i, deferred, values);
       values[i] = lower_node(n, std::move(operands), dst);
+      if (kept_input_ && (kept_input_->reader == &n || (kept_input_->writer == &n && !kept_input_->filled))) {
+        builder_.free(kept_input_->tile);
+        for (const kernels::Tile& t : kept_input_->parameters) builder_.free(t);
+        kept_input_.reset();
+      }
       // A result kept in SBUF for the next linear: read from there when node i's kernel wrote it, else
       // (the group lowered op by op) loaded from where it went, as a prefetched activation.
       for (Prefetch& p : prefetches_) {
@@ -1318,9 +1374,18 @@ class Lowerer {
     return out;
   }
 
-  // Emits the eager kernel of one op application straight into the program.
+  // A norm's kernel may write its result into the next linear's a^T as well (ActivationChain::in_sbuf):
+  // rms_norm and layer_norm, whose row tiles hold whole rows from partition 0, and a row loop (a user's
+  // RMSNorm), whose tiles do when its rows fit SBUF (keep_rows).
+  static bool keeps_rows(const Node& n) {
+    return (n.kind == NodeKind::op && (n.op == OpId::layer_norm || n.op == OpId::rms_norm)) ||
+           (n.kind == NodeKind::fused && n.fusion == FusionKind::rows);
+  }
+
+  // Emits the eager kernel of one op application straight into the program (of graph node `node`, when
+  // it is one: a norm whose result a prefetch keeps in SBUF, plan_weight_prefetch).
   Place kernel(OpId op, std::vector<Place> operands, OpAttrs attrs, const TensorMeta& meta,
-               const std::optional<Place>& dst) {
+               const std::optional<Place>& dst, const Node* node = nullptr) {
     // Each operand is cast to the dtype the kernel reads it in (elementwise_operand_dtype).
     std::vector<Tensor> views;
     for (const Place& p : operands) views.push_back(view_of(p));
@@ -1351,14 +1416,92 @@ class Lowerer {
     const bool takes_prefetch = taken != prefetches_.end();
     if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    // A norm kernel's row buffers (three, for_each_row_tile) and parameters beside the kept identity.
+    std::optional<KeptRows> kept;
+    if (node) {
+      kept = keep_rows(*node, out.desc, [&](uint64_t bytes) {
+        const uint64_t row = uint64_t(out.desc.shape.back()), es = dtype_size(out.desc.dtype);
+        const uint64_t need = 3 * (row * (dtype_size(descs[0].dtype) + es) + 128) +
+                              (descs.size() - 1) * ((row * es + 63) / 64 * 64) + 2 * 4 * 64;
+        return bytes + need <= builder_.sbuf_free_bytes();
+      });
+    }
+    if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };
+    const bool input_kept = node && kept_input_ && kept_input_->reader == node && kept_input_->filled &&
+                            descs[0].strides == contiguous_strides(descs[0].shape);
+    if (input_kept) hooks.input_rows = &kept_input_->tile;
+    // The parameters, loaded before the group (whether or not it filled the rows).
+    if (node && kept_input_ && kept_input_->reader == node) {
+      for (size_t k = 0; k < kept_input_->parameters.size(); ++k) hooks.parameters[k] = &kept_input_->parameters[k];
+    }
+    const bool parameters_kept = node && kept_input_ && kept_input_->reader == node && !kept_input_->parameters.empty();
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
-                               op_info(op).kind == OpKind::matmul ? &hooks : nullptr);
+                               op_info(op).kind == OpKind::matmul || kept || input_kept || parameters_kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
+    if (kept && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
     if (takes_prefetch) took_prefetch(taken);
     ++kernel_count_;
     return out;
   }
+
+  // Norm node n's result kept in SBUF for the linear after it, when a prefetch holds that linear's a^T
+  // for it (plan_weight_prefetch): the identity and a PSUM ring for the transposes, allocated before
+  // n's kernel (the caller frees them), and transpose_rows, which the kernel's hook (rows_computed)
+  // calls on each row tile right after computing it and emitting its store, so the linear waits for
+  // neither the store nor a reload. The kernel still stores its result (its other readers, and a linear
+  // whose kernel cannot take the a^T, read it there). nullopt (nothing allocated) when the rows do not
+  // map onto the a^T or `fits(bytes)` says the kernel would not fit beside the identity's bytes; the
+  // linear then loads the stored result as a prefetched activation (lower_graph), as it does when the
+  // kernel did not transpose every row (a row loop's tiles of column chunks).
+  struct Prefetch;
+  struct KeptRows {
+    Prefetch* prefetch = nullptr;
+    kernels::Tile identity;
+    kernels::TilePool psum;
+    int64_t row_length = 0, rows = 0, transposed = 0;  // rows transposed so far
+  };
+  std::optional<KeptRows> keep_rows(const Node& n, const TensorDesc& out, const std::function<bool(uint64_t)>& fits) {
+    if (!keeps_rows(n)) return std::nullopt;
+    const auto kept = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& p) { return p.x_on_chip == &n; });
+    if (kept == prefetches_.end() || !kept->weight.activation || out.shape.size() == 0) return std::nullopt;
+    const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
+    const int64_t row_length = out.shape.back();
+    if (row_length == 0) return std::nullopt;
+    const int64_t rows = static_cast<int64_t>(out.shape.product()) / row_length, chunks = (row_length + parts - 1) / parts;
+    if (out.strides != contiguous_strides(out.shape) || out.dtype != kept->weight.x.dtype ||
+        kept->weight.activation->free_elements != static_cast<uint64_t>(chunks * rows))
+      return std::nullopt;
+    const auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
+    const uint64_t identity_bytes = aligned(uint64_t{parts} * dtype_size(out.dtype)) + uint64_t{parts} * 4;
+    // Two row tiles' transposes in flight: a PSUM range of every chunk of a row tile each.
+    constexpr size_t kPsumBuffers = 2;
+    const uint64_t psum_bytes = kPsumBuffers * aligned(uint64_t(chunks) * parts * 4);
+    if (identity_bytes > builder_.sbuf_free_bytes() || !fits(identity_bytes) || psum_bytes > builder_.psum_free_bytes())
+      return std::nullopt;
+    KeptRows k;
+    k.prefetch = &*kept;
+    // Built on GpSimd, beside the iota: a norm's first steps are the Vector engine's.
+    k.identity = kept_identity(out.dtype, device::Engine::gpsimd);
+    k.psum = builder_.pool("kept_transposes", DType::f32, static_cast<uint32_t>(chunks * parts), kPsumBuffers,
+                           device::Memory::psum);
+    k.row_length = row_length;
+    k.rows = rows;
+    return k;
+  }
+
+  // Rows `y` of a kept norm result, stored to `dst` (whose tensor holds the result from element `base`),
+  // into the a^T. The PSUM ring's ranges are bank-aligned, a chunk's piece 128 f32 apart.
+  void transpose_rows(KeptRows& k, const device::AccessPattern& y, const device::AccessPattern& dst, int64_t base) {
+    const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype)) - base;
+    if (e0 % k.row_length != 0 || dst.partition_stride != k.row_length || y.partition_start != 0 ||
+        y.dim_count != 1 || y.dims[0].stride != 1 || int64_t{y.dims[0].size} != k.row_length)
+      return;
+    transpose_to_kept(k.prefetch->weight, k.identity, y, k.psum.next().ap(), e0 / k.row_length, 0, k.row_length,
+                      spec_.partitions);
+    k.transposed += y.partition_count;
+  }
+
 
   // A weight prefetched for a linear ahead (plan_weight_prefetch), until the linear reads it.
   struct Prefetch {
@@ -1421,10 +1564,40 @@ class Lowerer {
     std::optional<kernels::PrefetchedWeight> copy;
     std::vector<kernels::Tile> fillers;
     std::map<const Prefetch*, kernels::PrefetchedWeight> made;
+    // A weight's panels need not be one range (the first may have gone into a hole that later ones did
+    // not fit): so the dry builder first gets fillers around every tile of the prefetches and a
+    // placeholder on each tile's range; each unit's placeholders are freed right before it is allocated,
+    // so that the only free ranges below the last tile are that unit's own, which first fit fills in
+    // order, as in the program.
+    std::map<std::pair<const Prefetch*, bool>, std::vector<kernels::Tile>> placeholders;
+    {
+      struct Held {
+        kernels::Tile tile;
+        const Prefetch* owner;
+        bool activation;
+      };
+      std::vector<Held> tiles;
+      for (const Prefetch& p : prefetches_) {
+        for (size_t k = 0; k < p.weight.panels.size(); ++k) tiles.push_back({p.weight.panels.at(k), &p, false});
+        if (p.weight.activation) tiles.push_back({*p.weight.activation, &p, true});
+      }
+      if (kept_input_) {
+        tiles.push_back({kept_input_->tile, nullptr, false});
+        for (const kernels::Tile& t : kept_input_->parameters) tiles.push_back({t, nullptr, false});
+      }
+      std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
+      for (const Held& h : tiles) {
+        const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
+        const uint32_t next = (used + 63) / 64 * 64;
+        if (h.tile.offset > next)
+          fillers.push_back(dry.sbuf(DType::f32, (h.tile.offset - next) / 4, 0, "between_kernels"));
+        const kernels::Tile t = dry.sbuf(h.tile.dtype, h.tile.free_elements, 0, "placeholder");
+        SIGHTLINE_ASSERT(t.offset == h.tile.offset);
+        placeholders[{h.owner, h.activation}].push_back(t);
+      }
+    }
     for (const Unit& u : units) {
-      const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
-      const uint32_t next = (used + 63) / 64 * 64;
-      if (u.offset > next) fillers.push_back(dry.sbuf(DType::f32, (u.offset - next) / 4, 0, "between_kernels"));
+      for (const kernels::Tile& t : placeholders.at({u.owner, u.activation})) dry.free(t);
       kernels::PrefetchedWeight& w = made[u.owner];
       w.weight = u.owner->weight.weight;
       if (!u.activation) {
@@ -1442,7 +1615,7 @@ class Lowerer {
         SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
       }
     }
-    for (const kernels::Tile& t : fillers) dry.free(t);
+    for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's placeholder stays, as the tile does
     SIGHTLINE_ASSERT(dry.sbuf_free_bytes() == builder_.sbuf_free_bytes());
     if (taken) copy = made.at(taken);
     return copy;
@@ -1520,8 +1693,10 @@ class Lowerer {
     // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
     // prefetch of no panels, only the activation.
     const Node& before = graph.nodes[before_linear];
-    const bool keepable = chain_ && linear->first == before_linear && before.kind == NodeKind::fused &&
-                          before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body);
+    const bool keepable = linear->first == before_linear &&
+                          ((chain_groups_ && before.kind == NodeKind::fused &&
+                            before.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*before.body)) ||
+                           (chain_norms_ && keeps_rows(before)));
     if (!panels && !keepable) return;
     if (!panels) panels = kernels::PrefetchedWeight{weight.desc, {}, std::nullopt, {}};
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
@@ -1536,10 +1711,11 @@ class Lowerer {
                keepable &&
                kernels::allocate_linear_activation(builder_, p.weight, TensorDesc::contiguous(made.meta.dtype, made.meta.shape),
                                                    budget)) {
-      // The linear reads the result of the matmul epilogue group right before it: the group's epilogue
-      // writes it into the a^T straight from its result tiles (epilogue_group), so the linear neither
-      // waits for the group's stores nor reloads them. It takes a budget of its own beside the weight's:
-      // it stands for the group's result, which its kernel holds in SBUF tile by tile anyway.
+      // The linear reads the result of the matmul epilogue group (or the norm) right before it: the
+      // group's epilogue writes it into the a^T straight from its result tiles (epilogue_group; a norm's
+      // kernel from its row tiles, norm_kernel), so the linear neither waits for the group's stores nor
+      // reloads them. It takes a budget of its own beside the weight's: it stands for the group's result,
+      // which its kernel holds in SBUF tile by tile anyway.
       p.x_on_chip = &made;
     } else if (p.weight.panels.size() == 0) {
       return;  // nothing to prefetch
@@ -1547,6 +1723,55 @@ class Lowerer {
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
     if (!at_epilogue && op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+  }
+
+  // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
+  // with its residual add, then layer_norm): with ActivationChain::norms_in_sbuf an SBUF tile for every
+  // row tile of that result is allocated before the group (its dry run sees it: mirror_prefetches), the
+  // group's epilogue copies each result tile there beside its store, and the norm reads its rows from
+  // there instead of waiting for the store and loading them again. The group still stores its result (the
+  // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF.
+  void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred, const std::vector<Place>& values) {
+    if (!chain_norms_ || kept_input_) return;
+    const Node& n = graph.nodes[i];
+    if (n.kind != NodeKind::fused || n.fusion != FusionKind::matmul_epilogue || epilogue_has_views(*n.body)) return;
+    const Node* next = nullptr;
+    for (size_t j = i + 1; j < graph.nodes.size() && !next; ++j) {
+      const Node& m = graph.nodes[j];
+      if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
+      next = &m;
+    }
+    if (!next || next->kind != NodeKind::op || (next->op != OpId::layer_norm && next->op != OpId::rms_norm) ||
+        next->inputs.empty() || next->inputs[0] != static_cast<int>(i) || n.meta.shape.size() == 0)
+      return;
+    const int64_t cols = n.meta.shape.back(), parts = spec_.partitions;
+    if (cols == 0) return;
+    const int64_t tiles = (static_cast<int64_t>(n.meta.shape.product()) / cols + parts - 1) / parts;
+    const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
+    if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
+    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input"), false, {}};
+    // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
+    // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
+    // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
+    // would only delay the group's own loads).
+    const size_t parameters = next->inputs.size() - 1;
+    bool loadable = parameters <= 2 && pending_prefetch();
+    for (size_t k = 1; loadable && k <= parameters; ++k) {
+      const int v = next->inputs[k];
+      loadable = v != kNoValue && graph.nodes[static_cast<size_t>(v)].kind == NodeKind::input &&
+                 argument_ios_.count(values[static_cast<size_t>(v)].io) &&
+                 values[static_cast<size_t>(v)].desc.shape.size() == 1 &&
+                 values[static_cast<size_t>(v)].desc.shape[0] == cols;
+    }
+    if (!loadable) return;
+    for (size_t k = 1; k <= parameters; ++k) {
+      const Place& w = values[static_cast<size_t>(next->inputs[k])];
+      const kernels::Tile t = builder_.sbuf(w.desc.dtype, static_cast<uint32_t>(cols), 0, "kept_norm_parameter");
+      builder_.set_source_op(op_name(next->op));
+      builder_.load_broadcast(t.ap(), kernels::hbm_pattern(builder_.view(w.io, w.offset, w.desc.dtype), w.desc.dtype, 0, 1, 0,
+                                                           {{static_cast<uint32_t>(cols), static_cast<int32_t>(w.desc.strides[0])}}));
+      kept_input_->parameters.push_back(t);
+    }
   }
 
   // A DMA-bound node's kernel moves its bytes for as long as it runs; a compute-bound one's traffic
@@ -1702,11 +1927,23 @@ class Lowerer {
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
   int kept_activations_ = 0;                // ... of those, the result of the kernel before, kept in SBUF
-  bool chain_ = false;  // a linear's input may be the kernel before's result kept in SBUF (ActivationChain)
+  // A linear's input may be the kernel before's result kept in SBUF (ActivationChain): a matmul epilogue
+  // group's, a norm's.
+  bool chain_groups_ = false, chain_norms_ = false;
   // "i>j" for each prefetch node i's kernel started for the linear at node j past kernels between
   // (PrefetchReach::past_compute_bound; the metadata's "compiled.prefetched_ahead")
   std::vector<std::string> prefetched_ahead_;
   std::vector<Prefetch> prefetches_;  // weights prefetched for linears ahead, until they read them
+  // A matmul epilogue group's result kept in SBUF for the norm right after it (plan_kept_input): row
+  // tile t at columns [t * cols, (t + 1) * cols) of `tile`; filled once the group's kernel wrote it.
+  struct KeptInput {
+    const Node* writer = nullptr;
+    const Node* reader = nullptr;
+    kernels::Tile tile;
+    bool filled = false;
+    std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
+  };
+  std::optional<KeptInput> kept_input_;
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
@@ -1841,9 +2078,11 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     const double before = best_ns;
     keep_if_faster(lowered(best_p, best_q, best_idle, PrefetchReach::past_compute_bound), best_p, best_q, best_idle);
     if (best_ns < before) best_r = PrefetchReach::past_compute_bound;
-    // The fastest, with the results of matmul epilogue groups kept in SBUF for the linears after them
-    // (ActivationChain); a program with nothing kept is the same one and is not timed again.
-    keep_if_faster(lowered(best_p, best_q, best_idle, best_r, ActivationChain::in_sbuf), best_p, best_q, best_idle);
+    // The fastest, with the results of matmul epilogue groups and norms kept in SBUF for the linears
+    // after them, and with only the norms' (ActivationChain); a program with nothing kept is the same one
+    // and is not timed again.
+    for (const ActivationChain c : {ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf})
+      keep_if_faster(lowered(best_p, best_q, best_idle, best_r, c), best_p, best_q, best_idle);
   }
   return best;
 }

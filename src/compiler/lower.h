@@ -101,9 +101,11 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // is too large to prefetch): the group's kernel transposes each result tile, its epilogue applied,
 // through the Tensor engine into that a^T, so the linear loads no activation and waits for none of the
 // group's stores. The group still stores its result (a linear whose kernel cannot take the a^T loads
-// it). The values are the same bits either way. With WeightPrefetch::best, lower() times the fastest
-// placement with it and keeps it when faster; the executable's "compiled.kept_activations" counts them.
-enum class ActivationChain : uint8_t { through_hbm, in_sbuf };
+// it). The values are the same bits either way. A norm's result (rms_norm, layer_norm: the one before
+// FC1, or before q) is kept the same way, its kernel transposing each row tile into the a^T;
+// `norms_in_sbuf` keeps only those, `in_sbuf` both. With WeightPrefetch::best, lower() times the fastest
+// placement with each and keeps the fastest; the executable's "compiled.kept_activations" counts them.
+enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,

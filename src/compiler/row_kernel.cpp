@@ -695,6 +695,8 @@ class Emitter {
   Emitter(KernelBuilder& b, const RowProgram& p, const Plan& plan)
       : b_(b), p_(p), plan_(plan) {}
 
+  RowsComputed rows_computed_;  // emit_row_program's caller's, called for each tile of whole rows
+
   void run(const RowOperand& out) {
     const size_t inputs = p_.inputs.size();
     const ValueInfo& root = plan_.values.back();
@@ -785,11 +787,13 @@ class Emitter {
       const uint32_t w = root.wide ? tile.free : 1;
       const int64_t col_stride = out_strides.back();
       b_.set_source_op(op_name(p_.steps.back().op));
-      b_.store(
+      const AccessPattern dst =
           kernels::hbm_pattern(out.io, out.desc.dtype,
                                out.offset + tile.offset.back() + (root.wide ? tile.c0 * col_stride : 0),
-                               tile.partitions, row_stride.back(), {{w, static_cast<int32_t>(col_stride)}}),
-          value(p_.inputs.size() + p_.steps.size() - 1, tile.partitions, tile.free));
+                               tile.partitions, row_stride.back(), {{w, static_cast<int32_t>(col_stride)}});
+      const AccessPattern y = value(p_.inputs.size() + p_.steps.size() - 1, tile.partitions, tile.free);
+      b_.store(dst, y);
+      if (rows_computed_ && root.wide && tile.c0 == 0 && int64_t{tile.free} == p_.cols) rows_computed_(y, dst);
       loaded[t].clear();
       slots[t].clear();
     };
@@ -982,7 +986,8 @@ std::optional<std::string> row_program_unsupported(const RowProgram& program, co
 }
 
 std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& program,
-                                            const std::function<RowOperand()>& output) {
+                                            const std::function<RowOperand()>& output,
+                                            const RowsComputed& rows_computed) {
   std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
   Plan& plan = std::get<Plan>(planned);
@@ -1011,6 +1016,7 @@ std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& 
   }
   const RowOperand out = output();
   Emitter emitter(b, program, plan);
+  emitter.rows_computed_ = rows_computed;
   emitter.run(out);
   emitter.release();
   return std::nullopt;

@@ -78,10 +78,17 @@ struct RowProgram {
 std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
                                                    uint32_t sbuf_bytes);
 
+// Called with a row tile's result `y` (SBUF, the tile's rows on partitions from 0) and the output rows
+// it is stored to (`dst`, HBM), right after its store is emitted, for each tile that holds whole rows
+// of a full-row result (compile()'s lowering transposes them into the next linear's a^T: a norm's
+// result kept in SBUF).
+using RowsComputed = std::function<void(const device::AccessPattern& y, const device::AccessPattern& dst)>;
+
 // Emits `program` through `b`: `output` is called once, after the program is known to fit, for where
 // the result goes (a view of shape [lead..., last dim of the result]). Returns the reason and emits
 // nothing when the program is unsupported (see above). Tiles are freed again before returning.
 std::optional<std::string> emit_row_program(kernels::KernelBuilder& b, const RowProgram& program,
-                                            const std::function<RowOperand()>& output);
+                                            const std::function<RowOperand()>& output,
+                                            const RowsComputed& rows_computed = {});
 
 }  // namespace sightline::compiler

@@ -103,8 +103,9 @@ void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                   info.name, input_tensors.size(), inputs.size());
   // A caller that labels the attention kernel's phases names every instruction itself.
   if (!(hooks && hooks->attention_phase)) b.set_source_op(info.name);
-  SIGHTLINE_CHECK(hooks == nullptr || info.kind == OpKind::matmul || op == OpId::scaled_dot_product_attention,
-                  "{}: only matmul, linear and attention kernels take hooks", info.name);
+  SIGHTLINE_CHECK(hooks == nullptr || info.kind == OpKind::matmul || info.kind == OpKind::normalization ||
+                      op == OpId::scaled_dot_product_attention,
+                  "{}: only matmul, linear, normalization and attention kernels take hooks", info.name);
   EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor, hooks};
   c.more_out = more_out;
   c.more_out_io.assign(more_out_tensors.begin(), more_out_tensors.end());

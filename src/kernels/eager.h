@@ -93,6 +93,19 @@ struct EagerHooks {
   // may put work of its own through it (compile()'s lowering transposes the result tile into the next
   // linear's a^T there: a result kept in SBUF). Only a matmul kernel's resident schedule calls it.
   std::function<void(const AccessPattern& y, const AccessPattern& acc)> after_epilogue;
+  // A normalization kernel (rms_norm, layer_norm) calls it once per row tile, right after the
+  // instructions that compute the tile's whole rows `y` (SBUF, from partition 0), with the output rows
+  // they are stored to (`dst`, HBM): compile()'s lowering transposes them into the next linear's a^T
+  // there (a norm's result kept in SBUF). Called whether or not the rows were stored in pieces.
+  std::function<void(const AccessPattern& y, const AccessPattern& dst)> rows_computed;
+  // A normalization kernel of a contiguous input reads row tile t (rows [t * partitions, ...)) from
+  // columns [t * n, (t + 1) * n) of this tile instead of loading it: compile()'s lowering has the matmul
+  // epilogue before the norm write its result there (a norm's input kept in SBUF).
+  const struct Tile* input_rows = nullptr;
+  // A normalization kernel's weight and bias (inputs 1 and 2), already broadcast to every partition of
+  // these tiles: compile()'s lowering loads them ahead of the kernel before, so that they do not queue
+  // behind the transfers that kernel leaves on the DMA queues (a weight's prefetch).
+  const struct Tile* parameters[2] = {nullptr, nullptr};
   const struct PrefetchedWeight* weight = nullptr;
 };
 

@@ -20,7 +20,7 @@ struct EagerContext {
   const TensorDesc& out;
   std::vector<uint32_t> input_io;  // I/O index of each input
   uint32_t out_io = 0;
-  const EagerHooks* hooks = nullptr;  // matmul / linear only (emit_eager_kernel)
+  const EagerHooks* hooks = nullptr;  // matmul / linear and the normalizations (emit_eager_kernel)
   // The outputs after the first of an op of several (topk's indices) and their I/O indices.
   std::span<const TensorDesc> more_out = {};
   std::vector<uint32_t> more_out_io = {};

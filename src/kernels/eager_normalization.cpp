@@ -91,17 +91,22 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
   auto run_stage = [&](size_t st, size_t i) {
     stage(st, i, loaded[i], outputs[i], tiles[i].p);
     if (st + 1 < stages) return;
-    b.store(hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, tiles[i].p, l.out_row_stride,
-                        {{n, static_cast<int32_t>(l.out_col_stride)}}),
-            outputs[i]);
+    const AccessPattern dst = hbm_pattern(c.out_io, c.out.dtype, tiles[i].out_offset, tiles[i].p, l.out_row_stride,
+                                          {{n, static_cast<int32_t>(l.out_col_stride)}});
+    b.store(dst, outputs[i]);
+    if (c.hooks && c.hooks->rows_computed) c.hooks->rows_computed(outputs[i], dst);
   };
   // A load may only run ahead into a buffer no earlier tile still uses; only stage 0 reads x.
   pipeline_staged(
       tiles.size(), buffers - 1, overlap ? stages : 1,
       [&](size_t i) {
-        loaded[i] = x_pool.next().rows(tiles[i].p);
-        b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
-                                      {{n, static_cast<int32_t>(l.in_col_stride)}}));
+        if (c.hooks && c.hooks->input_rows) {
+          loaded[i] = c.hooks->input_rows->region(0, tiles[i].p, static_cast<uint32_t>(i * n), n);
+        } else {
+          loaded[i] = x_pool.next().rows(tiles[i].p);
+          b.load(loaded[i], hbm_pattern(c.input_io[0], in.dtype, tiles[i].in_offset, tiles[i].p, l.in_row_stride,
+                                        {{n, static_cast<int32_t>(l.in_col_stride)}}));
+        }
         if (i == 0) after_first_load();
       },
       [&](size_t st, size_t i) {
@@ -119,11 +124,12 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
 // tiles' buffers, loaded once (load_parameter) after the first row tile's load.
 std::optional<Tile> allocate_parameter(EagerContext& c, size_t input, uint32_t n, const char* name) {
   if (input >= c.inputs.size()) return std::nullopt;
+  if (c.hooks && c.hooks->parameters[input - 1]) return *c.hooks->parameters[input - 1];  // loaded already
   return c.b.sbuf(c.inputs[input].dtype, n, 0, name);
 }
 
 void load_parameter(EagerContext& c, size_t input, const std::optional<Tile>& tile) {
-  if (!tile) return;
+  if (!tile || (c.hooks && c.hooks->parameters[input - 1])) return;
   const TensorDesc& t = c.inputs[input];
   c.b.load_broadcast(tile->ap(), hbm_pattern(c.input_io[input], t.dtype, 0, 1, 0,
                                              {{tile->free_elements, static_cast<int32_t>(t.strides[0])}}));
@@ -152,13 +158,17 @@ void layer_norm_one_tile(EagerContext& c, const RowLayout& l, const std::optiona
   const TensorDesc& in = c.inputs[0];
   const uint32_t n = static_cast<uint32_t>(l.cols);
   const uint16_t p = static_cast<uint16_t>(l.rows);
-  const Tile x = b.sbuf(in.dtype, n, 0, "x"), y = b.sbuf(c.out.dtype, n, 0, "y");
+  const Tile y = b.sbuf(c.out.dtype, n, 0, "y");
   const Tile stats = b.sbuf(DType::f32, 3, 0, "moments");
-  b.load(x.rows(p), hbm_pattern(c.input_io[0], in.dtype, 0, p, l.in_row_stride,
-                                {{n, static_cast<int32_t>(l.in_col_stride)}}));
+  const bool kept = c.hooks && c.hooks->input_rows;  // x already in SBUF (EagerHooks::input_rows)
+  const Tile x = kept ? *c.hooks->input_rows : b.sbuf(in.dtype, n, 0, "x");
+  if (!kept) {
+    b.load(x.rows(p), hbm_pattern(c.input_io[0], in.dtype, 0, p, l.in_row_stride,
+                                  {{n, static_cast<int32_t>(l.in_col_stride)}}));
+  }
   load_parameter(c, 1, weight);
   load_parameter(c, 2, bias);
-  emit_layer_norm_center(b, y.rows(p), x.rows(p), stats, p);
+  emit_layer_norm_center(b, y.rows(p), x.region(0, p, 0, n), stats, p);
   const uint32_t half = (n + 1) / 2;
   for (uint32_t c0 = 0; c0 < n; c0 += half) {
     const uint32_t cols = std::min(half, n - c0);
@@ -169,6 +179,10 @@ void layer_norm_one_tile(EagerContext& c, const RowLayout& l, const std::optiona
     b.store(hbm_pattern(c.out_io, c.out.dtype, c0 * l.out_col_stride, p, l.out_row_stride,
                         {{cols, static_cast<int32_t>(l.out_col_stride)}}),
             yc);
+  }
+  if (c.hooks && c.hooks->rows_computed) {
+    c.hooks->rows_computed(y.rows(p), hbm_pattern(c.out_io, c.out.dtype, 0, p, l.out_row_stride,
+                                                  {{n, static_cast<int32_t>(l.out_col_stride)}}));
   }
 }
 

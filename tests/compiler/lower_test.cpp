@@ -548,6 +548,181 @@ TEST(Lowering, MlpKeepsItsIntermediateInSbufForTheNextLinear) {
   EXPECT_EQ(fallback, lowered(large, ActivationChain::through_hbm));
 }
 
+// A norm feeding a linear (ESM-2's layer_norm before FC1, Llama's rms_norm before its projections):
+// with ActivationChain::norms_in_sbuf (and in_sbuf) the norm's kernel transposes each row tile into the
+// linear's a^T in SBUF right after computing it, so the linear neither waits for the norm's store nor
+// loads it back; the norm still stores its result, which a second reader (here an output) reads. The
+// outputs are the same bits, the modeled time the same functional or timing-only, and at ESM-2's shape
+// lower, where norms_in_sbuf is timed among the placements, keeps it where it is faster.
+TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const auto lowered = [&](const Graph& g, ActivationChain chain) {
+    return lower(g, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
+                 KernelQueues::from_first, PrefetchReach::next_kernel, chain);
+  };
+  const auto scratch_loads = [](const device::Executable& exe) {
+    uint64_t bytes = 0;
+    for (const auto& queue : exe.dma_queues) {
+      for (const device::Instruction& in : queue) {
+        if (in.src0.memory == device::Memory::hbm && exe.io[in.src0.tensor].kind == device::IoKind::scratch)
+          bytes += in.src0.bytes();
+      }
+    }
+    return bytes;
+  };
+  // Every output's bytes after a functional run on the same inputs (16-bit floats: the top half of an
+  // f32), and the modeled time.
+  const auto run = [&](const device::Executable& exe, double* ns) {
+    device::Core core(spec);
+    std::vector<uint64_t> addresses;
+    uint32_t seed = 1;
+    for (const device::IoTensor& t : exe.io) {
+      addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+      if (t.kind != device::IoKind::input) continue;
+      std::vector<float> values(t.bytes() / dtype_size(t.dtype));
+      if (t.name.starts_with("const_")) {
+        const std::vector<double> c = constant_values(exe, t);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(c[i]);
+      } else {
+        for (float& v : values) {
+          seed = seed * 1664525u + 1013904223u;
+          v = static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) - 0.5f;
+        }
+      }
+      std::vector<uint8_t> bytes(t.bytes());
+      for (size_t i = 0; i < values.size(); ++i) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &values[i], 4);
+        if (dtype_size(t.dtype) == 2) {
+          const uint16_t half = static_cast<uint16_t>(bits >> 16);
+          std::memcpy(bytes.data() + 2 * i, &half, 2);
+        } else {
+          std::memcpy(bytes.data() + 4 * i, &bits, 4);
+        }
+      }
+      core.hbm_write(addresses.back(), bytes.data(), t.bytes());
+    }
+    *ns = core.run(exe, addresses, {.functional = true, .record = false}).duration_ns;
+    std::vector<std::vector<uint8_t>> out;
+    for (size_t k = 0; k < exe.io.size(); ++k) {
+      if (exe.io[k].kind != device::IoKind::output) continue;
+      out.emplace_back(exe.io[k].bytes());
+      core.hbm_read(addresses[k], out.back().data(), exe.io[k].bytes());
+    }
+    return out;
+  };
+  // ESM-2's FC1: gelu(linear(layer_norm(x), w1, b1)), 480 -> 1920, f32, at 128 rows (one row tile) and
+  // 512 (four); the norm's result also returned, so its store stays.
+  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
+    const Graph g = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor h = layer_norm(in[0], in[1], in[2]);
+          return std::vector<Tensor>{gelu(linear(h, in[3], in[4])), h};
+        },
+        {{{m, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32}, {{1920, 480}, DType::f32},
+         {{1920}, DType::f32}});
+    const device::Executable kept = lowered(g, ActivationChain::norms_in_sbuf);
+    const device::Executable plain = lowered(g, ActivationChain::through_hbm);
+    EXPECT_EQ(metadata(kept, "compiled.kept_activations"), "1") << m;
+    EXPECT_EQ(metadata(plain, "compiled.kept_activations"), "") << m;
+    EXPECT_EQ(metadata(kept, "compiled.prefetched_weights"), "1") << m;
+    EXPECT_EQ(metadata(plain, "compiled.prefetched_activations"), "0") << m;
+    // The linear reads no output back either: the norm's result went to out1, which only it stores.
+    uint64_t out1_loads = 0;
+    for (const auto& queue : kept.dma_queues) {
+      for (const device::Instruction& in : queue) {
+        if (in.src0.memory == device::Memory::hbm && kept.io[in.src0.tensor].kind == device::IoKind::output)
+          out1_loads += in.src0.bytes();
+      }
+    }
+    EXPECT_EQ(out1_loads, 0u) << m;
+    double kept_ns = 0, plain_ns = 0;
+    const auto a = run(kept, &kept_ns), b = run(plain, &plain_ns);
+    ASSERT_EQ(a.size(), 2u);
+    EXPECT_EQ(a, b) << m;
+    EXPECT_EQ(kept_ns, run_ns(kept)) << m;  // functional and timing-only: the same modeled time
+    EXPECT_LT(kept_ns, plain_ns) << m;
+    std::printf("layer_norm %lld x 480 -> linear 1920: %.1f ns kept in SBUF, %.1f ns through HBM\n",
+                static_cast<long long>(m), kept_ns, plain_ns);
+    EXPECT_LE(run_ns(lower(g, spec, "norm_linear")), plain_ns) << m;
+  }
+  // rms_norm (bf16, 256 rows of 512) into a linear without bias, its result read only by it: kept, the
+  // same bits, and the norm's store is the only write of its scratch value, which nothing loads.
+  const Graph r = optimized(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{linear(rms_norm(in[0], in[1]), in[2])};
+      },
+      {{{256, 512}, DType::bf16}, {{512}, DType::bf16}, {{1024, 512}, DType::bf16}});
+  const device::Executable kept = lowered(r, ActivationChain::norms_in_sbuf);
+  EXPECT_EQ(metadata(kept, "compiled.kept_activations"), "1");
+  EXPECT_EQ(scratch_loads(kept), 0u);
+  const device::Executable plain = lowered(r, ActivationChain::through_hbm);
+  EXPECT_EQ(scratch_loads(plain), 256u * 512 * 2);
+  double kept_ns = 0, plain_ns = 0;
+  const auto a = run(kept, &kept_ns), b = run(plain, &plain_ns);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(kept_ns, run_ns(kept));
+  EXPECT_LT(kept_ns, plain_ns);
+
+  // ESM-2's out projection with its residual add, the layer_norm, FC1 and the residual add after it: the
+  // projection's epilogue also copies each result tile into SBUF for the norm, which loads nothing, and
+  // the norm's result goes on into FC1's a^T; only FC1's residual add reads the sum back from scratch.
+  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
+    const Graph e = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor h = linear(in[0], in[1], in[2]) + in[0];
+          return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
+        },
+        {{{m, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
+         {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+    const device::Executable kept_e = lowered(e, ActivationChain::norms_in_sbuf);
+    const device::Executable plain_e = lowered(e, ActivationChain::through_hbm);
+    EXPECT_EQ(metadata(kept_e, "compiled.kept_activations"), "1") << m;
+    EXPECT_EQ(scratch_loads(kept_e), static_cast<uint64_t>(m) * 480 * 4) << m;
+    EXPECT_EQ(scratch_loads(plain_e), 3 * static_cast<uint64_t>(m) * 480 * 4) << m;
+    double kept_e_ns = 0, plain_e_ns = 0;
+    const auto ke = run(kept_e, &kept_e_ns), pe = run(plain_e, &plain_e_ns);
+    EXPECT_EQ(ke, pe) << m;
+    EXPECT_EQ(kept_e_ns, run_ns(kept_e)) << m;
+    EXPECT_LT(kept_e_ns, plain_e_ns) << m;
+    // FC1's weight prefetched from the out projection's kernel, past the norm: the norm's weight and bias
+    // then load ahead of that stream, into SBUF before the projection (plan_kept_input). The same bits.
+    const device::Executable reach_e = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
+                                             KernelQueues::from_first, PrefetchReach::past_compute_bound,
+                                             ActivationChain::norms_in_sbuf);
+    EXPECT_NE(metadata(reach_e, "compiled.prefetched_ahead"), "") << m;
+    double reach_ns = 0;
+    EXPECT_EQ(run(reach_e, &reach_ns), pe) << m;
+    EXPECT_EQ(reach_ns, run_ns(reach_e)) << m;
+  }
+
+  // The user's RMSNorm (f32, one row loop of its own ops, as Llama's) between two linears: the first
+  // linear's kernel prefetches the second's weight past the loop (a row loop plans no prefetch of its
+  // own: PrefetchReach::past_compute_bound), and the loop transposes each row tile into its a^T the same
+  // way.
+  const Graph u = optimized(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{linear(testing::naive_rms_norm(linear(in[0], in[3]), in[1]), in[2])};
+      },
+      {{{128, 512}, DType::f32}, {{512}, DType::f32}, {{1024, 512}, DType::f32}, {{512, 512}, DType::f32}});
+  const auto reaching = [&](ActivationChain chain) {
+    return lower(u, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                 PrefetchReach::past_compute_bound, chain);
+  };
+  const device::Executable kept_loop = reaching(ActivationChain::norms_in_sbuf);
+  const device::Executable plain_loop = reaching(ActivationChain::through_hbm);
+  EXPECT_EQ(metadata(kept_loop, "compiled.row_loops"), "1");
+  EXPECT_EQ(metadata(kept_loop, "compiled.kept_activations"), "1");
+  // The loop reads the first linear's result from scratch either way; only without the chain does the
+  // second linear load the loop's.
+  EXPECT_EQ(scratch_loads(kept_loop), 128u * 512 * 4);
+  EXPECT_EQ(scratch_loads(plain_loop), 2u * 128 * 512 * 4);
+  const auto c = run(kept_loop, &kept_ns), d = run(plain_loop, &plain_ns);
+  EXPECT_EQ(c, d);
+  EXPECT_EQ(kept_ns, run_ns(kept_loop));
+  EXPECT_LT(kept_ns, plain_ns);
+}
+
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
 // when a resident b still has panels to fetch (4 panels of 512 columns: the first two are out by then),
 // so some of the next weight's pieces queue ahead of them; `after_loads` behind every load of its own.
