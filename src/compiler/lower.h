@@ -134,7 +134,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 8: a gather (aten::embedding) cut by rows into one piece per DMA queue; a linear's result kept in
 //    SBUF, transposed on the Tensor engine, for the next linear that reads it (ActivationChain)
 // 9: attention items of a few heads sharing their element-wise instructions, blocks of items sharing one
-//    transfer per operand and one store
+//    transfer per operand and one store; a norm's input and result kept in SBUF between the matmul
+//    epilogue before it and the linear after it (ActivationChain::norms_in_sbuf)
 inline constexpr int kLoweringVersion = 9;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
