@@ -484,6 +484,9 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
     if (placed[c] != kOnScalar) continue;
     sp.on_scalar = true;
     sp.func = kernels::ActFunc::identity;
+    // A product's bias is -0, the additive identity: + 0 would turn a product of -0 (x * 0 with x < 0,
+    // a masked row) into +0, where the Vector op keeps the sign.
+    if (s.op == OpId::mul) sp.bias = -0.0f;
     if (s.op == OpId::sum || s.op == OpId::mean) {
       sp.reduces = true;
     } else if (s.attrs.has_scalar) {
