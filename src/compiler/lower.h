@@ -14,7 +14,7 @@
 //                          embedding on them), each op on the positions its view takes in the tile
 //                          (view_epilogue.h), and the group's value is the stored result through the
 //                          root's view.
-// A group that cannot take that form (rows too long for SBUF with a row-wide op, integer values, a
+// A group that cannot take that form (rows too long for SBUF with a row-wide op, integer steps, a
 // matmul kernel whose stores are not whole row blocks) lowers its member ops one by one through HBM
 // scratch tensors; the executable's metadata says how many groups were fused
 // ("compiled.row_loops", "compiled.fused_epilogues") and why a row group or a view-level epilogue was

@@ -610,7 +610,11 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spe
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const kernels::TensorDesc& d = p.inputs[i].desc;
     ValueInfo& v = plan.values[i];
-    if (!dtype_is_floating(d.dtype))
+    // An i32 input (an attention mask, a count) is fine: only floating steps read it (integer steps are
+    // refused below), and an engine reads its tile as f32 as the per-op kernels do. A bool one is not
+    // (yet): llama's causal mask, cast and scaled, measured slower as one row tile (load, copy, store in
+    // series) than as the per-op kernels, whose DMA cast and stores the next kernels overlap.
+    if (!dtype_is_floating(d.dtype) && d.dtype != DType::i32)
       return fmt::format("input {} holds integers ({})", i, dtype_name(d.dtype));
     const int64_t width = d.shape.size() ? d.shape.back() : 1;
     if (d.shape.size() > rank || (width != p.cols && width != 1)) {

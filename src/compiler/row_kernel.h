@@ -33,9 +33,10 @@
 //
 // Rows longer than fit SBUF: a program of elementwise steps only is also tiled along the row (column
 // chunks); a program with a row-wide step (reduction, softmax, normalization) needs its whole row on
-// chip and is not emitted. Programs with integer values are not emitted either (the engines compute in
-// f32; the per-op kernels reproduce eager integer semantics). In both cases emit_row_program returns the
-// reason and emits nothing, and the caller lowers the group op by op through HBM instead.
+// chip and is not emitted. Programs whose steps compute integers are not emitted either (the engines
+// compute in f32; the per-op kernels reproduce eager integer semantics), nor programs with bool inputs;
+// i32 inputs are loaded as i32 and read as f32, as the per-op kernels read them. In both cases
+// emit_row_program returns the reason and emits nothing, and the caller lowers the group op by op through HBM instead.
 #pragma once
 
 #include <functional>

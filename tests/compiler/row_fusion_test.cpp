@@ -1,12 +1,15 @@
 // Fused groups that keep their intermediates on chip. Row groups lowered as one row loop: eager results
 // on a neuron core for awkward shapes and dtypes (with and without stages), HBM traffic of exactly the group's inputs and output,
-// less device time than the op-by-op kernels, column chunks for long elementwise rows, and the
-// documented op-by-op fallback for row-wide groups whose rows do not fit SBUF. Matmul epilogues applied
+// less device time than the op-by-op kernels, column chunks for long elementwise rows, i32 mask inputs
+// with the op-by-op bits, and the documented op-by-op fallback for row-wide groups whose rows do not fit
+// SBUF. Matmul epilogues applied
 // to the result tiles: eager results, only the result written to HBM, all four in the decoder block.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/capture.h"
 #include "compiler/lower.h"
@@ -331,6 +334,43 @@ TEST(RowLoopFallback, RowWideGroupWhoseRowsDoNotFitIsLoweredOpByOp) {
   const std::vector<Tensor> args = {randn({rows, cols}, {}, &g).to(kCore0),
                                     randn({rows, 1}, {}, &g).to(kCore0)};
   expect_close(compile(&scaled_softmax)(args)[0], scaled_softmax(args)[0]);
+}
+
+// ESM-2's token dropout and extended attention mask (examples/models/esm2): an i32 mask per row scales
+// the rows, and an i32 mask as a whole row becomes an additive one; only floating steps read them. The
+// masked rows of negative x are -0 in both terms, a sign the loop's products must keep.
+std::vector<Tensor> integer_masks(const std::vector<Tensor>& a) {
+  return {a[0] * 0.88 / (1.0 - a[1]) * a[2] + (1.0 - a[3].to(DType::f32)) * -3.0e38};
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.raw_data());
+  return {p, p + c.nbytes()};
+}
+
+TEST(RowLoopIntegerInputs, GroupReadingI32MasksIsOneLoopWithTheOpByOpBits) {
+  const int64_t rows = 130, cols = 300;
+  const std::vector<TensorMeta> metas = {
+      {{rows, cols}, DType::f32}, {{rows, 1}, DType::f32}, {{rows, 1}, DType::i32}, {{rows, cols}, DType::i32}};
+  const Graph graph = optimize(capture_graph(&integer_masks, metas, Device::cpu()));
+  ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "integer_masks");
+  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+  EXPECT_FALSE(has_fallback(exe)) << metadata(exe, "compiled.row_group_fallback.0");
+  EXPECT_FALSE(has_scratch(exe)) << "intermediates went through HBM";
+
+  Generator g(34);
+  std::vector<int32_t> row_mask, full_mask;
+  for (int64_t r = 0; r < rows; ++r) row_mask.push_back(r % 3 != 0);
+  for (int64_t i = 0; i < rows * cols; ++i) full_mask.push_back(static_cast<int32_t>(i % 7 == 0));
+  const std::vector<Tensor> cpu = {randn({rows, cols}, {}, &g), rand({rows, 1}, {}, &g) * 0.5,
+                                   from_vector(row_mask, {rows, 1}), from_vector(full_mask, {rows, cols})};
+  std::vector<Tensor> args;
+  for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
+  const Tensor actual = compile(&integer_masks)(args)[0];
+  EXPECT_EQ(bytes_of(actual), bytes_of(integer_masks(args)[0])) << "not the op-by-op kernels' bits";
+  EXPECT_EQ(bytes_of(actual), bytes_of(integer_masks(cpu)[0])) << "not the CPU reference's bits";
 }
 
 }  // namespace
