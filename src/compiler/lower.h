@@ -135,7 +135,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    SBUF, transposed on the Tensor engine, for the next linear that reads it (ActivationChain)
 // 9: attention items of a few heads sharing their element-wise instructions, blocks of items sharing one
 //    transfer per operand and one store; a norm's input and result kept in SBUF between the matmul
-//    epilogue before it and the linear after it (ActivationChain::norms_in_sbuf)
+//    epilogue before it and the linear after it (ActivationChain::norms_in_sbuf); row loops that read
+//    i32 inputs; a product on the Scalar engine keeps the sign of a zero
 inline constexpr int kLoweringVersion = 9;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
