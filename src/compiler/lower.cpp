@@ -1502,7 +1502,6 @@ class Lowerer {
     k.transposed += y.partition_count;
   }
 
-
   // A weight prefetched for a linear ahead (plan_weight_prefetch), until the linear reads it.
   struct Prefetch {
     kernels::PrefetchedWeight weight;
