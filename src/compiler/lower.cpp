@@ -1427,14 +1427,16 @@ class Lowerer {
       });
     }
     if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };
-    const bool input_kept = node && kept_input_ && kept_input_->reader == node && kept_input_->filled &&
-                            descs[0].strides == contiguous_strides(descs[0].shape);
+    // This norm reads its input from the copy the matmul epilogue before it left in SBUF (plan_kept_input).
+    const bool reads_kept = node && kept_input_ && kept_input_->reader == node;
+    const bool input_kept =
+        reads_kept && kept_input_->filled && descs[0].strides == contiguous_strides(descs[0].shape);
     if (input_kept) hooks.input_rows = &kept_input_->tile;
     // The parameters, loaded before the group (whether or not it filled the rows).
-    if (node && kept_input_ && kept_input_->reader == node) {
+    const bool parameters_kept = reads_kept && !kept_input_->parameters.empty();
+    if (reads_kept) {
       for (size_t k = 0; k < kept_input_->parameters.size(); ++k) hooks.parameters[k] = &kept_input_->parameters[k];
     }
-    const bool parameters_kept = node && kept_input_ && kept_input_->reader == node && !kept_input_->parameters.empty();
     kernels::emit_eager_kernel(builder_, op, descs, tensors, attrs, out.desc,
                                builder_.view(out.io, out.offset, out.desc.dtype),
                                op_info(op).kind == OpKind::matmul || kept || input_kept || parameters_kept ? &hooks : nullptr);
@@ -1565,10 +1567,10 @@ class Lowerer {
     std::map<const Prefetch*, kernels::PrefetchedWeight> made;
     // A weight's panels need not be one range (the first may have gone into a hole that later ones did
     // not fit): so the dry builder first gets fillers around every tile of the prefetches and a
-    // placeholder on each tile's range; each unit's placeholders are freed right before it is allocated,
+    // reservation of each tile's range; each unit's reservations are freed right before it is allocated,
     // so that the only free ranges below the last tile are that unit's own, which first fit fills in
     // order, as in the program.
-    std::map<std::pair<const Prefetch*, bool>, std::vector<kernels::Tile>> placeholders;
+    std::map<std::pair<const Prefetch*, bool>, std::vector<kernels::Tile>> reserved;
     {
       struct Held {
         kernels::Tile tile;
@@ -1590,13 +1592,13 @@ class Lowerer {
         const uint32_t next = (used + 63) / 64 * 64;
         if (h.tile.offset > next)
           fillers.push_back(dry.sbuf(DType::f32, (h.tile.offset - next) / 4, 0, "between_kernels"));
-        const kernels::Tile t = dry.sbuf(h.tile.dtype, h.tile.free_elements, 0, "placeholder");
+        const kernels::Tile t = dry.sbuf(h.tile.dtype, h.tile.free_elements, 0, "reserved");
         SIGHTLINE_ASSERT(t.offset == h.tile.offset);
-        placeholders[{h.owner, h.activation}].push_back(t);
+        reserved[{h.owner, h.activation}].push_back(t);
       }
     }
     for (const Unit& u : units) {
-      for (const kernels::Tile& t : placeholders.at({u.owner, u.activation})) dry.free(t);
+      for (const kernels::Tile& t : reserved.at({u.owner, u.activation})) dry.free(t);
       kernels::PrefetchedWeight& w = made[u.owner];
       w.weight = u.owner->weight.weight;
       if (!u.activation) {
@@ -1614,7 +1616,7 @@ class Lowerer {
         SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
       }
     }
-    for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's placeholder stays, as the tile does
+    for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's reservation stays, as the tile does
     SIGHTLINE_ASSERT(dry.sbuf_free_bytes() == builder_.sbuf_free_bytes());
     if (taken) copy = made.at(taken);
     return copy;
