@@ -1416,14 +1416,11 @@ class Lowerer {
     const bool takes_prefetch = taken != prefetches_.end();
     if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
-    // A norm kernel's row buffers (three, for_each_row_tile) and parameters beside the kept identity.
+    // The norm kernel's whole pipeline beside the kept identity.
     std::optional<KeptRows> kept;
     if (node) {
       kept = keep_rows(*node, out.desc, [&](uint64_t bytes) {
-        const uint64_t row = uint64_t(out.desc.shape.back()), es = dtype_size(out.desc.dtype);
-        const uint64_t need = 3 * (row * (dtype_size(descs[0].dtype) + es) + 128) +
-                              (descs.size() - 1) * ((row * es + 63) / 64 * 64) + 2 * 4 * 64;
-        return bytes + need <= builder_.sbuf_free_bytes();
+        return bytes + kernels::normalization_sbuf_bytes(descs, out.desc) <= builder_.sbuf_free_bytes();
       });
     }
     if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };

@@ -134,6 +134,10 @@ void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_
 // partition; false (nothing allocated) otherwise. Its loads: prefetch_linear_activation (HBM `tensor`).
 bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget);
 void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
+// The SBUF bytes per partition a normalization kernel (rms_norm, layer_norm of `inputs`: x, then its
+// parameters) takes with its whole pipeline of row tiles: what a caller must leave free beside SBUF of its
+// own for the kernel to run at its best (compile()'s lowering, before it keeps the norm's result in SBUF).
+uint64_t normalization_sbuf_bytes(std::span<const TensorDesc> inputs, const TensorDesc& out);
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                        std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                        uint32_t out_tensor, const EagerHooks* hooks = nullptr);

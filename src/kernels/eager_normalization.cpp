@@ -44,6 +44,19 @@ RowLayout row_layout(const TensorDesc& in, const TensorDesc& out) {
   return l;
 }
 
+// Row tiles in flight in for_each_row_tile when SBUF has room: one computing, the next loading, one more
+// whose load runs ahead.
+constexpr uint64_t kRowBuffers = 3;
+// The statistics tiles of a row tile in flight (one 64-byte-aligned tile each: emit_rms_norm's two values,
+// layer_norm's three moments), at most four of them (layer_norm's pool).
+constexpr uint64_t kStatsBytes = 4 * 64;
+
+// The SBUF one buffer of for_each_row_tile takes per partition: a row of x and one of y, each tile aligned
+// to 64 bytes (KernelBuilder::allocate).
+uint64_t row_buffer_bytes(DType in, DType out, uint32_t n) {
+  return uint64_t{n} * (dtype_size(in) + dtype_size(out)) + 128;
+}
+
 // Shared skeleton: per row tile i, `stage(s, i, x, y, p)` for s = 0 .. stages - 1 computes y from x;
 // loads and stores around them. The stages of neighbouring tiles are interleaved (pipeline_staged,
 // eager_internal.h), so only stage 0 may read x. With fewer buffers than stages a tile's stages run
@@ -55,13 +68,13 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, Stage
   KernelBuilder& b = c.b;
   const TensorDesc& in = c.inputs[0];
   const uint32_t n = static_cast<uint32_t>(l.cols);
-  const uint64_t per_buffer = uint64_t{n} * (dtype_size(in.dtype) + dtype_size(c.out.dtype)) + 128;
+  const uint64_t per_buffer = row_buffer_bytes(in.dtype, c.out.dtype, n);
   const uint64_t room = b.sbuf_free_bytes();
   SIGHTLINE_CHECK(per_buffer <= room,
                   "{}: rows of {} elements need {} bytes per partition, more than the {} SBUF has free; "
                   "normalize shorter rows",
                   op_name(c.op), n, per_buffer, room);
-  const size_t buffers = static_cast<size_t>(std::min<uint64_t>(3, room / per_buffer));
+  const size_t buffers = static_cast<size_t>(std::min<uint64_t>(kRowBuffers, room / per_buffer));
   // Tile i's y reuses tile i - y_buffers's, stored in step i - y_buffers + stages - 1: one buffer more
   // than the stages leaves a step for that store to drain.
   const uint64_t y_bytes = uint64_t{n} * dtype_size(c.out.dtype);
@@ -187,6 +200,14 @@ void layer_norm_one_tile(EagerContext& c, const RowLayout& l, const std::optiona
 }
 
 }  // namespace
+
+uint64_t normalization_sbuf_bytes(std::span<const TensorDesc> inputs, const TensorDesc& out) {
+  if (inputs.empty() || out.shape.empty()) return 0;
+  const uint32_t n = static_cast<uint32_t>(out.shape.back());
+  uint64_t bytes = kRowBuffers * row_buffer_bytes(inputs[0].dtype, out.dtype, n) + kStatsBytes;
+  for (size_t i = 1; i < inputs.size(); ++i) bytes += (uint64_t{n} * dtype_size(inputs[i].dtype) + 63) / 64 * 64;
+  return bytes;
+}
 
 void build_rms_norm(EagerContext& c) {
   KernelBuilder& b = c.b;
