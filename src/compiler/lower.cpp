@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <thread>
+#include <cstdio>
+#include <exception>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,6 +16,7 @@
 
 #include "compiler/row_kernel.h"
 #include "compiler/view_epilogue.h"
+#include "core/parallel.h"
 #include "core/view_meta.h"
 #include "device/core.h"
 #include "device/cost_model.h"
@@ -2053,18 +2058,63 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
       best_idle = idle;
     }
   };
+  // Candidates that do not depend on one another are lowered and timed at once, over the thread pool
+  // (each builds its own program and times it on its own core; nothing is shared), then compared in
+  // the order below, so the choice is the same on any number of threads.
+  struct Candidate {
+    WeightPrefetch p;
+    PrefetchQueues q;
+    bool idle = false;
+    PrefetchReach r = PrefetchReach::next_kernel;
+    ActivationChain c = ActivationChain::through_hbm;
+  };
+  struct Timed {
+    device::Executable exe;
+    double ns = 0;
+  };
+  auto lower_each = [&](const std::vector<Candidate>& candidates) {
+    std::vector<Timed> timed(candidates.size());
+    std::vector<std::exception_ptr> errors(candidates.size());
+    parallel_for(0, static_cast<int64_t>(candidates.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const Candidate& k = candidates[static_cast<size_t>(i)];
+        try {
+          timed[static_cast<size_t>(i)].exe = lowered(k.p, k.q, k.idle, k.r, k.c);
+          timed[static_cast<size_t>(i)].ns = modeled_ns(spec, timed[static_cast<size_t>(i)].exe);
+        } catch (...) {
+          errors[static_cast<size_t>(i)] = std::current_exception();
+        }
+      }
+    });
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    return timed;
+  };
+  auto keep_timed_if_faster = [&](Timed& other, const Candidate& k) {
+    if (other.ns < best_ns && !(other.exe == best)) {
+      best = std::move(other.exe);
+      best_ns = other.ns;
+      best_p = k.p;
+      best_q = k.q;
+      best_idle = k.idle;
+    }
+  };
   if (prefetched) {
     device::Executable with = std::move(best);
-    best = lowered(WeightPrefetch::never, PrefetchQueues::from_first, false);
-    best_p = WeightPrefetch::never;
-    best_ns = modeled_ns(spec, best);
-    keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
+    std::vector<Candidate> candidates = {{WeightPrefetch::never, PrefetchQueues::from_first}};
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
       for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
-        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed above
-        keep_if_faster(lowered(p, q, false), p, q);
+        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed below
+        candidates.push_back({p, q});
       }
     }
+    std::vector<Timed> timed = lower_each(candidates);
+    best = std::move(timed[0].exe);
+    best_p = WeightPrefetch::never;
+    best_ns = timed[0].ns;
+    keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
+    for (size_t i = 1; i < candidates.size(); ++i) keep_timed_if_faster(timed[i], candidates[i]);
   } else {
     best_ns = modeled_ns(spec, best);
   }
@@ -2079,8 +2129,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     // The fastest, with the results of matmul epilogue groups and norms kept in SBUF for the linears
     // after them, and with only the norms' (ActivationChain); a program with nothing kept is the same one
     // and is not timed again.
-    for (const ActivationChain c : {ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf})
-      keep_if_faster(lowered(best_p, best_q, best_idle, best_r, c), best_p, best_q, best_idle);
+    const std::vector<Candidate> chains = {{best_p, best_q, best_idle, best_r, ActivationChain::in_sbuf},
+                                           {best_p, best_q, best_idle, best_r, ActivationChain::norms_in_sbuf}};
+    std::vector<Timed> timed = lower_each(chains);
+    for (size_t i = 0; i < chains.size(); ++i) keep_timed_if_faster(timed[i], chains[i]);
   }
   return best;
 }
