@@ -137,7 +137,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    transfer per operand and one store; a norm's input and result kept in SBUF between the matmul
 //    epilogue before it and the linear after it (ActivationChain::norms_in_sbuf); row loops that read
 //    i32 inputs; a product on the Scalar engine keeps the sign of a zero
-inline constexpr int kLoweringVersion = 9;
+// 10: linears and matmuls of few rows weight-stationary, y^T transposed back on the Tensor engine
+inline constexpr int kLoweringVersion = 10;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -1,7 +1,10 @@
 #include "kernels/eager.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "device/core.h"
 #include "kernels/eager_internal.h"
 #include "sightline/error.h"
 
@@ -58,10 +61,23 @@ std::string eager_kernel_key(OpId op, std::span<const TensorDesc> inputs, const 
 }
 
 namespace {
+// Matmul / linear: whether a product of few rows may run weight-stationary, and where to say it did.
+struct GemmChoice {
+  bool allow_weight_stationary = true;
+  bool* weight_stationary = nullptr;
+};
 void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                  std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                  uint32_t out_tensor, const EagerHooks* hooks, std::span<const TensorDesc> more_out,
-                 std::span<const uint32_t> more_out_tensors);
+                 std::span<const uint32_t> more_out_tensors, GemmChoice gemm = {});
+
+// The modeled time of a timing-only run of `exe` on an idle core.
+double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
+  device::Core core(spec);
+  std::vector<uint64_t> addresses;
+  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+}
 }  // namespace
 
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
@@ -70,17 +86,28 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
   const OpInfo& info = checked_op(op, inputs, attrs);
   SIGHTLINE_CHECK(more_outputs.size() + 1 == static_cast<size_t>(info.outputs),
                   "{} has {} output(s), got {} output descriptions", info.name, info.outputs, more_outputs.size() + 1);
-  KernelBuilder b(spec, kernel_name(op, inputs, out));
-  b.add_metadata("op", std::string(info.name));
-  std::vector<uint32_t> input_io;
-  for (size_t i = 0; i < inputs.size(); ++i) input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
-  const uint32_t out_io = declare_output(b, "out", out);
-  std::vector<uint32_t> more_io;
-  for (size_t i = 0; i < more_outputs.size(); ++i) {
-    more_io.push_back(declare_output(b, fmt::format("out{}", i + 1), more_outputs[i]));
-  }
-  emit_kernel(b, op, inputs, input_io, attrs, out, out_io, nullptr, more_outputs, more_io);
-  return b.build();
+  auto build = [&](GemmChoice gemm) {
+    KernelBuilder b(spec, kernel_name(op, inputs, out));
+    b.add_metadata("op", std::string(info.name));
+    std::vector<uint32_t> input_io;
+    for (size_t i = 0; i < inputs.size(); ++i) input_io.push_back(declare_input(b, fmt::format("in{}", i), inputs[i]));
+    const uint32_t out_io = declare_output(b, "out", out);
+    std::vector<uint32_t> more_io;
+    for (size_t i = 0; i < more_outputs.size(); ++i) {
+      more_io.push_back(declare_output(b, fmt::format("out{}", i + 1), more_outputs[i]));
+    }
+    emit_kernel(b, op, inputs, input_io, attrs, out, out_io, nullptr, more_outputs, more_io, gemm);
+    return b.build();
+  };
+  bool weight_stationary = false;
+  device::Executable exe = build({true, &weight_stationary});
+  if (!weight_stationary) return exe;
+  // The spec's costs chose weight-stationary on the Tensor engine's work per panel; a kernel on its own
+  // also waits for its first loads and its last tile's chain (the copy of y^T, the transposes), which
+  // that rule leaves out. So the kernel is built both ways and the faster kept, timed on the cost model
+  // (a tie keeps the activation-stationary one). Built once per shape: the backend caches kernels.
+  device::Executable other = build({false, nullptr});
+  return modeled_ns(spec, exe) < modeled_ns(spec, other) ? std::move(exe) : std::move(other);
 }
 
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
@@ -97,7 +124,7 @@ namespace {
 void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                  std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                  uint32_t out_tensor, const EagerHooks* hooks, std::span<const TensorDesc> more_out,
-                 std::span<const uint32_t> more_out_tensors) {
+                 std::span<const uint32_t> more_out_tensors, GemmChoice gemm) {
   const OpInfo& info = checked_op(op, inputs, attrs);
   SIGHTLINE_CHECK(input_tensors.size() == inputs.size(), "{}: {} input tensors for {} input descriptions",
                   info.name, input_tensors.size(), inputs.size());
@@ -109,6 +136,8 @@ void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
   EagerContext c{b, op, inputs, attrs, out, {input_tensors.begin(), input_tensors.end()}, out_tensor, hooks};
   c.more_out = more_out;
   c.more_out_io.assign(more_out_tensors.begin(), more_out_tensors.end());
+  c.allow_weight_stationary = gemm.allow_weight_stationary;
+  c.weight_stationary = gemm.weight_stationary;
   switch (info.kind) {
     case OpKind::elementwise:
       if (op == OpId::fill) {

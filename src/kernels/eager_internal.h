@@ -24,6 +24,10 @@ struct EagerContext {
   // The outputs after the first of an op of several (topk's indices) and their I/O indices.
   std::span<const TensorDesc> more_out = {};
   std::vector<uint32_t> more_out_io = {};
+  // matmul / linear: whether a product of few rows may run weight-stationary (eager_matmul.cpp), and
+  // (optional) set when it did.
+  bool allow_weight_stationary = true;
+  bool* weight_stationary = nullptr;
 };
 
 // Largest free size of a per-block tile for the streaming kernels: with three operands triple

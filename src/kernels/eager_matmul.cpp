@@ -44,12 +44,19 @@
 //     accumulation step, evacuation and store in column halves (kTailPieces), so less is left to
 //     store after the last matmul. Column pieces of the same rows interleave in HBM without touching,
 //     and the builder's hazard tracking tells them apart, so they go out on different queues at once.
+//   * a product of few rows (at most the array's columns, one a^T block) runs weight-stationary when
+//     the spec's costs say the Tensor engine does less work that way (weight_stationary_cost): a
+//     matmul's cost follows its moving columns, at least the minimum initiation interval, so with 32
+//     rows streaming a^T past each 128-column block of b beats streaming b's 512 columns past a^T,
+//     even with one transpose per block to bring y^T back to y. The transposes multiply by an
+//     identity, exact for finite values; an infinite or NaN sum spreads NaN over its row of y.
 // With bf16 on trn2 this gives 86% MFU at 1024^3 and 98% at 2048^3 at the minimum HBM traffic; the DMA
 // latency alone bounds any schedule at 91% and 99% (bench/kernels/kernel_floors, bench/README.md). At
 // 512^3 HBM, not the Tensor engine, bounds it. When even one 128-row a^T block and one
 // panel of b do not fit (K in the tens of thousands), the kernel falls back to streaming one
 // stationary and one moving tile per matmul.
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -194,6 +201,60 @@ bool fold_bias_into_evacuation(const device::Spec& spec, int64_t tiles, int64_t 
   return folded_way < matmul_way;
 }
 
+// Whether a product of few rows (m <= the array's columns) runs weight-stationary: per K tile, each
+// 128-column block of b's panel is the stationary operand and a^T[k, m] the moving one, so the Tensor
+// engine streams m columns (at least its minimum initiation interval) instead of the panel's n; the
+// result y^T [n, m] is copied out of PSUM into SBUF (f32, exact) and turned back into y [m, n] by one
+// transpose per block (y = (y^T)^T @ I: every product by 1 or 0, exact), after which the result tile is
+// in PSUM as the activation-stationary schedule leaves it (the bias, evacuation, hooks and stores are
+// the same). The matmul's cost depends on its moving columns only (docs/hardware-model.md §1.6), so at
+// 32 rows a K tile's f32 matmuls take 64 instead of 128 cycles per 128 columns, against one transpose
+// of 128 columns per block. Decided on the spec's costs (for the kernel on a full panel, then for each
+// panel): the Tensor engine's work per panel each way against the time the panel's bytes take to cross
+// HBM, when the kernel loads them; the copy out of PSUM goes to the otherwise lightly used Vector and
+// Scalar engines.
+struct WeightStationaryCost {
+  double activation_stationary_ns = 0;  // the Tensor engine's work per panel, each way
+  double weight_stationary_ns = 0;
+  double load_ns = 0;  // the panel's bytes of b over the core's HBM bandwidth, when the kernel loads them
+  // Only where it lowers the panel's bound: a panel whose load outlasts its matmuls either way gains
+  // nothing, and its last tile's chain (the copy of y^T, the transposes) would come after the load.
+  bool pays() const {
+    return std::max(weight_stationary_ns, load_ns) < std::max(activation_stationary_ns, load_ns);
+  }
+};
+// `b_loaded`: the kernel loads b's panels (not prefetched and not resident from an earlier block).
+WeightStationaryCost weight_stationary_cost(const device::Spec& spec, int64_t m, uint32_t panel, int64_t k_tiles,
+                                            DType a_dtype, DType b_dtype, bool b_loaded) {
+  using device::AccessPattern;
+  const uint16_t parts = static_cast<uint16_t>(spec.partitions);
+  const uint16_t mp = static_cast<uint16_t>(std::min<int64_t>(m, parts));
+  const uint32_t cols = std::min<uint32_t>(panel, spec.tensor.array_cols);
+  const double blocks = std::ceil(double(panel) / double(cols));
+  const double as = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, mp, 0, DType::f32, {panel}), device::sbuf(0, parts, 0, a_dtype, {mp}),
+                           device::sbuf(0, parts, 0, b_dtype, {panel}), true));
+  const double ws = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, static_cast<uint16_t>(cols), 0, DType::f32, {mp}),
+                           device::sbuf(0, parts, 0, b_dtype, {cols}), device::sbuf(0, parts, 0, a_dtype, {mp}), true));
+  const double transpose = device::compute_instruction_ns(
+      spec, device::matmul(device::psum(0, mp, 0, DType::f32, {cols}),
+                           device::sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {mp}),
+                           device::sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32, {cols}), false));
+  // The Tensor engine waits for y^T's copy out of PSUM before it transposes it (in-order streams), so
+  // the copy is on its path once per panel.
+  const double copy = device::compute_instruction_ns(
+      spec, device::tensor_copy(device::sbuf(0, static_cast<uint16_t>(cols), 0, DType::f32,
+                                             {static_cast<uint32_t>(blocks) * mp}),
+                                device::psum(0, static_cast<uint16_t>(cols), 0, DType::f32,
+                                             {static_cast<uint32_t>(blocks) * mp})));
+  const double load = b_loaded ? double(k_tiles) * double(parts) * panel * double(dtype_size(b_dtype)) /
+                                      spec.hbm.bytes_per_ns
+                                : 0.0;
+  return {static_cast<double>(k_tiles) * as, static_cast<double>(k_tiles) * blocks * ws + copy + blocks * transpose,
+          load};
+}
+
 // The resident panels of b[k, n] for a product of `k` x `n`: ceil(K / partitions) K tiles, panels of up
 // to the Tensor engine's moving columns.
 struct PanelLayout {
@@ -234,8 +295,9 @@ std::pair<AccessPattern, AccessPattern> k_slice_patterns(uint16_t parts, const T
 class GemmEmitter {
  public:
   // `weight` (a linear's, or null): b already loaded into SBUF (prefetch_linear_weight).
+  // `allow_weight_stationary`: a product of few rows may run weight-stationary (weight_stationary_cost).
   GemmEmitter(KernelBuilder& b, const Gemm& shape, bool with_bias, const EagerHooks* hooks,
-              const PrefetchedWeight* weight = nullptr)
+              const PrefetchedWeight* weight = nullptr, bool allow_weight_stationary = true)
       : b_(b),
         parts_(b.partitions()),
         moving_max_(b.spec().tensor.moving_free_max),
@@ -269,6 +331,24 @@ class GemmEmitter {
     const size_t results = 2 * group;
     const uint64_t reserved = results * align64(uint64_t{moving_max_} * dtype_size(out_dtype));
     plan_ = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved, has_panels);
+    // Few rows: weight-stationary when the Tensor engine's work per panel is less that way. Its SBUF (the
+    // identity and two y^T buffers, f32) is reserved and the plan made again; its PSUM is half of the
+    // activation-stationary schedule's accumulators (one tile per panel is all it needs of them).
+    if (allow_weight_stationary && plan_.resident && plan_.m_block >= shape.m && shape.m <= parts_ && banks >= 2) {
+      const uint32_t blocks = (plan_.panel + b.spec().tensor.array_cols - 1) / b.spec().tensor.array_cols;
+      const uint64_t extra = align64(uint64_t{parts_} * 4) + 2 * align64(uint64_t{blocks} * shape.m * 4);
+      const Plan ws = plan_gemm(b, shape.m, shape.n, shape.k, a_dtype, b_dtype, out_dtype, reserved + extra,
+                                has_panels);
+      if (ws.resident && ws.m_block >= shape.m && (!has_panels || ws.b_resident)) {
+        const WeightStationaryCost cost =
+            weight_stationary_cost(b.spec(), shape.m, ws.panel, ws.k_tiles, a_dtype, b_dtype, !has_panels);
+        if (cost.pays()) {
+          plan_ = ws;
+          weight_stationary_ = true;
+          ws_blocks_ = blocks;
+        }
+      }
+    }
     preloaded_ = has_panels && plan_.b_resident;
     a_preloaded_ = (preloaded_ || (weight && !has_panels && plan_.resident)) && weight->activation &&
                    plan_.m_block == shape.m && weight->activation->free_elements == plan_.k_tiles * shape.m;
@@ -284,7 +364,19 @@ class GemmEmitter {
       }
     }
     result_ = b.pool("result", out_dtype, moving_max_, plan_.resident ? results : 2);
-    acc_ = b.pool("acc", DType::f32, moving_max_, plan_.resident ? 2 * group : 2, Memory::psum);
+    if (weight_stationary_) {
+      acc_ = b.pool("acc", DType::f32, moving_max_, group, Memory::psum);
+      acc_t_ = b.pool("acc_t", DType::f32, moving_max_, group, Memory::psum);
+      y_t_ = b.pool("y_t", DType::f32, ws_blocks_ * static_cast<uint32_t>(shape.m), 2);
+      // The transposes' identity: (i - p) == 0, built while the first operands load.
+      identity_ = b.sbuf(DType::f32, parts_, 0, "identity");
+      const Tile ramp = b.sbuf(DType::f32, parts_, 0, "identity_ramp");
+      b.iota(ramp.ap(), 0.0f, -1.0f);
+      b.tensor_scalar(AluOp::is_equal, identity_->ap(), ramp.ap(), 0.0f, false, Engine::gpsimd);
+      b.free(ramp);
+    } else {
+      acc_ = b.pool("acc", DType::f32, moving_max_, plan_.resident ? 2 * group : 2, Memory::psum);
+    }
     const uint32_t queues = b.spec().dma.queues;
     if (plan_.resident) {
       if (!a_preloaded_) a_blocks_ = b.pool("a_t", a_dtype, static_cast<uint32_t>(plan_.k_tiles * plan_.m_block), 2);
@@ -305,6 +397,8 @@ class GemmEmitter {
     queue_free_ns_.assign(queues, 0.0);
     if (hooks_ && hooks_->allocated) hooks_->allocated();
   }
+
+  bool weight_stationary() const { return weight_stationary_; }
 
   void emit(const Gemm& g) {
     if (plan_.resident) {
@@ -545,7 +639,52 @@ class GemmEmitter {
             matmul(psum[static_cast<size_t>(t)].region(0, mp, c0, cw), a_block.region(0, kp, col, mp),
                    b_panel.region(0, kp, static_cast<uint32_t>(kt) * p.panel + c0, cw), kt > 0);
           };
-          auto mm = [&](int64_t t, int64_t kt) { mm_columns(t, kt, 0, np); };
+          // Weight-stationary (one tile of every row, weight_stationary_): K tile kt's matmuls, one per
+          // 128-column block of the panel, into y^T [block columns, rows] at column j * rows of acc_t.
+          // Decided per panel: a narrow last panel may stream its few columns faster than its transposes.
+          const bool transposed =
+              weight_stationary_ &&
+              weight_stationary_cost(b_.spec(), g.m, np, p.k_tiles, g.a.dtype, g.b.dtype, !preloaded_).pays();
+          const std::optional<Tile> acc_t = transposed ? std::optional<Tile>(acc_t_.next()) : std::nullopt;
+          const uint32_t cols = b_.spec().tensor.array_cols;
+          auto mm_transposed = [&](int64_t kt) {
+            const uint16_t mp = rows(0);
+            const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts_, g.k - kt * parts_));
+            const uint32_t col = static_cast<uint32_t>(kt) * a_row + static_cast<uint32_t>(t0 * parts_);
+            for (uint32_t j = 0, c0 = 0; c0 < np; ++j, c0 += cols) {
+              const uint16_t w = static_cast<uint16_t>(std::min(cols, np - c0));
+              matmul(acc_t->region(0, w, j * mp, mp), b_panel.region(0, kp, static_cast<uint32_t>(kt) * p.panel + c0, w),
+                     a_block.region(0, kp, col, mp), kt > 0);
+            }
+          };
+          // y^T out of PSUM (f32: the bits of the sums), then y = (y^T)^T @ I block by block into the
+          // result tile's accumulator, where the activation-stationary schedule leaves its sums.
+          auto transpose_back = [&](const Tile& acc) {
+            const uint16_t mp = rows(0);
+            const Tile y_t = y_t_.next();
+            const uint32_t full = np / cols, rest = np % cols;
+            auto evacuate = [&](uint16_t partitions, uint32_t f0, uint32_t f) {
+              const AccessPattern to = y_t.region(0, partitions, f0, f), from = acc_t->region(0, partitions, f0, f);
+              if (evacuations_++ % 2 == 0) {
+                b_.copy(to, from);
+              } else {
+                b_.activate(ActFunc::identity, to, from);
+              }
+            };
+            if (full > 0) evacuate(static_cast<uint16_t>(cols), 0, full * mp);
+            if (rest > 0) evacuate(static_cast<uint16_t>(rest), full * mp, mp);
+            for (uint32_t j = 0, c0 = 0; c0 < np; ++j, c0 += cols) {
+              const uint16_t w = static_cast<uint16_t>(std::min(cols, np - c0));
+              matmul(acc.region(0, mp, c0, w), y_t.region(0, w, j * mp, mp), identity_->region(0, w, 0, w), false);
+            }
+          };
+          auto mm = [&](int64_t t, int64_t kt) {
+            if (transposed) {
+              mm_transposed(kt);
+            } else {
+              mm_columns(t, kt, 0, np);
+            }
+          };
           // Tile t's last accumulation step (its last K tile's matmul if `k_pending`, then the bias's),
           // evacuation and store. The kernel's last tile does them in column pieces, so the first columns
           // leave while the rest compute and the last result to store is small.
@@ -559,6 +698,11 @@ class GemmEmitter {
             const uint32_t width = std::max<uint32_t>(1, (np + pieces - 1) / pieces);
             const uint16_t mp = rows(t);
             load_bias();
+            if (transposed) {
+              if (k_pending) mm_transposed(p.k_tiles - 1);
+              transpose_back(psum[static_cast<size_t>(t)]);
+              k_pending = false;
+            }
             for (uint32_t c0 = 0; c0 < np; c0 += width) {
               const uint32_t cw = std::min(width, np - c0);
               if (k_pending) mm_columns(t, p.k_tiles - 1, c0, cw);
@@ -691,6 +835,12 @@ class GemmEmitter {
   Tile a_preloaded_tile_;
   bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
   bool after_loads_done_ = false;  // EagerHooks::after_loads has run
+  // Weight-stationary (weight_stationary_cost): y^T accumulates in acc_t_, is copied to y_t_ and
+  // transposed back into acc_ through identity_; the panel's 128-column blocks.
+  bool weight_stationary_ = false;
+  uint32_t ws_blocks_ = 0;
+  TilePool acc_t_, y_t_;
+  std::optional<Tile> identity_;
 };
 
 }  // namespace
@@ -728,7 +878,8 @@ void build_matmul(EagerContext& c) {
   batch.strides = {batch_strides(a, std::min(ra, 2)), batch_strides(bt, std::min(rb, 2)),
                    std::vector<int64_t>(c.out.strides.begin(), c.out.strides.begin() + batch_rank)};
   batch = batch.coalesced();
-  GemmEmitter emitter(c.b, g, false, c.hooks);
+  GemmEmitter emitter(c.b, g, false, c.hooks, nullptr, c.allow_weight_stationary);
+  if (c.weight_stationary) *c.weight_stationary = emitter.weight_stationary();
   for_each_index(batch.sizes, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -779,7 +930,8 @@ void build_linear(EagerContext& c) {
     without_x.activation.reset();
     weight = &without_x;
   }
-  GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks, weight);
+  GemmEmitter emitter(c.b, g, g.bias.has_value(), c.hooks, weight, c.allow_weight_stationary);
+  if (c.weight_stationary) *c.weight_stationary = emitter.weight_stationary();
   for_each_index(outer, [&](const std::vector<int64_t>& idx) {
     Gemm at = g;
     for (size_t d = 0; d < idx.size(); ++d) {

@@ -85,6 +85,8 @@ std::vector<Program> programs() {
        {{{128, 1024}, DType::bf16}, {{1024, 1024}, DType::bf16}}},
       // ESM-2 t12's MLP: prefetched weights, biases folded into the evacuations over several panels.
       {"esm_mlp_480x1920", &testing::biased_mlp, testing::biased_mlp_metas(128, 480, 1920, DType::f32)},
+      // ESM-2 t30's MLP at 32 tokens: few rows, so the linears run weight-stationary (eager_matmul.cpp).
+      {"esm_mlp_32x640x2560", &testing::biased_mlp, testing::biased_mlp_metas(32, 640, 2560, DType::f32)},
       // A token embedding: the gather cut into pieces over the queues.
       {"embedding_128x480",
        [](const std::vector<Tensor>& a) { return std::vector<Tensor>{embedding(a[0], a[1])}; },

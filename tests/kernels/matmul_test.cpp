@@ -4,6 +4,9 @@
 #include <optional>
 #include <tuple>
 
+#include <fmt/format.h>
+
+#include "device/cost_model.h"
 #include "kernel_test_util.h"
 
 namespace sightline::kernel_tests {
@@ -120,6 +123,61 @@ TEST(EagerLinear, BiasWithBlockedOperands) {
   for (uint32_t kib : {224u, 44u, 38u, 24u}) {
     check_op(OpId::linear, {random({2, 150, 260}), random({1100, 260}), random({1100})}, {}, 1e-4,
              trn2_with_sbuf(kib));
+  }
+}
+
+// A product of few rows runs weight-stationary (eager_matmul.cpp, weight_stationary_cost): each
+// 128-column block of b is the stationary operand and a^T the moving one, so a K tile's matmul streams
+// the rows instead of the panel's columns, and one transpose per block brings y^T back to y. The result
+// is the CPU reference's; the Tensor engine's busy time is below what the activation-stationary matmuls
+// alone would take (every K tile of every panel streaming its columns), transposes included. Only where
+// the Tensor engine bounds a panel: bf16 [32, 2048] panels take 5.8 us to cross HBM, longer than their
+// matmuls either way (3.4 us activation-stationary), so that product keeps the activation-stationary
+// schedule.
+TEST(EagerLinear, FewRowsRunWeightStationary) {
+  struct Case {
+    DType dtype;
+    int64_t m, n, k;
+    bool bias;
+    bool weight_stationary;
+  };
+  // 1144 columns: two panels of 512 (four blocks each) and one of 120 (a partial block); K = 1280: ten K
+  // tiles; 700: a partial K tile. 64 rows: the Tensor engine's minimum initiation interval.
+  for (const Case& c : {Case{DType::f32, 32, 1144, 1280, true, true}, Case{DType::f32, 64, 1024, 700, false, true},
+                        Case{DType::bf16, 32, 1024, 2048, true, false}}) {
+    SCOPED_TRACE(fmt::format("{} [{}, {}] x [{}, {}]^T", dtype_name(c.dtype), c.m, c.k, c.n, c.k));
+    std::vector<Tensor> inputs = {random({c.m, c.k}, c.dtype), random({c.n, c.k}, c.dtype)};
+    if (c.bias) inputs.push_back(random({c.n}, c.dtype));
+    const DeviceResult r = check_op(OpId::linear, inputs, {}, c.dtype == DType::bf16 ? 3e-2 : 1e-4);
+    const int64_t k_tiles = (c.k + 127) / 128, blocks = (c.n + 127) / 128;
+    int64_t stationary_weight = 0, transposes = 0;
+    for (const device::Instruction& in : r.exe.stream(device::Engine::tensor)) {
+      // src0 is the stationary operand, src1 the moving one: a weight block times a^T ...
+      if (in.src1.dims[0].size == static_cast<uint32_t>(c.m) && in.src1.dtype == c.dtype &&
+          in.src1.partition_count != in.src1.dims[0].size)
+        ++stationary_weight;
+      // ... or y^T times the identity ([w, w]), into the rows of y.
+      if (in.src0.dtype == DType::f32 && in.src0.dims[0].size == static_cast<uint32_t>(c.m) &&
+          in.dst.partition_count == c.m && in.src1.partition_count == in.src1.dims[0].size &&
+          in.src1.partition_count == in.src0.partition_count)
+        ++transposes;
+    }
+    EXPECT_EQ(stationary_weight, c.weight_stationary ? k_tiles * blocks : 0);
+    EXPECT_EQ(transposes, c.weight_stationary ? blocks : 0);
+    double activation_stationary = 0;
+    for (int64_t n0 = 0; n0 < c.n; n0 += 512) {
+      const uint32_t np = static_cast<uint32_t>(std::min<int64_t>(512, c.n - n0));
+      activation_stationary +=
+          double(k_tiles) * device::compute_instruction_ns(
+                                trn2(), device::matmul(device::psum(0, static_cast<uint16_t>(c.m), 0, DType::f32, {np}),
+                                                       device::sbuf(0, 128, 0, c.dtype, {static_cast<uint32_t>(c.m)}),
+                                                       device::sbuf(0, 128, 0, c.dtype, {np}), true));
+    }
+    if (c.weight_stationary) {
+      EXPECT_LT(r.run.busy_ns[static_cast<size_t>(device::Engine::tensor)], activation_stationary);
+    } else {
+      EXPECT_NEAR(r.run.busy_ns[static_cast<size_t>(device::Engine::tensor)], activation_stationary, 1e-6);
+    }
   }
 }
 
