@@ -1997,19 +1997,6 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
   return std::nullopt;
 }
 
-namespace {
-
-// The modeled duration of a lowered program run alone on one core, timing only (as row_kernel.cpp's
-// time_alone times a candidate schedule): exact, the same on every machine.
-double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
-  device::Core core(spec);
-  std::vector<uint64_t> addresses;
-  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
-  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
-}
-
-}  // namespace
-
 // The weight prefetch moves loads ahead of the linear into the kernel before it. That takes the
 // weight off the linear's path, but the loads then sit in that kernel's DMA queues ahead of its own
 // transfers and stores (pieces of stream_min_piece_bytes on the first few queues: 256 x 256 bf16 is
@@ -2020,8 +2007,9 @@ double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
 // weight then delays), or behind all its loads (the next weight then starts later); which is faster
 // depends on the program too. So the rule is measured, not guessed: the program is lowered with the
 // prefetch and, when it prefetched any weight, without it and with the loads behind the kernels' own,
-// each is timed on a timing-only run of the cost model, and the fastest is kept (a tie keeps the one
-// without: fewer SBUF panels held across kernels; then the first-store placement). Each placement is
+// each is timed on a timing-only run of the cost model (device::timing_only_ns), and the fastest is
+// kept (a tie keeps the one without: fewer SBUF panels held across kernels; then the first-store
+// placement). Each placement is
 // also lowered with the prefetch's pieces on other queues (PrefetchQueues: from the highest, or the
 // idlest by the kernels' transfers so far), since a weight of a few pieces from queue 0 crowds the
 // queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
@@ -2050,7 +2038,7 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
   bool best_idle = false;
   auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q, bool idle = false) {
     if (other == best) return;
-    if (const double ns = modeled_ns(spec, other); ns < best_ns) {
+    if (const double ns = device::timing_only_ns(spec, other); ns < best_ns) {
       best = std::move(other);
       best_ns = ns;
       best_p = p;
@@ -2080,7 +2068,7 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
         const Candidate& k = candidates[static_cast<size_t>(i)];
         try {
           timed[static_cast<size_t>(i)].exe = lowered(k.p, k.q, k.idle, k.r, k.c);
-          timed[static_cast<size_t>(i)].ns = modeled_ns(spec, timed[static_cast<size_t>(i)].exe);
+          timed[static_cast<size_t>(i)].ns = device::timing_only_ns(spec, timed[static_cast<size_t>(i)].exe);
         } catch (...) {
           errors[static_cast<size_t>(i)] = std::current_exception();
         }
@@ -2116,7 +2104,7 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
     for (size_t i = 1; i < candidates.size(); ++i) keep_timed_if_faster(timed[i], candidates[i]);
   } else {
-    best_ns = modeled_ns(spec, best);
+    best_ns = device::timing_only_ns(spec, best);
   }
   // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
   keep_if_faster(lowered(best_p, best_q, true), best_p, best_q, true);

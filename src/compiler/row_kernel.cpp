@@ -978,11 +978,7 @@ double time_alone(const device::Spec& spec, const RowProgram& program, const Pla
   Emitter emitter(kb, alone, plan);
   emitter.run(out);
   emitter.release();
-  const device::Executable exe = kb.build();
-  device::Core core(spec);
-  std::vector<uint64_t> addresses;
-  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
-  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+  return device::timing_only_ns(spec, kb.build());
 }
 
 std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,

@@ -17,6 +17,14 @@ Core::Core(Spec spec)
       sbuf_(spec_.partitions, spec_.sbuf_bytes_per_partition),
       psum_(spec_.partitions, spec_.psum_bytes_per_partition) {}
 
+double timing_only_ns(const Spec& spec, const Executable& exe) {
+  Core core(spec);
+  std::vector<uint64_t> addresses;
+  addresses.reserve(exe.io.size());
+  for (const IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
+}
+
 RunResult Core::run(const Executable& exe, std::span<const uint64_t> io_addresses,
                     const RunOptions& options) {
   if (!options.validated) validate_executable(exe, spec_);

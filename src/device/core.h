@@ -98,6 +98,11 @@ class Core {
   FunctionalExecutor::Workspace functional_workspace_;
 };
 
+// The modeled duration of `exe` run alone on an idle core of `spec`, timing only, each I/O tensor at a
+// fresh HBM address: exact, the same on every machine. What the kernels and the compiler time their
+// candidate schedules and programs with.
+double timing_only_ns(const Spec& spec, const Executable& exe);
+
 // Modeled time of one host<->HBM copy of `bytes` spread over `queues` DMA queues (runtime copies).
 double dma_copy_ns(const Spec& spec, uint64_t bytes, uint32_t queues);
 

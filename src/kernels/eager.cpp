@@ -70,14 +70,6 @@ void emit_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,
                  std::span<const uint32_t> input_tensors, const OpAttrs& attrs, const TensorDesc& out,
                  uint32_t out_tensor, const EagerHooks* hooks, std::span<const TensorDesc> more_out,
                  std::span<const uint32_t> more_out_tensors, GemmChoice gemm = {});
-
-// The modeled time of a timing-only run of `exe` on an idle core.
-double modeled_ns(const device::Spec& spec, const device::Executable& exe) {
-  device::Core core(spec);
-  std::vector<uint64_t> addresses;
-  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
-  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
-}
 }  // namespace
 
 device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> inputs, const OpAttrs& attrs,
@@ -107,7 +99,7 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
   // that rule leaves out. So the kernel is built both ways and the faster kept, timed on the cost model
   // (a tie keeps the activation-stationary one). Built once per shape: the backend caches kernels.
   device::Executable other = build({false, nullptr});
-  return modeled_ns(spec, exe) < modeled_ns(spec, other) ? std::move(exe) : std::move(other);
+  return device::timing_only_ns(spec, exe) < device::timing_only_ns(spec, other) ? std::move(exe) : std::move(other);
 }
 
 void emit_eager_kernel(KernelBuilder& b, OpId op, std::span<const TensorDesc> inputs,

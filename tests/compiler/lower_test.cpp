@@ -282,12 +282,7 @@ TEST(Lowering, LinearWeightsArePrefetchedWithinTheSbufBudget) {
 }
 
 // The program's modeled duration alone on one core, timing only.
-double run_ns(const device::Executable& exe) {
-  device::Core core(device::Spec::builtin("trn2"));
-  std::vector<uint64_t> addresses;
-  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
-  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
-}
+double run_ns(const device::Executable& exe) { return device::timing_only_ns(device::Spec::builtin("trn2"), exe); }
 
 // lower() keeps the weight prefetch only where the cost model times the program faster with it. The
 // linear chain above at 128 rows: with 256 x 256 bf16 weights the prefetched loads from queue 0, queued

@@ -16,13 +16,6 @@
 namespace sightline::compiler {
 namespace {
 
-double run_ns(const device::Spec& spec, const device::Executable& exe) {
-  device::Core core(spec);
-  std::vector<uint64_t> addresses;
-  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
-  return core.run(exe, addresses, {.functional = false, .record = false}).duration_ns;
-}
-
 // ESM-2 t12's MLP (a prefetched weight, so six placements are timed at once, then two activation
 // chains), and at 32 tokens (weight-stationary linears). The choice is the same program every time,
 // with or without the pool (lower() called from inside a parallel region runs its candidates in turn),
@@ -45,7 +38,8 @@ TEST(LowerThreads, CandidatesTimedConcurrentlyGiveTheSameProgram) {
     });
     ASSERT_TRUE(in_turn.has_value());
     EXPECT_EQ(first, *in_turn);
-    EXPECT_LE(run_ns(spec, first), run_ns(spec, lower(g, spec, "mlp", WeightPrefetch::never)));
+    EXPECT_LE(device::timing_only_ns(spec, first),
+              device::timing_only_ns(spec, lower(g, spec, "mlp", WeightPrefetch::never)));
   }
 }
 
