@@ -81,7 +81,7 @@ BENCHMARK(BM_op_event_on_warm)->Iterations(1'000'000);
 // drain the thread buffers, build the events, sort them, build the op tree); per event.
 void BM_collect_1m(benchmark::State& state) {
   constexpr int kEvents = 1'000'000;
-  double ns = 0;
+  double ns = 0, collect_ns = 0, build_ns = 0;
   for (auto _ : state) {
     state.PauseTiming();
     recording_start({.max_events = 1ull << 40});
@@ -93,9 +93,19 @@ void BM_collect_1m(benchmark::State& state) {
     recording_stop();
     state.ResumeTiming();
     const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(build_trace(recording_collect(), {}, {0, 1, 0, true, false, false}));
+    {
+      Collection collected = recording_collect();
+      const auto built = std::chrono::steady_clock::now();
+      CollectedTrace trace = build_trace(collected, {}, {0, 1, 0, true, false, false});
+      benchmark::DoNotOptimize(trace);
+      const auto freed = std::chrono::steady_clock::now();
+      collect_ns += std::chrono::duration<double, std::nano>(built - start).count();
+      build_ns += std::chrono::duration<double, std::nano>(freed - built).count();
+    }
     ns += since_ns(start);
   }
+  state.counters["collect_ns_per_event"] = collect_ns / state.iterations() / kEvents;
+  state.counters["build_ns_per_event"] = build_ns / state.iterations() / kEvents;
   state.SetItemsProcessed(state.iterations() * kEvents);
   state.counters["event_bytes"] = static_cast<double>(sizeof(FunctionEvent));  // the anchor's bytes per event
   bench::report_against_memcpy(state, ns / static_cast<double>(state.iterations()),
