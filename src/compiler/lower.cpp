@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
-#include <thread>
-#include <cstdio>
 #include <exception>
 #include <map>
 #include <optional>
@@ -2009,13 +2006,14 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
 // prefetch and, when it prefetched any weight, without it and with the loads behind the kernels' own,
 // each is timed on a timing-only run of the cost model (device::timing_only_ns), and the fastest is
 // kept (a tie keeps the one without: fewer SBUF panels held across kernels; then the first-store
-// placement). Each placement is
-// also lowered with the prefetch's pieces on other queues (PrefetchQueues: from the highest, or the
-// idlest by the kernels' transfers so far), since a weight of a few pieces from queue 0 crowds the
-// queues the kernel before it loads on; ties keep queue 0 first. Last, the fastest is lowered with the
-// prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out
-// projection's weight from the v projection's kernel across the attention, a q projection's from the
-// matmul kernel before its layer_norm), kept when faster; then with the results of matmul epilogue
+// placement). Each placement is also lowered with the prefetch's pieces on other queues
+// (PrefetchQueues: from the highest, or the idlest by the kernels' transfers so far), since a weight
+// of a few pieces from queue 0 crowds the queues the kernel before it loads on; ties keep queue 0
+// first. Placements and chains that do not depend on one another are timed concurrently (the same
+// choice on any number of threads). Last, the fastest is lowered with the prefetch started past
+// kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out projection's weight from the
+// v projection's kernel across the attention, a q projection's from the matmul kernel before its
+// layer_norm), kept when faster; then with the results of matmul epilogue
 // groups kept in SBUF for the linears after them (ActivationChain::in_sbuf), kept when faster (ESM-2's
 // FC1 -> FC2 at 128 tokens; at 512 the transposes' Tensor-engine time costs more than the reload). The
 // prefetch therefore never makes a program slower than without it, nor the reach or the chain.

@@ -226,7 +226,6 @@ struct WeightStationaryCost {
 // `b_loaded`: the kernel loads b's panels (not prefetched and not resident from an earlier block).
 WeightStationaryCost weight_stationary_cost(const device::Spec& spec, int64_t m, uint32_t panel, int64_t k_tiles,
                                             DType a_dtype, DType b_dtype, bool b_loaded) {
-  using device::AccessPattern;
   const uint16_t parts = static_cast<uint16_t>(spec.partitions);
   const uint16_t mp = static_cast<uint16_t>(std::min<int64_t>(m, parts));
   const uint32_t cols = std::min<uint32_t>(panel, spec.tensor.array_cols);
