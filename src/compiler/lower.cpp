@@ -129,6 +129,8 @@ class Lowerer {
     if (reach_ == PrefetchReach::past_compute_bound)
       exe.metadata.emplace_back("compiled.prefetched_ahead", fmt::format("{}", fmt::join(prefetched_ahead_, ",")));
     exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
+    if (grouped_kv_attentions_ > 0)
+      exe.metadata.emplace_back("compiled.grouped_kv_attention", fmt::format("{}", grouped_kv_attentions_));
     for (size_t k = 0; k < attention_store_fallbacks_.size(); ++k) {
       exe.metadata.emplace_back(fmt::format("compiled.attention_output_fallback.{}", k),
                                 attention_store_fallbacks_[k]);
@@ -1039,21 +1041,152 @@ class Lowerer {
     return found;
   }
 
+  // repeat_kv's copies (HF's grouped-query attention: x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b,
+  // kv * n_rep, s, d)) that only attention kernels read, as k^T or v, through views: a contiguous copy of
+  // an expand that broadcasts one inserted dim (the repeat dim, after the heads). The kernel reads the
+  // key/value heads themselves instead, so the copy is not made (its value gets a placeholder place,
+  // unmade_io) unless the kernel turns the shapes down. For each such copy, its repeat dim.
+  std::map<size_t, int> find_repeat_copies(const Graph& graph, const std::map<size_t, AttentionMatch>& attention_at,
+                                           const std::map<int, Place>& destination) const {
+    std::set<std::pair<size_t, int>> kv_reads;  // (attention node or its scores node, the value it reads)
+    for (const auto& [at, match] : attention_at) {
+      const Node& scores = *match.scores;
+      kv_reads.insert({static_cast<size_t>(&scores - graph.nodes.data()),
+                       scores.inputs[static_cast<size_t>(match.k_t)]});
+      kv_reads.insert({at, graph.nodes[at].inputs[1]});
+    }
+    std::vector<std::vector<size_t>> readers(graph.nodes.size());
+    for (size_t j = 0; j < graph.nodes.size(); ++j) {
+      for (int v : graph.nodes[j].inputs) {
+        if (v != kNoValue) readers[static_cast<size_t>(v)].push_back(j);
+      }
+    }
+    const std::set<int> outputs(graph.outputs.begin(), graph.outputs.end());
+    std::map<size_t, int> found;
+    for (size_t c = 0; c < graph.nodes.size(); ++c) {
+      const Node& copy = graph.nodes[c];
+      if (copy.kind != NodeKind::op || copy.op != OpId::contiguous || copy.inputs.size() != 1 ||
+          destination.count(static_cast<int>(c))) {
+        continue;
+      }
+      const Node& expand = graph.nodes[static_cast<size_t>(copy.inputs[0])];
+      if (expand.kind != NodeKind::op || expand.op != OpId::expand || expand.inputs.empty()) continue;
+      const Dims& before = graph.nodes[static_cast<size_t>(expand.inputs[0])].meta.shape;
+      const Dims& after = expand.meta.shape;
+      if (before.size() != after.size()) continue;
+      int dim = -1, broadcast = 0;
+      for (int d = 0; d < after.size(); ++d) {
+        if (before[d] == after[d]) continue;
+        dim = d;
+        broadcast += before[d] == 1 ? 1 : 2;
+      }
+      if (broadcast != 1 || dim < 1) continue;
+      // Every reader, through views, is an attention's k^T or v, read once.
+      bool only_attention = true;
+      std::vector<size_t> stack = {c};
+      while (!stack.empty() && only_attention) {
+        const size_t v = stack.back();
+        stack.pop_back();
+        if (outputs.count(static_cast<int>(v))) only_attention = false;
+        for (size_t r : readers[v]) {
+          const Node& reader = graph.nodes[r];
+          if (reader.kind == NodeKind::op && op_info(reader.op).is_view) {
+            stack.push_back(r);
+          } else if (!kv_reads.count({r, static_cast<int>(v)}) ||
+                     std::count(reader.inputs.begin(), reader.inputs.end(), static_cast<int>(v)) != 1) {
+            only_attention = false;
+          }
+        }
+      }
+      if (only_attention) found.emplace(c, dim);
+    }
+    return found;
+  }
+
+  // The placeholder I/O index of a copy not made (find_repeat_copies): views of it are resolved as of any
+  // value, and the attention kernel that reads them reads the key/value heads instead.
+  static constexpr uint32_t kUnmadeIo = 0x80000000u;
+  static uint32_t unmade_io(size_t copy) { return kUnmadeIo | static_cast<uint32_t>(copy); }
+
+  // The key/value heads behind `p`, a view of an unmade repeat copy (k with its last two dims swapped
+  // back from k^T, or v), when the view is the copy's [.., kv * n_rep, s, d] reshape: the copy's input
+  // (the expand) without its repeat dim. nullopt when `p` is no such view.
+  std::optional<Place> kv_heads_of(const Graph& graph, const Place& p, const std::vector<Place>& values) const {
+    if ((p.io & kUnmadeIo) == 0) return std::nullopt;
+    const size_t c = p.io & ~kUnmadeIo;
+    const auto it = unmade_copies_.find(c);
+    if (it == unmade_copies_.end()) return std::nullopt;
+    const int dim = it->second;
+    const Node& copy = graph.nodes[c];
+    Dims merged;
+    for (int d = 0; d < copy.meta.shape.size(); ++d) {
+      if (d == dim) {
+        merged[merged.size() - 1] = merged[merged.size() - 1] * copy.meta.shape[d];
+      } else {
+        merged.push_back(copy.meta.shape[d]);
+      }
+    }
+    const TensorDesc expected = TensorDesc::contiguous(copy.meta.dtype, merged);
+    if (p.offset != 0 || p.desc.shape != expected.shape || p.desc.strides != expected.strides) return std::nullopt;
+    const Place& src = values[static_cast<size_t>(copy.inputs[0])];
+    if (src.desc.shape.size() != copy.meta.shape.size() || src.desc.strides[dim] != 0) return std::nullopt;
+    Place heads{src.io, src.offset, {src.desc.dtype, {}, {}}};
+    for (int d = 0; d < src.desc.shape.size(); ++d) {
+      if (d == dim) continue;
+      heads.desc.shape.push_back(src.desc.shape[d]);
+      heads.desc.strides.push_back(src.desc.strides[d]);
+    }
+    return heads;
+  }
+
+  // Makes the unmade copy `c` after all (its attention kernel turned the shapes down): into scratch, and
+  // every place that stood for it (values, the deferred operands) now points there.
+  void make_unmade_copy(const Graph& graph, size_t c, std::vector<Place>& values,
+                        std::map<size_t, std::vector<Place>>& deferred_operands) {
+    if (!unmade_copies_.erase(c)) return;
+    const Node& copy = graph.nodes[c];
+    const Place made = lower_node(copy, {values[static_cast<size_t>(copy.inputs[0])]}, scratch(copy.meta));
+    const uint32_t io = unmade_io(c);
+    for (Place& p : values) {
+      if (p.io == io) p.io = made.io;
+    }
+    for (auto& [node, places] : deferred_operands) {
+      for (Place& p : places) {
+        if (p.io == io) p.io = made.io;
+      }
+    }
+  }
+
   // The attention kernel for `pv` = matmul(scores, v) with the scores' operands at `scores_operands`;
-  // nullopt (nothing emitted) when the kernel does not take these shapes.
+  // nullopt (nothing emitted) when the kernel does not take these shapes. `kv_heads` (both or neither):
+  // k and v as their key/value heads, read in place of the repeat_kv copies the graph makes of them
+  // (unmade_repeat_copies): query head h reads key/value head h / (query heads / key/value heads).
   std::optional<Place> attention(const AttentionMatch& match, const Node& pv, std::span<const Place> scores_operands,
-                                 const Place& v, const std::optional<Place>& dst) {
+                                 const Place& v_in, const std::optional<Place>& dst,
+                                 const std::optional<std::pair<Place, Place>>& kv_heads = std::nullopt) {
     const Place& q = scores_operands[static_cast<size_t>(match.q)];
     const Place& k_t = scores_operands[static_cast<size_t>(match.k_t)];
     // k is k^T's view with its last two dims swapped back: the kernel reads k^T from k's strides.
     TensorDesc k = k_t.desc;
     const int rank = k.shape.size();
-    if (rank < 2 || q.desc.shape.size() != rank || v.desc.shape.size() != rank) return std::nullopt;
+    if (rank < 2) return std::nullopt;
     std::swap(k.shape[rank - 1], k.shape[rank - 2]);
     std::swap(k.strides[rank - 1], k.strides[rank - 2]);
-    // Leading (batch, head) dims as the kernel indexes them: q's, with k and v the same or one per group.
+    Place k_place{k_t.io, k_t.offset, k};
+    if (kv_heads) {
+      k_place = kv_heads->first;
+      k = k_place.desc;
+    }
+    const Place& v = kv_heads ? kv_heads->second : v_in;
+    if (k.shape.size() != rank || q.desc.shape.size() != rank || v.desc.shape.size() != rank) return std::nullopt;
+    // Leading (batch, head) dims as the kernel indexes them: q's, with k and v the same or, read from
+    // their key/value heads, the same number of heads and one per group of query heads.
     for (int d = 0; d + 2 < rank; ++d) {
-      if (k.shape[d] != q.desc.shape[d] || v.desc.shape[d] != q.desc.shape[d]) return std::nullopt;
+      if (kv_heads && d + 3 == rank) {
+        if (k.shape[d] != v.desc.shape[d] || k.shape[d] <= 0 || q.desc.shape[d] % k.shape[d] != 0) return std::nullopt;
+      } else if (k.shape[d] != q.desc.shape[d] || v.desc.shape[d] != q.desc.shape[d]) {
+        return std::nullopt;
+      }
     }
     // The kernel computes the scores and the softmax in f32 and rounds P once to the operands' dtype:
     // the graph's own numerics when the scores are in that dtype, or f32 scores with a cast of P to it.
@@ -1065,7 +1198,7 @@ class Lowerer {
     }
     if (pv.meta.dtype != dtype && pv.meta.dtype != DType::f32) return std::nullopt;
     if (kernels::attention_unsupported(spec_, q.desc, k, v.desc)) return std::nullopt;
-    std::vector<Place> operands = {q, {k_t.io, k_t.offset, k}, v};
+    std::vector<Place> operands = {q, k_place, v};
     if (match.mask) operands.push_back(scores_operands[static_cast<size_t>(match.mask_input)]);
     OpAttrs attrs;
     attrs.scalar = match.scale ? match.scale->attrs.scalar : 1.0;
@@ -1246,9 +1379,18 @@ class Lowerer {
         deferred[static_cast<size_t>(match.cast - graph.nodes.data())] = true;
       }
     }
+    // repeat_kv's copies the attention kernels read past (find_repeat_copies): this graph's, while it is
+    // lowered (a fused node's body lowered inside it has its own).
+    struct RestoreUnmade {
+      std::map<size_t, int>& member;
+      std::map<size_t, int> saved;
+      ~RestoreUnmade() { member = std::move(saved); }
+    } restore_unmade{unmade_copies_,
+                     std::exchange(unmade_copies_, find_repeat_copies(graph, attention_at, destination))};
     // The contiguous copies the attention kernels are to write (attention_store), which then emit no
-    // kernel: plan_weight_prefetch looks past them.
+    // kernel: plan_weight_prefetch looks past them, and past the unmade repeat copies.
     std::set<size_t> planned_stores, attention_nodes;
+    for (const auto& [c, dim] : unmade_copies_) planned_stores.insert(c);
     for (const auto& [at, match] : attention_at) {
       attention_nodes.insert(at);
       if (destination.count(static_cast<int>(at))) continue;
@@ -1283,8 +1425,35 @@ class Lowerer {
           // The copy writes there when the kernel does not take these shapes after all.
           destination[static_cast<int>(store->copy)] = copy_dst;
         }
-        if (std::optional<Place> fused = attention(it->second, n, deferred_operands.at(scores),
-                                                   values[static_cast<size_t>(n.inputs[1])], at_dst)) {
+        // k and v from their key/value heads, when both are views of unmade repeat copies.
+        std::vector<Place>& scores_operands = deferred_operands.at(scores);
+        const Place& v_place = values[static_cast<size_t>(n.inputs[1])];
+        TensorDesc k_desc = scores_operands[static_cast<size_t>(it->second.k_t)].desc;
+        std::optional<std::pair<Place, Place>> kv_heads;
+        if (const int r = k_desc.shape.size(); r >= 2) {
+          std::swap(k_desc.shape[r - 1], k_desc.shape[r - 2]);
+          std::swap(k_desc.strides[r - 1], k_desc.strides[r - 2]);
+          const Place& k_t = scores_operands[static_cast<size_t>(it->second.k_t)];
+          const std::optional<Place> k_heads = kv_heads_of(graph, {k_t.io, k_t.offset, k_desc}, values);
+          const std::optional<Place> v_heads = kv_heads_of(graph, v_place, values);
+          if (k_heads && v_heads) kv_heads = std::pair{*k_heads, *v_heads};
+        }
+        // Copies this attention reads that were not made, made now when it cannot read past them: it
+        // then reads them as the graph says.
+        auto make_copies = [&] {
+          for (const Place* p : {static_cast<const Place*>(&scores_operands[static_cast<size_t>(it->second.k_t)]),
+                                 &v_place}) {
+            if (p->io & kUnmadeIo) make_unmade_copy(graph, p->io & ~kUnmadeIo, values, deferred_operands);
+          }
+        };
+        if (!kv_heads) make_copies();
+        std::optional<Place> fused = attention(it->second, n, scores_operands, v_place, at_dst, kv_heads);
+        if (fused && kv_heads) ++grouped_kv_attentions_;
+        if (!fused && kv_heads) {
+          make_copies();
+          fused = attention(it->second, n, scores_operands, v_place, at_dst);
+        }
+        if (fused) {
           values[i] = *fused;
           if (store) {
             stored_copies.insert(store->copy);
@@ -1317,6 +1486,10 @@ class Lowerer {
       }
       if (stored_copies.count(i)) {
         values[i] = destination.at(static_cast<int>(i));
+        continue;
+      }
+      if (unmade_copies_.count(i)) {
+        values[i] = Place{unmade_io(i), 0, TensorDesc::contiguous(n.meta.dtype, n.meta.shape)};
         continue;
       }
       previous_kernel_start_ = std::exchange(kernel_start_, builder_.dma_queue_lengths());
@@ -1923,6 +2096,8 @@ class Lowerer {
   int epilogues_ = 0;                       // matmul epilogues applied to the result tiles on chip
   int attentions_ = 0;                      // softmax(q k^T ...) v lowered as one attention kernel
   int attention_stores_ = 0;                // of those, stored straight into a permute's contiguous copy
+  int grouped_kv_attentions_ = 0;           // of those, reading k and v from their key/value heads
+  std::map<size_t, int> unmade_copies_;     // repeat_kv copies not made (find_repeat_copies): repeat dim
   std::vector<std::string> attention_store_fallbacks_;  // why the others kept their copy (attention_store)
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too

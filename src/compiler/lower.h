@@ -138,7 +138,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    epilogue before it and the linear after it (ActivationChain::norms_in_sbuf); row loops that read
 //    i32 inputs; a product on the Scalar engine keeps the sign of a zero
 // 10: linears and matmuls of few rows weight-stationary, y^T transposed back on the Tensor engine
-inline constexpr int kLoweringVersion = 10;
+// 11: grouped-query attention reads k and v from their key/value heads; repeat_kv's copies not made
+inline constexpr int kLoweringVersion = 11;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -126,6 +126,43 @@ TEST(CompiledOnNeuron, AttentionStoredIntoThePermutedCopyMatchesTheCpuReference)
   }
 }
 
+// Grouped-query attention, k and v repeated to the query heads (HF Llama's repeat_kv): the kernel reads
+// the key/value heads in place of the copies (tests/compiler/lower_test.cpp); with the repeated k also
+// returned (its copy made), and with a head dim of 160, which the kernel does not take (the copies made
+// after all, the ops run one by one). Against the cpu reference, with FusedAttentionMatchesTheCpuReference's
+// tolerances.
+TEST(CompiledOnNeuron, GroupedQueryAttentionMatchesTheCpuReference) {
+  Generator g(29);
+  for (const bool also_return_k : {false, true}) {
+    for (const auto& [dtype, d] : {std::pair<DType, int64_t>{DType::f32, 24}, {DType::bf16, 24}, {DType::f32, 160}}) {
+      auto fn = [also_return_k](const std::vector<Tensor>& in) { return compiler::testing::grouped_attention(in, also_return_k); };
+      auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(fn));
+      const int64_t s = 40;
+      std::vector<Tensor> host;
+      for (const TensorMeta& meta : compiler::testing::grouped_attention_metas(8, 2, s, d, dtype)) {
+        if (meta.shape.size() == 4 && meta.shape[1] == 1) {
+          std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
+          for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
+          host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
+        } else {
+          host.push_back(randn(meta.shape, {}, &g).to(dtype));
+        }
+      }
+      std::vector<Tensor> reference_args;
+      for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
+      const std::vector<Tensor> expected = fn(reference_args);
+      std::vector<Tensor> actual;
+      EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+      ASSERT_EQ(actual.size(), expected.size());
+      const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
+      for (size_t k = 0; k < actual.size(); ++k) {
+        SCOPED_TRACE(fmt::format("{} d {} output {}{}", dtype_name(dtype), d, k, also_return_k ? ", k returned" : ""));
+        expect_close(actual[k], expected[k], tolerance, tolerance);
+      }
+    }
+  }
+}
+
 // Llama's bf16 attention, softmax(scores.to(f32)).to(bf16) @ v, compiles to the same one attention kernel
 // (tests/compiler/lower_test.cpp), against the same function on the cpu in bf16: the cpu rounds the
 // scores to bf16 after the matmul, the scale and the mask before its f32 softmax, the kernel keeps them

@@ -180,6 +180,40 @@ TEST(Lowering, AttentionIsOneKernelLabelledWithTheUsersOps) {
   EXPECT_EQ(metadata(decoder, "compiled.fused_attention"), "1");
 }
 
+// Grouped-query attention (HF Llama's repeat_kv of k and v before the scores): the kernel reads each
+// query head's key/value head in place (query head h, key/value head h / n_rep), so the two repeat
+// copies are not made: one kernel instead of three, and no instruction labelled aten::contiguous. A
+// repeated k that is also returned keeps its copy (and so v's, as the kernel reads both or neither), and a
+// head dim the kernel does not take (160) makes both copies before the ops run one by one.
+TEST(Lowering, GroupedQueryAttentionReadsTheKeyValueHeadsInPlace) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const std::vector<TensorMeta> metas = testing::grouped_attention_metas(8, 2, 40, 24, dtype);
+    const device::Executable exe =
+        lower(optimized([](const std::vector<Tensor>& in) { return testing::grouped_attention(in); }, metas), spec,
+              "gqa");
+    EXPECT_EQ(metadata(exe, "compiled.fused_attention"), "1") << dtype_name(dtype);
+    EXPECT_EQ(metadata(exe, "compiled.grouped_kv_attention"), "1") << dtype_name(dtype);
+    EXPECT_EQ(metadata(exe, "compiled.kernels"), "1") << dtype_name(dtype);
+    EXPECT_EQ(std::count(exe.source_ops.begin(), exe.source_ops.end(), "aten::contiguous"), 0) << dtype_name(dtype);
+
+    const device::Executable returned = lower(
+        optimized([](const std::vector<Tensor>& in) { return testing::grouped_attention(in, true); }, metas), spec,
+        "gqa_k_returned");
+    EXPECT_EQ(metadata(returned, "compiled.fused_attention"), "1") << dtype_name(dtype);
+    EXPECT_EQ(metadata(returned, "compiled.grouped_kv_attention"), "") << dtype_name(dtype);
+    // Both copies, the attention, and the returned view's copy into its output.
+    EXPECT_EQ(metadata(returned, "compiled.kernels"), "4") << dtype_name(dtype);
+  }
+  const device::Executable wide = lower(
+      optimized([](const std::vector<Tensor>& in) { return testing::grouped_attention(in); },
+                testing::grouped_attention_metas(4, 2, 40, 160, DType::f32)),
+      spec, "gqa_wide_heads");
+  EXPECT_EQ(metadata(wide, "compiled.fused_attention"), "0");
+  EXPECT_EQ(metadata(wide, "compiled.grouped_kv_attention"), "");
+  EXPECT_GE(std::count(wide.source_ops.begin(), wide.source_ops.end(), "aten::contiguous"), 1);
+}
+
 // The attention's result permuted back to [b, s, heads, dh] and copied contiguous (the models'
 // context before the output projection): the kernel stores each head's rows at their place in the
 // copy (a pitch of heads * dh), and the copy is no kernel of its own. `tail` picks the chain.

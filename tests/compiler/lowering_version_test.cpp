@@ -87,6 +87,9 @@ std::vector<Program> programs() {
       {"esm_mlp_480x1920", &testing::biased_mlp, testing::biased_mlp_metas(128, 480, 1920, DType::f32)},
       // ESM-2 t30's MLP at 32 tokens: few rows, so the linears run weight-stationary (eager_matmul.cpp).
       {"esm_mlp_32x640x2560", &testing::biased_mlp, testing::biased_mlp_metas(32, 640, 2560, DType::f32)},
+      // Grouped-query attention: k and v read from their key/value heads, the repeat_kv copies not made.
+      {"grouped_attention_bf16", [](const std::vector<Tensor>& a) { return testing::grouped_attention(a); },
+       testing::grouped_attention_metas(8, 2, 128, 64, DType::bf16)},
       // A token embedding: the gather cut into pieces over the queues.
       {"embedding_128x480",
        [](const std::vector<Tensor>& a) { return std::vector<Tensor>{embedding(a[0], a[1])}; },

@@ -132,4 +132,24 @@ inline std::vector<TensorMeta> biased_mlp_metas(int64_t m, int64_t k, int64_t n,
   return {{{m, k}, dtype}, {{n, k}, dtype}, {{n}, dtype}, {{k, n}, dtype}, {{k}, dtype}};
 }
 
+// HF Llama's repeat_kv: [b, kv, s, d] -> [b, kv * n_rep, s, d] (an expand, then a reshape that copies).
+inline Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
+  const Dims& d = x.shape();
+  return x.unsqueeze(2).expand({d[0], d[1], n_rep, d[2], d[3]}).reshape({d[0], d[1] * n_rep, d[2], d[3]});
+}
+
+// Grouped-query attention as HF Llama's eager path writes it: q [b, heads, s, d], k and v [b, kv, s, d]
+// repeated to the query heads, softmax(q k^T * 0.2 + mask) v. `also_return_k`: the repeated k is an
+// output too (so its copy must be made).
+inline std::vector<Tensor> grouped_attention(const std::vector<Tensor>& in, bool also_return_k = false) {
+  const int64_t n_rep = in[0].shape()[1] / in[1].shape()[1];
+  const Tensor k = repeat_kv(in[1], n_rep), v = repeat_kv(in[2], n_rep);
+  const Tensor y = matmul(softmax(matmul(in[0], k.transpose(2, 3)) * 0.2 + in[3], -1), v);
+  return also_return_k ? std::vector<Tensor>{y, k} : std::vector<Tensor>{y};
+}
+
+inline std::vector<TensorMeta> grouped_attention_metas(int64_t heads, int64_t kv, int64_t s, int64_t d, DType dtype) {
+  return {{{2, heads, s, d}, dtype}, {{2, kv, s, d}, dtype}, {{2, kv, s, d}, dtype}, {{2, 1, 1, s}, dtype}};
+}
+
 }  // namespace sightline::compiler::testing
