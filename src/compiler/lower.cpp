@@ -1118,6 +1118,8 @@ class Lowerer {
     if (it == unmade_copies_.end()) return std::nullopt;
     const int dim = it->second;
     const Node& copy = graph.nodes[c];
+    // The repeat dim merges into the heads: the third dim from the end of the kernel's k and v.
+    if (dim + 3 != copy.meta.shape.size()) return std::nullopt;
     Dims merged;
     for (int d = 0; d < copy.meta.shape.size(); ++d) {
       if (d == dim) {

@@ -205,6 +205,23 @@ TEST(Lowering, GroupedQueryAttentionReadsTheKeyValueHeadsInPlace) {
     // Both copies, the attention, and the returned view's copy into its output.
     EXPECT_EQ(metadata(returned, "compiled.kernels"), "4") << dtype_name(dtype);
   }
+  // Repeated along the keys (a dim inserted after them): not the grouped-query layout, so the copies stay.
+  // (Reading the unrepeated keys would give the same numbers here, duplicated keys splitting their weight
+  // evenly, which is why this is checked on the program and not against the cpu.)
+  const device::Executable keys = lower(
+      optimized(
+          [](const std::vector<Tensor>& in) {
+            auto repeat_keys = [](const Tensor& x) {
+              const Dims& d = x.shape();
+              return x.unsqueeze(3).expand({d[0], d[1], d[2], 2, d[3]}).reshape({d[0], d[1], d[2] * 2, d[3]});
+            };
+            return std::vector<Tensor>{
+                matmul(softmax(matmul(in[0], repeat_keys(in[1]).transpose(2, 3)) * 0.2, -1), repeat_keys(in[2]))};
+          },
+          {{{2, 4, 40, 24}, DType::f32}, {{2, 4, 20, 24}, DType::f32}, {{2, 4, 20, 24}, DType::f32}}),
+      spec, "keys_repeated");
+  EXPECT_EQ(metadata(keys, "compiled.fused_attention"), "1");
+  EXPECT_EQ(metadata(keys, "compiled.grouped_kv_attention"), "");
   const device::Executable wide = lower(
       optimized([](const std::vector<Tensor>& in) { return testing::grouped_attention(in); },
                 testing::grouped_attention_metas(4, 2, 40, 160, DType::f32)),
