@@ -1044,8 +1044,8 @@ class Lowerer {
   // repeat_kv's copies (HF's grouped-query attention: x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b,
   // kv * n_rep, s, d)) that only attention kernels read, as k^T or v, through views: a contiguous copy of
   // an expand that broadcasts one inserted dim (the repeat dim, after the heads). The kernel reads the
-  // key/value heads themselves instead, so the copy is not made (its value gets a placeholder place,
-  // unmade_io) unless the kernel turns the shapes down. For each such copy, its repeat dim.
+  // key/value heads themselves instead, so the copy is not made (its value gets a stand-in place that no
+  // kernel reads, unmade_io) unless the kernel turns the shapes down. For each such copy, its repeat dim.
   std::map<size_t, int> find_repeat_copies(const Graph& graph, const std::map<size_t, AttentionMatch>& attention_at,
                                            const std::map<int, Place>& destination) const {
     std::set<std::pair<size_t, int>> kv_reads;  // (attention node or its scores node, the value it reads)
@@ -1103,7 +1103,7 @@ class Lowerer {
     return found;
   }
 
-  // The placeholder I/O index of a copy not made (find_repeat_copies): views of it are resolved as of any
+  // The stand-in I/O index of a copy not made (find_repeat_copies): views of it are resolved as of any
   // value, and the attention kernel that reads them reads the key/value heads instead.
   static constexpr uint32_t kUnmadeIo = 0x80000000u;
   static uint32_t unmade_io(size_t copy) { return kUnmadeIo | static_cast<uint32_t>(copy); }

@@ -61,6 +61,31 @@ TEST(CompiledOnNeuron, DecoderBlockMatchesEagerInOneExecutionPerCall) {
   EXPECT_EQ(compiled.stats().device_calls, 4);
 }
 
+// Padding for [2, heads, s, d] attention operands: the last quarter of the keys of batch 1 masked out
+// with a large negative value, [2, 1, 1, s].
+Tensor padding_mask(int64_t s, DType dtype) {
+  std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
+  for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
+  return from_vector(mask, {2, 1, 1, s}).to(dtype);
+}
+
+// `compiled` on `host` (moved to the device) runs as one execution, and each output matches `fn` on the
+// cpu with the operands in f32, within the attention tests' tolerance for `dtype` (below).
+void expect_one_execution_matching(const TensorListFunction& fn, const CompiledFunction& compiled,
+                                   const std::vector<Tensor>& host, DType dtype) {
+  std::vector<Tensor> reference_args;
+  for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
+  const std::vector<Tensor> expected = fn(reference_args);
+  std::vector<Tensor> actual;
+  EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+  ASSERT_EQ(actual.size(), expected.size());
+  const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
+  for (size_t k = 0; k < actual.size(); ++k) {
+    SCOPED_TRACE(fmt::format("output {}", k));
+    expect_close(actual[k], expected[k], tolerance, tolerance);
+  }
+}
+
 // softmax(q k^T * scale + mask) v compiles to one attention kernel (tests/compiler/lower_test.cpp);
 // against the same function on the cpu reference. f32: the kernel sums q k^T and P v in f32 as the
 // reference does, in another order, so it agrees to f32 rounding (1e-5 on outputs of order 1). bf16:
@@ -77,10 +102,7 @@ TEST(CompiledOnNeuron, FusedAttentionMatchesTheCpuReference) {
     for (const int64_t s : {40, 200}) {
       std::vector<Tensor> host;
       for (int i = 0; i < 3; ++i) host.push_back(randn({2, 3, s, 24}, {}, &g).to(dtype));
-      // Padding: the last quarter of the keys of batch 1 masked out with a large negative value.
-      std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
-      for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
-      host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
+      host.push_back(padding_mask(s, dtype));
       std::vector<Tensor> reference_args;
       for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
       const Tensor expected = attention(reference_args)[0];
@@ -110,17 +132,8 @@ TEST(CompiledOnNeuron, AttentionStoredIntoThePermutedCopyMatchesTheCpuReference)
       for (const int64_t s : {40, 200}) {
         std::vector<Tensor> host;
         for (int i = 0; i < 3; ++i) host.push_back(randn({2, 3, s, 24}, {}, &g).to(dtype));
-        std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
-        for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
-        host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
-        std::vector<Tensor> reference_args;
-        for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
-        const std::vector<Tensor> expected = attention(reference_args);
-        std::vector<Tensor> actual;
-        EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
-        ASSERT_EQ(actual.size(), expected.size());
-        const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
-        for (size_t k = 0; k < actual.size(); ++k) expect_close(actual[k], expected[k], tolerance, tolerance);
+        host.push_back(padding_mask(s, dtype));
+        expect_one_execution_matching(attention, compiled, host, dtype);
       }
     }
   }
@@ -138,27 +151,12 @@ TEST(CompiledOnNeuron, GroupedQueryAttentionMatchesTheCpuReference) {
       auto fn = [also_return_k](const std::vector<Tensor>& in) { return compiler::testing::grouped_attention(in, also_return_k); };
       auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(fn));
       const int64_t s = 40;
+      const std::vector<TensorMeta> metas = compiler::testing::grouped_attention_metas(8, 2, s, d, dtype);
       std::vector<Tensor> host;
-      for (const TensorMeta& meta : compiler::testing::grouped_attention_metas(8, 2, s, d, dtype)) {
-        if (meta.shape.size() == 4 && meta.shape[1] == 1) {
-          std::vector<float> mask(static_cast<size_t>(2 * s), 0.0f);
-          for (int64_t j = s - s / 4; j < s; ++j) mask[static_cast<size_t>(s + j)] = -1e9f;
-          host.push_back(from_vector(mask, {2, 1, 1, s}).to(dtype));
-        } else {
-          host.push_back(randn(meta.shape, {}, &g).to(dtype));
-        }
-      }
-      std::vector<Tensor> reference_args;
-      for (const Tensor& t : host) reference_args.push_back(t.to(DType::f32));
-      const std::vector<Tensor> expected = fn(reference_args);
-      std::vector<Tensor> actual;
-      EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
-      ASSERT_EQ(actual.size(), expected.size());
-      const double tolerance = dtype == DType::f32 ? 1e-5 : 5e-2;
-      for (size_t k = 0; k < actual.size(); ++k) {
-        SCOPED_TRACE(fmt::format("{} d {} output {}{}", dtype_name(dtype), d, k, also_return_k ? ", k returned" : ""));
-        expect_close(actual[k], expected[k], tolerance, tolerance);
-      }
+      for (size_t i = 0; i < 3; ++i) host.push_back(randn(metas[i].shape, {}, &g).to(dtype));
+      host.push_back(padding_mask(s, dtype));
+      SCOPED_TRACE(fmt::format("{} d {}{}", dtype_name(dtype), d, also_return_k ? ", k returned" : ""));
+      expect_one_execution_matching(fn, compiled, host, dtype);
     }
   }
 }
