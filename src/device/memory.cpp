@@ -12,23 +12,10 @@ namespace sightline::device {
 
 namespace {
 
-// Zeroed bytes, 2 MiB aligned and rounded up to 2 MiB, in huge pages where the kernel has them.
-// Returns null when the mapping fails; *mapped is the length to unmap.
-void* map_huge(uint64_t n, uint64_t* mapped) {
-  constexpr uint64_t kHuge = ZeroedBuffer::kHugeBytes;
-  const uint64_t length = (n + kHuge - 1) / kHuge * kHuge;
-  // Map one huge page more than needed and trim the ends so that the kept range is 2 MiB aligned.
-  void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const auto begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHuge - 1) / kHuge * kHuge;
-  if (aligned > begin) munmap(raw, aligned - begin);
-  const uintptr_t tail = begin + length + kHuge - (aligned + length);
-  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
-  void* p = reinterpret_cast<void*>(aligned);
-  madvise(p, length, MADV_HUGEPAGE);  // advice only: without huge pages it still works, in 4 KiB pages
-  *mapped = length;
-  return p;
+// Zeroed bytes in a mapping of their own, page aligned. Returns null when the mapping fails.
+void* map_zeroed(uint64_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
 }
 
 }  // namespace
@@ -43,11 +30,10 @@ void ZeroedBuffer::Free::operator()(void* p) const {
 
 ZeroedBuffer::ZeroedBuffer(uint64_t n, HostPages pages) : size(n) {
   if (n == 0) return;
-  if (pages == HostPages::kHuge && n >= kHugeBytes) {
-    uint64_t mapped = 0;
-    void* p = map_huge(n, &mapped);
+  if (pages == HostPages::kMapped && n >= kMappedBytes) {
+    void* p = map_zeroed(n);
     SIGHTLINE_CHECK(p != nullptr, "host out of memory: cannot map {} bytes for simulated device memory", n);
-    bytes = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{mapped});
+    bytes = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{n});
     return;
   }
   bytes.reset(static_cast<uint8_t*>(std::calloc(n, 1)));
@@ -277,7 +263,7 @@ uint64_t HbmMemory::allocate(uint64_t bytes) {
   if (backing) {
     backing->written.forget_all();
   } else {
-    backing = std::make_unique<TrackedBytes>(block_bytes, HostPages::kHuge);
+    backing = std::make_unique<TrackedBytes>(block_bytes, HostPages::kMapped);
   }
   std::lock_guard lock(mutex_);
   uint64_t cursor = 0;

@@ -18,18 +18,22 @@
 
 namespace sightline::device {
 
-// Which host pages back a buffer. kHuge: from ZeroedBuffer::kHugeBytes on, an anonymous mapping aligned
-// to 2 MiB with MADV_HUGEPAGE, so a tensor of many MiB streamed through by DMAs takes one TLB entry and
-// one page fault per 2 MiB instead of per 4 KiB (with transparent huge pages in "madvise" mode, as is
-// common, they are only used where asked for). kSmall: calloc's 4 KiB pages. On-chip memory uses
-// kSmall: a program touches a few bytes of many 2 MiB stretches of its 24 MiB SBUF, and huge pages
-// would commit all of it (about 26 MiB more per core that runs, 35 MiB instead of 8 for a 512x512
-// RMSNorm) for a gain within the benchmark's noise.
-enum class HostPages { kSmall, kHuge };
+// How a buffer gets its host memory. kMapped: from ZeroedBuffer::kMappedBytes on, an anonymous mapping
+// of its own, page aligned (so cache-line aligned for the DMAs' copies: calloc's 16-byte header cost the
+// functional RMSNorm f32[4096, 4096] 0.49x memcpy against 0.55x), unmapped when freed; kHeap: calloc.
+// Simulated HBM uses kMapped, on-chip memory kHeap.
+//
+// In 4 KiB pages, not huge ones. Huge pages made a tensor that DMAs stream through again and again only
+// 2-3% faster (the same RMSNorm in a loop: 0.555-0.568x memcpy against 0.545-0.554x), and on virtual
+// machines whose host takes back the guest's freed memory they cost far more to touch first: the guest
+// hands out exactly the freed 2 MiB blocks for huge pages, and faulting them back in ran at 0.32 GB/s
+// against 2.25 GB/s in 4 KiB pages on this project's 2-core VMs. ESM-2 650M's 2.6 GB of weights took
+// 8 s more system time per run in huge pages.
+enum class HostPages { kHeap, kMapped };
 
 // Zero-filled host buffer: either way untouched pages cost nothing until written (a 24 MiB SBUF).
 struct ZeroedBuffer {
-  static constexpr uint64_t kHugeBytes = uint64_t{2} << 20;
+  static constexpr uint64_t kMappedBytes = uint64_t{2} << 20;
   struct Free {
     uint64_t mapped;  // bytes mapped (0: from calloc; a default-made deleter value-initializes it to 0)
     void operator()(void* p) const;
@@ -37,7 +41,7 @@ struct ZeroedBuffer {
   std::unique_ptr<uint8_t, Free> bytes;
   uint64_t size = 0;
 
-  explicit ZeroedBuffer(uint64_t n = 0, HostPages pages = HostPages::kSmall);
+  explicit ZeroedBuffer(uint64_t n = 0, HostPages pages = HostPages::kHeap);
   uint8_t* data() const { return bytes.get(); }
 };
 
@@ -52,7 +56,7 @@ class WrittenMap {
   static constexpr uint64_t kGranuleBytes = 2;
   static constexpr uint64_t kBlockWords = 8;  // 512 granules = 1 KiB of data per generation stamp
 
-  explicit WrittenMap(uint64_t bytes = 0, HostPages pages = HostPages::kSmall);
+  explicit WrittenMap(uint64_t bytes = 0, HostPages pages = HostPages::kHeap);
 
   // Marks [begin, end) written (every granule it touches).
   void mark(uint64_t begin, uint64_t end);
@@ -98,7 +102,7 @@ class WrittenMap {
 
   uint64_t words_count_ = 0;
   uint64_t blocks_count_ = 0;
-  ZeroedBuffer word_bytes_;   // the words' storage (huge pages for the map of a large tensor)
+  ZeroedBuffer word_bytes_;   // the words' storage (mapped for the map of a large tensor)
   uint64_t* words_ = nullptr;  // a word is meaningful only while its block's stamp is current
   std::unique_ptr<uint32_t[]> stamps_;
   uint32_t generation_ = 1;  // stamps start at 0: nothing written
@@ -111,7 +115,7 @@ struct TrackedBytes {
   ZeroedBuffer data;
   WrittenMap written;
 
-  explicit TrackedBytes(uint64_t n = 0, HostPages pages = HostPages::kSmall) : data(n, pages), written(n, pages) {}
+  explicit TrackedBytes(uint64_t n = 0, HostPages pages = HostPages::kHeap) : data(n, pages), written(n, pages) {}
 };
 
 // SBUF or PSUM: partitions x bytes_per_partition, partition-major, each partition's bytes row_stride()

@@ -186,16 +186,16 @@ TEST(DeviceMemory, ShadowIsAtMostAnEighthOfTheData) {
   }
 }
 
-// Huge-page buffers (simulated HBM of 2 MiB and more) are 2 MiB aligned, zeroed and whole; small-page
-// ones (on-chip memory, short tensors) come from calloc, as zeroed.
-TEST(DeviceMemory, ZeroedBuffersAreZeroedWhicheverPagesBackThem) {
-  constexpr uint64_t kBytes = (uint64_t{3} << 20) + 12345;  // not a multiple of the huge page
-  for (const HostPages pages : {HostPages::kSmall, HostPages::kHuge}) {
+// Mapped buffers (simulated HBM of 2 MiB and more) are page aligned, zeroed and whole; heap ones
+// (on-chip memory, short tensors) come from calloc, as zeroed.
+TEST(DeviceMemory, ZeroedBuffersAreZeroedWhereverTheirMemoryComesFrom) {
+  constexpr uint64_t kBytes = (uint64_t{3} << 20) + 12345;  // not a multiple of a page
+  for (const HostPages pages : {HostPages::kHeap, HostPages::kMapped}) {
     ZeroedBuffer buffer(kBytes, pages);
     ASSERT_NE(buffer.data(), nullptr);
     EXPECT_EQ(buffer.size, kBytes);
-    if (pages == HostPages::kHuge) {
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % ZeroedBuffer::kHugeBytes, 0u);
+    if (pages == HostPages::kMapped) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 4096, 0u);
     }
     for (const uint64_t at : {uint64_t{0}, kBytes / 2, kBytes - 1}) EXPECT_EQ(buffer.data()[at], 0) << at;
     std::memset(buffer.data(), 0x5a, kBytes);  // every byte is ours to write
