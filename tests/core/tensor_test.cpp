@@ -118,6 +118,13 @@ TEST(Tensor, FillNormalIsLibmBoxMullersFloats) {
     }
   }
   EXPECT_GT(k, 2000000u);
+  // Several chunks of pairs (transformed over the thread pool), the last one partial, after a spare.
+  EXPECT_EQ(static_cast<float>(block.next_normal()), static_cast<float>(calls.next_normal()));
+  out.assign(300001, 0.0f);
+  block.fill_normal(out.data(), out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(static_cast<float>(calls.next_normal()))) << i;
+  }
   EXPECT_EQ(static_cast<float>(block.next_normal()), static_cast<float>(calls.next_normal()));  // the spare
   EXPECT_EQ(block.next_u64(), calls.next_u64());
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
