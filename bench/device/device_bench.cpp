@@ -20,8 +20,10 @@
 //     that CPU time over the CPU time of a memcpy of the operands' bytes in the same iteration.
 //     32/5120/512 is an ESM-2 650M feed-forward weight at 32 tokens: 40 matmuls of a [128, 32] stationary
 //     x^T tile and a [128, 512] moving W^T tile, accumulating.
-//   * BM_DmaTransposedLoad/ROWS/COLS: DMAs that read an HBM [ROWS, COLS] tensor column by column, 128
-//     columns each (4-byte elements, strided), beside a memcpy of the same bytes.
+//   * BM_DmaTransposedLoad/ROWS/COLS/TILE/PARTS: DMAs that read an HBM [ROWS, COLS] tensor transposed,
+//     each TILE rows of PARTS columns into PARTS partitions (4-byte elements, strided), beside a memcpy of
+//     the same bytes. /5120/1280/512/16 is how the compiled linears load a [5120, 1280] f32 weight as
+//     W^T (ESM-2 650M's intermediate dense): 800 DMAs of 32 KiB.
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -180,15 +182,19 @@ void BM_MatmulFunctional(benchmark::State& state) {
 void BM_DmaTransposedLoad(benchmark::State& state) {
   const Spec spec = Spec::builtin("trn2");
   const uint32_t rows = static_cast<uint32_t>(state.range(0)), cols = static_cast<uint32_t>(state.range(1));
+  const uint32_t tile = static_cast<uint32_t>(state.range(2)), parts = static_cast<uint32_t>(state.range(3));
   Core core(spec);
   Executable exe;
   exe.name = "transposed_load";
   exe.io = {{"x", DType::f32, {rows, cols}, IoKind::input}};
   exe.dma_queues.resize(1);
-  for (uint32_t block = 0; block < cols / 128; ++block) {
-    AccessPattern column = hbm(0, uint64_t{block} * 128 * 4, 128, 1, DType::f32, {rows});
-    column.dims[0].stride = static_cast<int32_t>(cols);
-    exe.dma_queues[0].push_back(dma_copy(sbuf(0, 128, 0, DType::f32, {rows}), column));
+  for (uint32_t row = 0; row < rows; row += tile) {
+    for (uint32_t block = 0; block < cols / parts; ++block) {
+      AccessPattern column =
+          hbm(0, (uint64_t{row} * cols + uint64_t{block} * parts) * 4, parts, 1, DType::f32, {tile});
+      column.dims[0].stride = static_cast<int32_t>(cols);
+      exe.dma_queues[0].push_back(dma_copy(sbuf(0, parts, 0, DType::f32, {tile}), column));
+    }
   }
   const std::vector<float> x = random_values(size_t{rows} * cols);
   const uint64_t bytes = x.size() * 4;
@@ -220,7 +226,11 @@ BENCHMARK(BM_RmsNormFunctional)->Args({4096, 4096})->Args({512, 512})->UseManual
 BENCHMARK(BM_RmsNormTimingOnly)->Args({4096, 4096})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ValidateRmsNorm)->Args({4096, 4096})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatmulFunctional)->Args({1024, 1024, 512})->Args({32, 5120, 512})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DmaTransposedLoad)->Args({16384, 128})->Args({4096, 5120})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DmaTransposedLoad)
+    ->Args({16384, 128, 16384, 128})
+    ->Args({4096, 5120, 4096, 128})
+    ->Args({5120, 1280, 512, 16})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace sightline::device

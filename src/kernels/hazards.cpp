@@ -12,6 +12,14 @@ namespace sightline::kernels {
 using device::AccessPattern;
 using device::Memory;
 
+namespace {
+
+// Comparisons of a byte offset with an access's first byte, for the sorted ByStart vectors.
+constexpr auto starts_after = [](int64_t byte, const auto& access) { return byte < access.region.byte_begin; };
+constexpr auto starts_before = [](const auto& access, int64_t byte) { return access.region.byte_begin < byte; };
+
+}  // namespace
+
 HazardTracker::HazardTracker(uint32_t stream_count)
     : stream_count_(stream_count),
       issued_(stream_count, 0),
@@ -64,9 +72,10 @@ void HazardTracker::need(const Region& r, bool write, std::vector<uint32_t>& nee
       const int64_t from = r.byte_begin < std::numeric_limits<int64_t>::min() + reach
                                ? std::numeric_limits<int64_t>::min()
                                : r.byte_begin - reach;
-      for (auto a = by_start.upper_bound(from); a != by_start.end() && a->first < r.byte_end; ++a) {
-        if (!a->second.region.overlaps(r)) continue;
-        needed[a->second.stream] = std::max(needed[a->second.stream], a->second.count);
+      for (auto a = std::upper_bound(by_start.begin(), by_start.end(), from, starts_after);
+           a != by_start.end() && a->region.byte_begin < r.byte_end; ++a) {
+        if (!a->region.overlaps(r)) continue;
+        needed[a->stream] = std::max(needed[a->stream], a->count);
       }
     }
   };
@@ -87,23 +96,26 @@ void HazardTracker::record(const Region& r, uint32_t stream, uint32_t count, boo
       for (uint64_t classes = side->occupied & upto; classes != 0; classes &= classes - 1) {
         const int c = std::countr_zero(classes);
         ByStart& by_start = side->by_class[c];
-        for (auto a = by_start.lower_bound(r.byte_begin); a != by_start.end() && a->first <= r.byte_end;) {
-          a = r.contains(a->second.region) ? by_start.erase(a) : std::next(a);
-        }
+        const auto lo = std::lower_bound(by_start.begin(), by_start.end(), r.byte_begin, starts_before);
+        const auto hi = std::upper_bound(lo, by_start.end(), r.byte_end, starts_after);
+        by_start.erase(std::remove_if(lo, hi, [&](const Access& a) { return r.contains(a.region); }), hi);
         if (by_start.empty()) side->occupied &= ~(uint64_t{1} << c);
       }
     }
   } else {
-    auto [a, last] = bucket.reads.by_class[k].equal_range(r.byte_begin);
-    for (; a != last; ++a) {
-      if (a->second.stream == stream && a->second.region == r) {
-        a->second.count = count;  // a later read of the same bytes by the same stream supersedes
+    ByStart& reads = bucket.reads.by_class[k];
+    auto a = std::lower_bound(reads.begin(), reads.end(), r.byte_begin, starts_before);
+    for (; a != reads.end() && a->region.byte_begin == r.byte_begin; ++a) {
+      if (a->stream == stream && a->region == r) {
+        a->count = count;  // a later read of the same bytes by the same stream supersedes
         return;
       }
     }
   }
   Side& side = write ? bucket.writes : bucket.reads;
-  side.by_class[k].emplace(r.byte_begin, Access{r, stream, count, write});
+  ByStart& by_start = side.by_class[k];
+  by_start.insert(std::upper_bound(by_start.begin(), by_start.end(), r.byte_begin, starts_after),
+                  Access{r, stream, count, write});
   side.occupied |= uint64_t{1} << k;
 }
 
