@@ -20,25 +20,31 @@ uint64_t splitmix64(uint64_t& x) {
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+// One step of xoshiro256** on state words passed one by one, so that a loop can keep them in registers.
+inline uint64_t xoshiro_step(uint64_t& s0, uint64_t& s1, uint64_t& s2, uint64_t& s3) {
+  const uint64_t result = rotl(s1 * 5, 7) * 9;
+  const uint64_t t = s1 << 17;
+  s2 ^= s0;
+  s3 ^= s1;
+  s1 ^= s2;
+  s0 ^= s3;
+  s2 ^= t;
+  s3 = rotl(s3, 45);
+  return result;
+}
+
+// A uniform in [0, 1) from 53 bits of a draw.
+inline double uniform_of(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
 }  // namespace
 
 Generator::Generator(uint64_t seed) {
   for (auto& word : s_) word = splitmix64(seed);
 }
 
-uint64_t Generator::next_u64() {  // xoshiro256**
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
+uint64_t Generator::next_u64() { return xoshiro_step(s_[0], s_[1], s_[2], s_[3]); }
 
-double Generator::next_uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Generator::next_uniform() { return uniform_of(next_u64()); }
 
 namespace {
 
@@ -242,19 +248,9 @@ void Generator::fill_normal(float* out, size_t n) {
   std::vector<double> u1(std::min(kChunk, (all_pairs + 3) & ~size_t{3})), u2(u1.size());
   while (n - i >= 2) {
     const size_t pairs = std::min(kChunk, (n - i) / 2);
-    // next_uniform() with the state in registers: the same steps as next_u64().
+    // next_uniform() with the state in registers.
     uint64_t s0 = s_[0], s1 = s_[1], s2 = s_[2], s3 = s_[3];
-    const auto uniform = [&] {
-      const uint64_t result = rotl(s1 * 5, 7) * 9;
-      const uint64_t t = s1 << 17;
-      s2 ^= s0;
-      s3 ^= s1;
-      s1 ^= s2;
-      s0 ^= s3;
-      s2 ^= t;
-      s3 = rotl(s3, 45);
-      return static_cast<double>(result >> 11) * 0x1.0p-53;
-    };
+    const auto uniform = [&] { return uniform_of(xoshiro_step(s0, s1, s2, s3)); };
     for (size_t p = 0; p < pairs; ++p) {
       double a = uniform();
       while (a <= 0.0) a = uniform();
