@@ -9,13 +9,12 @@
 //                 profiler's with_flops reports), at the Tensor engine's peak for the operands' width
 //                 (device::TensorEngineSpec::peak_flops_per_ns)
 //
-//   const double flops = examples::call_flops([&] { (void)model(args); });
+//   const double flops = count_flops(model, args);   // sightline/compile.h: counted on proxies, nothing runs
 //   const examples::Floor floor = examples::roofline_floor(examples::bytes_of(args) + out.nbytes(), flops, dtype);
 //   fmt::print("floor: {}\n", floor.text());   // max(HBM ... us for ... MB ...; Tensor fp32 ... us ...) = ... us
 #pragma once
 
 #include <algorithm>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,27 +60,14 @@ inline double bytes_of(const std::vector<Tensor>& tensors) {
   return bytes;
 }
 
-// The FLOPs of every aten op a profiled stretch dispatched (the op table's rule, the with_flops column).
+// The FLOPs of every aten op a profiled stretch dispatched (the op table's rule, the with_flops column):
+// the same count as count_flops() of the function that stretch called.
 inline double aten_flops(const profiler::KeyAverages& averages) {
   double flops = 0;
   for (const profiler::FunctionEventAvg& row : averages.rows()) {
     if (row.key.rfind("aten::", 0) == 0) flops += static_cast<double>(row.flops);
   }
   return flops;
-}
-
-// The FLOPs of one call of `call`, an eager function (a compiled region dispatches no aten op): it
-// runs once under a CPU-only profiler with with_flops, and the device is synchronized after it.
-inline double call_flops(const std::function<void()>& call) {
-  profiler::ProfileOptions options;
-  options.activities = {profiler::ProfilerActivity::CPU};
-  options.with_flops = true;
-  profiler::profile prof(options);
-  prof.start();
-  call();
-  neuron::synchronize();
-  prof.stop();
-  return aten_flops(prof.key_averages());
 }
 
 }  // namespace sightline::examples

@@ -137,6 +137,13 @@ class CompiledFunction {
 
 using TensorListFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
+// The FLOPs one call of `fn` on tensors like `inputs` costs by the op table's rule: what a profile with
+// with_flops counts for the aten ops that call dispatches, counted as compile() captures the function,
+// on proxies of the inputs' shapes and dtypes. Nothing runs and no device is touched, so a model's FLOPs
+// cost no simulation (torch: FlopCounterMode under FakeTensorMode). Graph breaks are counted like the
+// rest; a function that reads a value on the host (item(), .to(cpu)) throws, as compile() does.
+double count_flops(const TensorListFunction& fn, const std::vector<Tensor>& inputs);
+
 // `arity` is the number of arguments the function takes, or -1 for any (checked on every call).
 CompiledFunction compile(TensorListFunction fn, CompileOptions options = {}, int arity = -1);
 

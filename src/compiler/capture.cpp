@@ -21,6 +21,7 @@ struct CaptureContext {
   std::map<std::tuple<int, std::string, std::string, int64_t>, int> views;  // rebuilt views, by layout
   bool fullgraph = true;  // a graph break is an error
   int ops_recorded = 0;   // ops the function dispatched so far (views excluded): a break's op_index
+  double flops = 0;       // of those ops (graph breaks included), by the op table's rule
   // Graph breaks: the op of each, with its outputs as placeholder nodes of `graph` (input nodes with
   // input_index -1, which split() replaces by the eager step they stand for).
   std::vector<EagerStep> breaks;
@@ -294,6 +295,7 @@ void record_break(CaptureContext& ctx, const OpCall& call, Tensor& out, std::vec
 void record_kernel(const OpCall& call, Tensor& out) {
   CaptureContext& ctx = current_context(call.op);
   const int op_index = ctx.ops_recorded++;
+  ctx.flops += op_cost(call, out).flops;
   std::vector<int> inputs;
   for (size_t k = 0; k < call.inputs.size(); ++k) {
     const Tensor& t = call.inputs[k];
@@ -507,9 +509,12 @@ CapturedFunction capture_function(const TensorListFunction& fn, std::span<const 
     CapturedFunction whole;
     whole.graph = std::move(ctx.graph);
     for (const Node& n : whole.graph.nodes) whole.op_count += n.kind == NodeKind::op ? 1 : 0;
+    whole.flops = ctx.flops;
     return whole;
   }
-  return split_at_breaks(ctx);
+  CapturedFunction split = split_at_breaks(ctx);
+  split.flops = ctx.flops;
+  return split;
 }
 
 Graph capture_graph(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target) {

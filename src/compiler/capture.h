@@ -52,6 +52,9 @@ struct CapturedFunction {
   std::vector<std::pair<bool, int>> order;  // (eager?, index into graphs / eager), in running order
   std::vector<int> outputs;                 // the value of each result of the function
   int op_count = 0;                         // op nodes of the graphs as captured
+  // The FLOPs of every op the function dispatched, graph breaks included, by the op table's rule
+  // (op_cost: what the profiler's with_flops records for the same ops run eagerly).
+  double flops = 0;
 };
 // capture_graph, except that with fullgraph = false an op the graph cannot hold is a graph break.
 CapturedFunction capture_function(const TensorListFunction& fn, std::span<const TensorMeta> inputs, Device target,

@@ -347,6 +347,13 @@ std::string CompileReport::to_string() const {
   return text;
 }
 
+double count_flops(const TensorListFunction& fn, const std::vector<Tensor>& inputs) {
+  SIGHTLINE_CHECK(fn != nullptr, "count_flops(): the function is empty");
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
+  return compiler::capture_function(fn, metas, common_device(inputs), false).flops;
+}
+
 CompiledFunction compile(TensorListFunction fn, CompileOptions options, int arity) {
   SIGHTLINE_CHECK(fn != nullptr, "compile(): the function is empty");
   auto state = std::make_shared<CompiledFunctionState>();

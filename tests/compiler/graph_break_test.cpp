@@ -1,6 +1,7 @@
 // Graph breaks: an op the graph cannot hold (topk, two outputs) splits a compiled function into the graph
 // before it, the op run eagerly, and the graph after it, as torch.compile does; explain() reports them,
 // fullgraph makes the break an error with the same reason, and the results are the eager run's.
+// count_flops() captures the same way, breaks included, and runs nothing.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -176,6 +177,55 @@ TEST(GraphBreak, ProfileShowsTheBreakOnTheFrameworkLane) {
   EXPECT_EQ(regions, 2);  // one row per graph: the graph after the break is a frame of its own
   EXPECT_EQ(breaks, 1);
   EXPECT_EQ(topks, 1);
+}
+
+// count_flops: the op table's rule on each op, by hand: linear 2*M*N*K + M*N (its bias), relu and mul
+// one per output element; the transpose is a view and costs nothing.
+TEST(CountFlops, IsTheOpTablesRuleOnEveryOp) {
+  Generator g(3);
+  const std::vector<Tensor> args = {randn({6, 16}, {}, &g), randn({16, 10}, {}, &g), randn({10}, {}, &g)};
+  const TensorListFunction fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{relu(linear(in[0], in[1].transpose(0, 1), in[2])) * 2.0};
+  };
+  EXPECT_EQ(count_flops(fn, args), 2.0 * 6 * 10 * 16 + 60 + 60 + 60);
+}
+
+// The count is the profiler's with_flops count of the same call run eagerly, graph break (topk)
+// included, and counting simulates nothing on the device.
+TEST(CountFlops, EqualsTheProfilersCountOfAnEagerCallAndRunsNothing) {
+  const auto args = args_on(kCore0);
+  neuron::synchronize();
+  const int64_t simulated = neuron::simulation_wall_ns();
+  const double counted = count_flops(TensorListFunction(&scores_then_topk), args);
+  EXPECT_EQ(neuron::simulation_wall_ns(), simulated);
+  profiler::ProfileOptions options;
+  options.activities = {profiler::ProfilerActivity::CPU};
+  options.with_flops = true;
+  profiler::profile prof(options);
+  prof.start();
+  (void)scores_then_topk(args);
+  neuron::synchronize();
+  prof.stop();
+  double profiled = 0;
+  const auto averages = prof.key_averages();
+  for (const auto& row : averages.rows()) {
+    if (row.key.starts_with("aten::")) profiled += static_cast<double>(row.flops);
+  }
+  EXPECT_GT(counted, 0);
+  EXPECT_EQ(counted, profiled);
+}
+
+TEST(CountFlops, AFunctionThatReadsAValueOnTheHostIsAnError) {
+  const std::vector<Tensor> args = {ones({4})};
+  const TensorListFunction fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] * sum(in[0]).item()};
+  };
+  try {
+    (void)count_flops(fn, args);
+    FAIL() << "count_flops ran a function that reads a value on the host";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item()"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

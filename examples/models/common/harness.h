@@ -286,11 +286,11 @@ inline void print_comparison(const std::vector<VariantResult>& results, const Ru
 // engine's peak for `dtype`), and each variant's device busy time over it. `more_bytes` is what the
 // model reads beyond its arguments once each: an embedding table counts only the rows the batch
 // gathers (embedding_correction), layers that share one layer's weights read them once per layer.
-// The eager call that counts the FLOPs runs after the profiles, so it changes none of their times.
+// The FLOPs are counted on proxies (count_flops): nothing runs, so no time is simulated for them.
 inline void print_floor(const std::vector<VariantResult>& results, const ModelFn& eager,
                         const std::vector<Tensor>& args, DType dtype, double more_bytes = 0) {
   if (results.empty() || !results.front().has_device) return;
-  const double flops = sightline::examples::call_flops([&] { (void)eager(args); });
+  const double flops = count_flops(eager, args);
   const double bytes =
       sightline::examples::bytes_of(args) + more_bytes + static_cast<double>(results.front().output.nbytes());
   const sightline::examples::Floor floor = sightline::examples::roofline_floor(bytes, flops, dtype);
