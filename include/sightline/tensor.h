@@ -203,8 +203,20 @@ class Generator {
   double next_normal();   // standard normal (Box-Muller)
   // The next n values of the normal sequence as floats: out[i] is static_cast<float>(next_normal()) of
   // the i-th call, and the generator ends in the state those n calls leave; drawn a block of pairs at
-  // a time (the log, sine and cosine vectorized).
-  void fill_normal(float* out, size_t n);
+  // a time (the log, sine and cosine vectorized). With `scale`, each float is multiplied by it in float
+  // arithmetic as it is written (out[i] * scale, one rounding; 1 leaves the values as they are).
+  void fill_normal(float* out, size_t n, float scale = 1.0f);
+
+  // The whole state (torch: Generator.get_state / set_state): the xoshiro256** words and the spare
+  // normal that next_normal returns next, if any. set_state refuses all-zero words, the one state
+  // xoshiro256** never leaves.
+  struct State {
+    std::array<uint64_t, 4> words{};
+    double spare_normal = 0;
+    bool has_spare = false;
+  };
+  State get_state() const;
+  void set_state(const State& state);
 
  private:
   std::array<uint64_t, 4> s_{};
@@ -222,6 +234,10 @@ Tensor arange(double start, double end, double step = 1.0, TensorOptions options
 Tensor arange(int64_t end, TensorOptions options = {});
 Tensor rand(const Dims& shape, TensorOptions options = {}, Generator* generator = nullptr);   // U[0,1)
 Tensor randn(const Dims& shape, TensorOptions options = {}, Generator* generator = nullptr);  // N(0,1)
+// N(mean, std^2) (torch.normal(mean, std, size), HF's weight init normal_(0, 0.02)): the values of
+// randn(shape, f32) * std + mean in f32 arithmetic, bit for bit, drawn in one pass (the scaling is done
+// as each value is written), then converted to options.dtype.
+Tensor normal(double mean, double std, const Dims& shape, TensorOptions options = {}, Generator* generator = nullptr);
 // A cpu tensor holding a copy of `values`, converted to `dtype`.
 Tensor from_vector(std::span<const float> values, const Dims& shape, DType dtype = DType::f32);
 Tensor from_vector(std::span<const int32_t> values, const Dims& shape);

@@ -78,6 +78,17 @@ Tensor randn(const Dims& shape, TensorOptions options, Generator* generator) {
   return host.to(options.device);
 }
 
+Tensor normal(double mean, double std, const Dims& shape, TensorOptions options, Generator* generator) {
+  SIGHTLINE_CHECK(dtype_is_floating(options.dtype), "normal: needs a floating dtype, got {}", options.dtype);
+  SIGHTLINE_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0,
+                  "normal: mean must be finite and std finite and >= 0, got mean {} and std {}", mean, std);
+  Generator& g = generator ? *generator : default_generator();
+  Tensor host = empty(shape, TensorOptions(DType::f32, Device::cpu()));
+  g.fill_normal(host.data<float>(), static_cast<size_t>(host.numel()), static_cast<float>(std));
+  if (mean != 0.0) host = host + mean;
+  return host.to(options.dtype).to(options.device);
+}
+
 Tensor from_vector(std::span<const float> values, const Dims& shape, DType dtype) {
   SIGHTLINE_CHECK(static_cast<int64_t>(values.size()) == shape.product(),
                   "from_vector: {} values do not fill shape {} ({} elements)", values.size(), shape,

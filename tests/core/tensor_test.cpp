@@ -87,6 +87,45 @@ TEST(Tensor, NextNormalRoundsAsLibmBoxMuller) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], static_cast<float>(g2.next_normal())) << i;
 }
 
+// normal(mean, std) is randn * std + mean in f32, bit for bit, for every dtype it converts to.
+TEST(Tensor, NormalIsRandnScaledAndShifted) {
+  for (const auto& [mean, std] : {std::pair{0.0, 0.02}, std::pair{1.5, 3.0}, std::pair{-2.0, 0.0}}) {
+    Generator g1(9), g2(9);
+    const auto got = values(normal(mean, std, {3, 70001}, {}, &g1));
+    const auto want = values(randn({3, 70001}, {}, &g2) * std + mean);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << mean << " " << std << " " << i;
+    }
+    EXPECT_EQ(g1.next_u64(), g2.next_u64());
+  }
+  Generator g1(4), g2(4);
+  const auto bf16 = values(normal(0.0, 0.02, {257}, TensorOptions(DType::bf16), &g1).to(DType::f32));
+  const auto want = values((randn({257}, {}, &g2) * 0.02).to(DType::bf16).to(DType::f32));
+  for (size_t i = 0; i < bf16.size(); ++i) ASSERT_EQ(bf16[i], want[i]) << i;
+  EXPECT_THROW(normal(0.0, -1.0, {4}), Error);
+  EXPECT_THROW(normal(0.0, 1.0, {4}, TensorOptions(DType::i32)), Error);
+}
+
+// A u1 of 0 is rejected and drawn again (a chance of 2^-53 a draw; forced here: xoshiro256** outputs
+// 0 from a state whose second word is 0). fill_normal draws its chunks of pairs at once from predicted
+// first states; the rejection makes the first chunk draw one uniform more, so the chunks after it are
+// drawn again from where it ended: every value and the final state are those of next_normal's calls.
+TEST(Tensor, FillNormalAfterARejectedUniformIsNextNormals) {
+  Generator block, calls;
+  const Generator::State rejecting{{1, 0, 0, 0}, 0.0, false};
+  block.set_state(rejecting);
+  calls.set_state(rejecting);
+  std::vector<float> out(3 * 131072 + 11);
+  block.fill_normal(out.data(), out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(static_cast<float>(calls.next_normal()))) << i;
+  }
+  EXPECT_EQ(block.get_state().words, calls.get_state().words);
+  EXPECT_EQ(static_cast<float>(block.next_normal()), static_cast<float>(calls.next_normal()));  // the spare
+  EXPECT_THROW(block.set_state({}), Error);
+}
+
 // Generator::fill_normal draws blocks of pairs with its own vectorized log, sine and cosine: every float
 // must be libm's Box-Muller's on the same uniforms, whatever the block sizes (an odd one leaves a spare
 // that the next call or next_normal returns first), and the generator must end where as many next_normal

@@ -139,7 +139,7 @@ inline std::vector<Tensor> load_parameters(const std::vector<Parameter>& params,
   Generator gen(0);
   for (const Parameter& p : params) {
     switch (p.init) {
-      case Parameter::Init::normal: out.push_back((randn(p.shape, {}, &gen) * 0.02).to(dtype).to(device)); break;
+      case Parameter::Init::normal: out.push_back(normal(0.0, 0.02, p.shape, {dtype, device}, &gen)); break;
       case Parameter::Init::ones: out.push_back(ones(p.shape, dtype).to(device)); break;
       case Parameter::Init::zeros: out.push_back(zeros(p.shape, dtype).to(device)); break;
     }
