@@ -303,6 +303,10 @@ TEST(DeviceMemory, RowsOfAStridedBlockAreCheckedLikeOneRangeEach) {
       }
     }
   }
+  // Rows whose whole span lies in one remembered range (after the hole), forwards and backwards.
+  EXPECT_EQ(map.first_unwritten_rows(600000 + 5120 * 51, 5120, 60, 1000), 60u);
+  EXPECT_EQ(map.first_unwritten_rows(600000 + 5120 * 110, -5120, 60, 1000), 60u);
+  EXPECT_EQ(map.first_unwritten_rows(600000 + 5120 * 100, -5120, 60, 1000), 50u);  // reaches the hole
   // Fully written rows, then one granule missing in row 7.
   WrittenMap rows(1 << 16);
   rows.mark(0, 1 << 16);
