@@ -119,9 +119,12 @@ TEST(DeviceModes, InPlaceAndOverlappingOperands) {
 
 // A DMA that reads an HBM tensor column by column (blocked over partitions) lands each column in its
 // partition, and a column with unwritten rows names the first of them. Column counts that are and are
-// not multiples of the 8 x 8 register blocks, and row counts with a tail.
+// not multiples of the 8 x 8 register blocks, and row counts with a tail; large blocks are transposed in
+// row slices over the thread pool (1001 x 16: the compiled linears' 16-partition weight loads, slices
+// with a tail).
 TEST(DeviceModes, TransposingLoad) {
-  for (const auto& [rows, cols] : {std::pair<uint32_t, uint32_t>{300, 40}, {300, 37}, {13, 128}, {1024, 128}}) {
+  for (const auto& [rows, cols] :
+       {std::pair<uint32_t, uint32_t>{300, 40}, {300, 37}, {13, 128}, {1024, 128}, {1001, 16}}) {
     SCOPED_TRACE(fmt::format("{} rows, {} columns", rows, cols));
     const std::vector<float> x = random_values(size_t{rows} * cols, 7);
     Executable exe;
