@@ -168,6 +168,16 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _sightline.randn(_size(size), dtype=dtype, device=_device(device), generator=generator)
 
 
+def normal(mean, std, size, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """torch.normal(mean, std, size): N(mean, std^2) for float mean and std, the values of
+    randn(size) * std + mean in float32, bit for bit, in one pass (then converted to dtype)."""
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        raise TypeError("normal: only the normal(mean: float, std: float, size) form is supported; for tensor "
+                        "means or stds write randn(size) * std + mean")
+    return _sightline.normal(_builtins.float(mean), _builtins.float(std), _size((size,)), dtype=dtype,
+                             device=_device(device), generator=generator)
+
+
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start

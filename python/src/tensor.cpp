@@ -342,6 +342,17 @@ void init_tensor(py::module_& m) {
       py::arg("size"), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
       py::arg("generator") = py::none());
   m.def(
+      "normal",
+      [](double mean, double std, const Dims& shape, const py::object& dtype, const py::object& device,
+         const py::object& generator) {
+        const TensorOptions o = options_from(dtype, device);
+        Generator* g = generator_from(generator);
+        py::gil_scoped_release release;
+        return normal(mean, std, shape, o, g);
+      },
+      py::arg("mean"), py::arg("std"), py::arg("size"), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+      py::arg("generator") = py::none());
+  m.def(
       "memory_allocated", [](const py::object& device) { return memory_allocated(device_from(device)); },
       py::arg("device"));
   m.def("backend_names", &backend_names);

@@ -33,6 +33,18 @@ def test_generators_are_seedable_and_match_the_cpp_generator():
     assert 0.0 <= float(c.amax()) < 1.0
 
 
+def test_normal_is_randn_scaled_and_shifted():
+    got = torch.normal(0.5, 0.02, (3, 5000), generator=torch.Generator(9))
+    want = torch.randn(3, 5000, generator=torch.Generator(9)) * 0.02 + 0.5
+    assert got.shape == (3, 5000) and got.dtype == torch.float32
+    assert np.array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
+    assert torch.normal(0.0, 1.0, (4,), dtype=torch.bfloat16, device="neuron").dtype == torch.bfloat16
+    with pytest.raises(torch.Error, match="std"):
+        torch.normal(0.0, -1.0, (4,))
+    with pytest.raises(TypeError, match="randn"):
+        torch.normal(torch.zeros(4), 1.0, (4,))
+
+
 def test_numpy_round_trip_and_shared_memory():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = torch.from_numpy(a)
