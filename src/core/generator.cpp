@@ -1,9 +1,8 @@
 #include <algorithm>
 #include <bit>
-#include <memory>
 #include <cmath>
+#include <memory>
 #include <numbers>
-#include <vector>
 
 #include "core/parallel.h"
 
@@ -170,7 +169,7 @@ template <int N>
         z * (6.666666666666735130e-01 +
              w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
     const Double log_x = sr * (hfsq + (t1 + t2)) + dk * 1.90821492927058770002e-10 - hfsq + f +
-                          dk * 6.93147180369123816490e-01;
+                         dk * 6.93147180369123816490e-01;
     Double r;  // sqrt(-2 log x), lane by lane (the argument is positive: no errno path is taken)
     for (int l = 0; l < N; ++l) r[l] = __builtin_sqrt(-2.0 * log_x[l]);
 
@@ -207,7 +206,7 @@ template <int N>
     const Double e2 = margin + __builtin_bit_cast(Double, __builtin_bit_cast(Bits, v2) & 0x7fffffffffffffffull) * 0x1p-40;
     const Float f1 = __builtin_convertvector(v1, Float), f2 = __builtin_convertvector(v2, Float);
     const Mask unsure = (__builtin_convertvector(v1 - e1, Float) != __builtin_convertvector(v1 + e1, Float)) |
-                         (__builtin_convertvector(v2 - e2, Float) != __builtin_convertvector(v2 + e2, Float));
+                        (__builtin_convertvector(v2 - e2, Float) != __builtin_convertvector(v2 + e2, Float));
     __builtin_memcpy(first + p, &f1, sizeof f1);
     __builtin_memcpy(second + p, &f2, sizeof f2);
     __builtin_memcpy(doubt + p, &unsure, sizeof unsure);
@@ -275,10 +274,10 @@ BitMatrix jump_matrix(int log2_steps) {
   return *m;
 }
 
-constexpr size_t kBlock = 512;             // pairs per normal_pairs call
-constexpr int kLog2Chunk = 16;             // pairs per chunk: 2^16
+constexpr size_t kBlock = 512;       // pairs per normal_pairs call
+constexpr int kLog2Chunk = 16;       // pairs per chunk: 2^16
 constexpr size_t kChunk = size_t{1} << kLog2Chunk;
-constexpr size_t kRoundChunks = 16;        // chunks drawn at once over the thread pool
+constexpr size_t kRoundChunks = 16;  // chunks drawn at once over the thread pool
 
 // The state a chunk of kChunk pairs leaves when none of its u1 is rejected: 2 * kChunk steps.
 const BitMatrix& chunk_jump() {
@@ -288,8 +287,9 @@ const BitMatrix& chunk_jump() {
 
 // `pairs` pairs of next_normal() from `state`, written interleaved to `out`, a block at a time: the
 // uniforms drawn in sequence order (the rejection of u1 = 0 included), normal_pairs, and exact_pair
-// where the float rounding is in doubt; each float times `scale`. Returns whether exactly 2 * pairs uniforms were drawn (no u1
-// was rejected); `state` ends where the draws leave it.
+// where the float rounding is in doubt (the 2^-40 margin also covers this log's error of an ulp or two
+// against libm's); each float times `scale`. Returns whether exactly 2 * pairs uniforms were drawn (no
+// u1 was rejected); `state` ends where the draws leave it.
 bool normal_chunk(Words& state, float* out, size_t pairs, float scale) {
   alignas(64) double u1[kBlock], u2[kBlock];
   alignas(64) float first[kBlock], second[kBlock];
