@@ -126,6 +126,7 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     if (kept_activations_ > 0) exe.metadata.emplace_back("compiled.kept_activations", fmt::format("{}", kept_activations_));
+    if (kept_norm_inputs_ > 0) exe.metadata.emplace_back("compiled.kept_norm_inputs", fmt::format("{}", kept_norm_inputs_));
     if (reach_ == PrefetchReach::past_compute_bound)
       exe.metadata.emplace_back("compiled.prefetched_ahead", fmt::format("{}", fmt::join(prefetched_ahead_, ",")));
     exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
@@ -202,16 +203,22 @@ class Lowerer {
     Place out;
     const RowProgram program = row_program(*n.body, operands);
     // The group's result kept in SBUF for the linear after it (keep_rows), when the loop still fits
-    // beside the identity.
+    // beside the identity; its instructions (the identity's) are the result's, as its store is.
+    if (!program.steps.empty()) builder_.set_source_op(op_name(program.steps.back().op));
     std::optional<KeptRows> kept = keep_rows(n, TensorDesc::contiguous(n.meta.dtype, n.meta.shape), [&](uint64_t bytes) {
       return !row_program_unsupported(program, spec_, builder_.sbuf_free_bytes() - static_cast<uint32_t>(bytes));
     });
     RowsComputed hook;
     if (kept) hook = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, out.offset); };
+    // Its first input's rows from the copy the matmul epilogue before it left in SBUF (plan_kept_input).
+    std::optional<RowsInSbuf> input_rows;
+    if (kept_input_ && kept_input_->reader == &n && kept_input_->filled) input_rows = RowsInSbuf{0, kept_input_->tile};
+    bool input_rows_read = false;
     const std::optional<std::string> why = emit_row_program(builder_, program, [&] {
       out = dst ? *dst : scratch(n.meta);
       return RowOperand{out.io, out.offset, out.desc};
-    }, hook);
+    }, hook, input_rows ? &*input_rows : nullptr, &input_rows_read);
+    if (input_rows_read) ++kept_norm_inputs_;
     if (kept) {
       builder_.free(kept->identity);
       builder_.free(kept->psum);
@@ -461,13 +468,15 @@ class Lowerer {
     };
     kernels::EagerHooks hooks;
     hooks.whole_rows = row_wide || keep || keep_rows_for_norm;
-    // Each tile whole rows from partition 0, at a multiple of the partitions.
+    // Each tile a run of columns of rows from partition 0, its first row a multiple of the partitions (a
+    // row longer than a PSUM bank comes in column pieces: Llama's 1024 f32).
     bool input_kept = keep_rows_for_norm;
     for (size_t t = 0; input_kept && t < tiles.size(); ++t) {
       const device::AccessPattern& d = tiles[t].dst;
       const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-      input_kept = tiles[t].y.partition_start == 0 && d.dims[0].size == row_length && e0 % row_length == 0 &&
-                   e0 / row_length % parts == 0 && d.partition_stride == row_length;
+      input_kept = tiles[t].y.partition_start == 0 && d.dim_count == 1 && d.dims[0].stride == 1 &&
+                   e0 % row_length + d.dims[0].size <= row_length && e0 / row_length % parts == 0 &&
+                   d.partition_stride == row_length;
     }
     prefetch_hooks(hooks, taken);
     kernels::Tile identity;
@@ -518,10 +527,12 @@ class Lowerer {
       if (input_kept) {
         // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
         builder_.set_source_op(op_name(chain.back()->op));
-        const int64_t tile_index = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype)) / row_length / parts;
+        const int64_t e0 = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype));
+        const int64_t tile_index = e0 / row_length / parts;
         builder_.tensor_scalar(device::AluOp::multiply,
-                               kept_input_->tile.region(0, y.partition_count, static_cast<uint32_t>(tile_index * row_length),
-                                                        static_cast<uint32_t>(row_length)),
+                               kept_input_->tile.region(0, y.partition_count,
+                                                        static_cast<uint32_t>(tile_index * row_length + e0 % row_length),
+                                                        y.dims[0].size),
                                y, 1.0f, false, device::Engine::gpsimd);
       }
       builder_.set_source_op(op_name(mm.op));
@@ -1605,7 +1616,10 @@ class Lowerer {
     const bool reads_kept = node && kept_input_ && kept_input_->reader == node;
     const bool input_kept =
         reads_kept && kept_input_->filled && descs[0].strides == contiguous_strides(descs[0].shape);
-    if (input_kept) hooks.input_rows = &kept_input_->tile;
+    if (input_kept) {
+      hooks.input_rows = &kept_input_->tile;
+      ++kept_norm_inputs_;
+    }
     // The parameters, loaded before the group (whether or not it filled the rows).
     const bool parameters_kept = reads_kept && !kept_input_->parameters.empty();
     if (reads_kept) {
@@ -1806,10 +1820,11 @@ class Lowerer {
   // at most 1/kPrefetchShare of the free SBUF; node i's kernel emits their loads before its first store
   // when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
   // and frees them. An epilogue group plans its tiles on a dry run, which gets the same panels first
-  // (mirror_prefetches), so its tiles come out as they will in the program. Row groups plan their SBUF
-  // with a check made with all of it free, so none is taken from them. Whether the program keeps its
-  // prefetches is decided by lower() on the cost model (the comment above lower()):
-  // plan_weight_prefetch does nothing when prefetch_ is off.
+  // (mirror_prefetches), so its tiles come out as they will in the program. A row loop (fused.rows: a
+  // user's RMSNorm) right before the linear plans no weight panels, only the hand-over of its result
+  // into the linear's a^T (keepable, below): a weight stream emitted before the loop would hold up the
+  // loop's own transfers. Whether the program keeps its prefetches is decided by lower() on the cost
+  // model (the comment above lower()): plan_weight_prefetch does nothing when prefetch_ is off.
   static constexpr uint64_t kPrefetchShare = 4;
 
   void plan_weight_prefetch(const Graph& graph, size_t i, const std::vector<Place>& values,
@@ -1817,7 +1832,8 @@ class Lowerer {
                             const std::set<size_t>& attention_nodes) {
     const Node& at = graph.nodes[i];
     const bool at_epilogue = at.kind == NodeKind::fused && at.fusion == FusionKind::matmul_epilogue;
-    if (!prefetch_ || !(at_epilogue || (at.kind == NodeKind::op && !op_info(at.op).is_view))) return;
+    const bool at_rows = at.kind == NodeKind::fused && at.fusion == FusionKind::rows;
+    if (!prefetch_ || !(at_epilogue || at_rows || (at.kind == NodeKind::op && !op_info(at.op).is_view))) return;
     // One weight ahead: beside node i's own (when it is a linear that reads one), none other pending.
     for (const Prefetch& p : prefetches_) {
       if (p.linear != &at) return;
@@ -1828,7 +1844,7 @@ class Lowerer {
     // its Tensor-engine time). Emitted before a DMA-bound node i, the weight's stream would hold up that
     // kernel's transfers and the DMA-bound ones after it (Llama bf16's residual add and rms_norm before
     // the q projection).
-    const bool inside_matmul = at_epilogue || op_info(at.op).kind == OpKind::matmul;
+    const bool inside_matmul = at_epilogue || (at.kind == NodeKind::op && op_info(at.op).kind == OpKind::matmul);
     const Node* next = nullptr;
     // The time the kernels between node i and the linear hide a stream in (their Tensor-engine time
     // beyond their traffic, estimate_kernel) from the last that starts a prefetch of its own (not an
@@ -1864,7 +1880,10 @@ class Lowerer {
     // started in the last of them (whose own plan_weight_prefetch then starts it).
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
-    std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
+    // A row loop emits no weight stream of its own: emitted before the loop, it would hold up the loop's
+    // own transfers (Llama bf16, 128 tokens: 551.9 against 623.8 us). It only hands its result on.
+    std::optional<kernels::PrefetchedWeight> panels;
+    if (!at_rows) panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
     // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
     // prefetch of no panels, only the activation.
     const Node& before = graph.nodes[before_linear];
@@ -1897,7 +1916,7 @@ class Lowerer {
     }
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
-    if (!at_epilogue && op_info(at.op).kind != OpKind::matmul) emit_weight_prefetch();
+    if (!inside_matmul) emit_weight_prefetch();
   }
 
   // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
@@ -1905,7 +1924,10 @@ class Lowerer {
   // row tile of that result is allocated before the group (its dry run sees it: mirror_prefetches), the
   // group's epilogue copies each result tile there beside its store, and the norm reads its rows from
   // there instead of waiting for the store and loading them again. The group still stores its result (the
-  // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF.
+  // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF. The
+  // norm is layer_norm, rms_norm, or a row loop (Llama's RMSNorm as the user wrote it) whose first input
+  // is the group's result (RowsInSbuf); a result tile may be a run of columns of its rows (a row longer
+  // than a PSUM bank: Llama's 1024 f32), copied to the same columns of the kept rows.
   void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred, const std::vector<Place>& values) {
     if (!chain_norms_ || kept_input_) return;
     const Node& n = graph.nodes[i];
@@ -1916,8 +1938,12 @@ class Lowerer {
       if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
       next = &m;
     }
-    if (!next || next->kind != NodeKind::op || (next->op != OpId::layer_norm && next->op != OpId::rms_norm) ||
-        next->inputs.empty() || next->inputs[0] != static_cast<int>(i) || n.meta.shape.size() == 0)
+    // A norm: the built-in ops, or a row loop (a user's RMSNorm, fused.rows) whose first input is the
+    // group's result; the loop reads the kept rows when its tiles are whole rows (RowsInSbuf), else loads
+    // them from where the group stored them.
+    const bool norm_op = next && next->kind == NodeKind::op && (next->op == OpId::layer_norm || next->op == OpId::rms_norm);
+    const bool row_loop = next && next->kind == NodeKind::fused && next->fusion == FusionKind::rows && row_loop_fits(*next);
+    if (!(norm_op || row_loop) || next->inputs.empty() || next->inputs[0] != static_cast<int>(i) || n.meta.shape.size() == 0)
       return;
     const int64_t cols = n.meta.shape.back(), parts = spec_.partitions;
     if (cols == 0) return;
@@ -1930,7 +1956,7 @@ class Lowerer {
     // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
     // would only delay the group's own loads).
     const size_t parameters = next->inputs.size() - 1;
-    bool loadable = parameters <= 2 && pending_prefetch();
+    bool loadable = norm_op && parameters <= 2 && pending_prefetch();
     for (size_t k = 1; loadable && k <= parameters; ++k) {
       const int v = next->inputs[k];
       loadable = v != kNoValue && graph.nodes[static_cast<size_t>(v)].kind == NodeKind::input &&
@@ -2123,6 +2149,7 @@ class Lowerer {
   std::optional<KeptInput> kept_input_;
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
+  int kept_norm_inputs_ = 0;  // row loops that read their input where the matmul epilogue before left it
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
   std::vector<std::string> epilogue_fallbacks_;  // why view-level epilogues were lowered op by op
 };

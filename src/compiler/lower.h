@@ -101,10 +101,13 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // is too large to prefetch): the group's kernel transposes each result tile, its epilogue applied,
 // through the Tensor engine into that a^T, so the linear loads no activation and waits for none of the
 // group's stores. The group still stores its result (a linear whose kernel cannot take the a^T loads
-// it). The values are the same bits either way. A norm's result (rms_norm, layer_norm: the one before
-// FC1, or before q) is kept the same way, its kernel transposing each row tile into the a^T;
+// it). The values are the same bits either way. A norm's result (rms_norm, layer_norm, or a row loop
+// such as a user's RMSNorm: the one before FC1, or before q) is kept the same way, its kernel transposing
+// each row tile into the a^T, and so is its input when the matmul epilogue group right before it makes
+// it (the group copies each result tile into SBUF beside its store; the norm loads nothing);
 // `norms_in_sbuf` keeps only those, `in_sbuf` both. With WeightPrefetch::best, lower() times the fastest
-// placement with each and keeps the fastest; the executable's "compiled.kept_activations" counts them.
+// placement with each and keeps the fastest; the executable's "compiled.kept_activations" counts the
+// results kept, "compiled.kept_norm_inputs" the norms that read their input kept.
 enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
@@ -139,7 +142,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //    i32 inputs; a product on the Scalar engine keeps the sign of a zero
 // 10: linears and matmuls of few rows weight-stationary, y^T transposed back on the Tensor engine
 // 11: grouped-query attention reads k and v from their key/value heads; repeat_kv's copies not made
-inline constexpr int kLoweringVersion = 11;
+// 12: a row loop (a user's RMSNorm) reads its input from the matmul epilogue before it in SBUF and hands
+//     its result on to the next linear in SBUF (ActivationChain::norms_in_sbuf, in_sbuf)
+inline constexpr int kLoweringVersion = 12;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

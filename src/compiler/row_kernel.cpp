@@ -703,6 +703,8 @@ class Emitter {
       : b_(b), p_(p), plan_(plan) {}
 
   RowsComputed rows_computed_;  // emit_row_program's caller's, called for each tile of whole rows
+  const RowsInSbuf* input_rows_ = nullptr;  // emit_row_program's caller's: an input already in SBUF
+  bool input_rows_read_ = false;            // the loop read that input there
 
   void run(const RowOperand& out) {
     const size_t inputs = p_.inputs.size();
@@ -751,6 +753,21 @@ class Emitter {
         }
       }
     });
+    // An input whose rows are already in SBUF (input_rows_): read there when every tile is whole rows
+    // of one row space from row 0 (tile t holds rows 128t..) and the input is laid out as the writer's
+    // result, contiguous.
+    const RowsInSbuf* kept = input_rows_;
+    if (kept) {
+      const RowOperand& in = p_.inputs[kept->input];
+      const ValueInfo& v = plan_.values[kept->input];
+      const bool whole_rows = outer.empty() && plan_.chunk >= p_.cols && v.source == Source::per_tile &&
+                              v.wide && v.last_use >= 0 && in.desc.dtype == kept->tile.dtype && v.dtype == kept->tile.dtype &&
+                              in.desc.strides == contiguous_strides(in.desc.shape) &&
+                              in.desc.shape.product() == rows * p_.cols &&
+                              kept->tile.free_elements >= static_cast<uint32_t>(tiles.size() * p_.cols);
+      if (!whole_rows) kept = nullptr;
+    }
+    input_rows_read_ = kept != nullptr;
     allocate();
     // Software pipeline: the loads of the next buffers-1 tiles go out before this tile's compute and
     // store, so no DMA queue holds a load behind a store that waits for compute; with a stage split the
@@ -764,6 +781,10 @@ class Emitter {
         const ValueInfo& v = plan_.values[i];
         const RowOperand& in = p_.inputs[i];
         const uint32_t w = v.wide ? tile.free : 1;
+        if (kept && i == kept->input) {
+          loaded[t].push_back(kept->tile.region(0, tile.partitions, static_cast<uint32_t>(t * p_.cols), w));
+          continue;
+        }
         const int64_t col_stride = v.strides.back();
         const AccessPattern ap = input_pools_[o].next().region(0, tile.partitions, 0, w);
         b_.set_source_op(op_name(v.first_reader));
@@ -990,7 +1011,8 @@ std::optional<std::string> row_program_unsupported(const RowProgram& program, co
 
 std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& program,
                                             const std::function<RowOperand()>& output,
-                                            const RowsComputed& rows_computed) {
+                                            const RowsComputed& rows_computed, const RowsInSbuf* input_rows,
+                                            bool* input_rows_read) {
   std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
   Plan& plan = std::get<Plan>(planned);
@@ -1020,9 +1042,12 @@ std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& 
   const RowOperand out = output();
   Emitter emitter(b, program, plan);
   emitter.rows_computed_ = rows_computed;
+  emitter.input_rows_ = input_rows;
   emitter.run(out);
   emitter.release();
+  if (input_rows_read) *input_rows_read = emitter.input_rows_read_;
   return std::nullopt;
 }
 
 }  // namespace sightline::compiler
+

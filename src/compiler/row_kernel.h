@@ -85,11 +85,24 @@ std::optional<std::string> row_program_unsupported(const RowProgram& program, co
 // result kept in SBUF).
 using RowsComputed = std::function<void(const device::AccessPattern& y, const device::AccessPattern& dst)>;
 
+// Input `input` of a row program already in SBUF (compile()'s lowering: the matmul epilogue before a
+// norm leaves its result there, lower.cpp plan_kept_input): row tile k (rows 128k.., whole rows from
+// partition 0) at columns [k * cols, (k + 1) * cols) of `tile`. The loop reads those rows there instead
+// of loading them, when its tiles hold whole rows of one row space from row 0 and the input is
+// contiguous; else it loads them from HBM as usual (the writer stores them there too).
+struct RowsInSbuf {
+  size_t input = 0;
+  kernels::Tile tile;
+};
+
 // Emits `program` through `b`: `output` is called once, after the program is known to fit, for where
 // the result goes (a view of shape [lead..., last dim of the result]). Returns the reason and emits
 // nothing when the program is unsupported (see above). Tiles are freed again before returning.
+// `input_rows`, when given, says where one input's rows already are; `*input_rows_read` (when given) is
+// set to whether the loop read them there.
 std::optional<std::string> emit_row_program(kernels::KernelBuilder& b, const RowProgram& program,
                                             const std::function<RowOperand()>& output,
-                                            const RowsComputed& rows_computed = {});
+                                            const RowsComputed& rows_computed = {},
+                                            const RowsInSbuf* input_rows = nullptr, bool* input_rows_read = nullptr);
 
 }  // namespace sightline::compiler

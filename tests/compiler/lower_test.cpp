@@ -738,6 +738,51 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   EXPECT_LT(kept_ns, plain_ns);
 }
 
+// Llama's residual block as the user writes it: the out projection with its residual add (a matmul
+// epilogue group), the user's RMSNorm (a row loop of its own ops), the next projection and its residual.
+// With ActivationChain::norms_in_sbuf the group copies each result tile into SBUF for the loop, which
+// then loads nothing, and the loop hands its result on into the projection's a^T (a row loop plans that
+// hand-over itself, with no weight of its own: plan_weight_prefetch); only the last residual add reads
+// the sum back. At 1024 f32 columns each result tile is half a row (one PSUM bank), copied into its half
+// of the kept rows; bf16 at 256 rows is two row tiles. The same bits as through HBM, the same modeled
+// time functional or timing-only, and faster; lower() keeps it where it is faster.
+TEST(Lowering, RowLoopNormReadsTheEpiloguesResultInSbuf) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const auto run = [&](const device::Executable& exe, double* ns) { return run_outputs(spec, exe, ns); };
+  for (const auto& [m, dtype] : {std::pair<int64_t, DType>{128, DType::f32}, {256, DType::bf16}}) {
+    const Graph g = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor h = linear(in[0], in[1]) + in[0];
+          return std::vector<Tensor>{linear(testing::naive_rms_norm(h, in[2]), in[3]) + h};
+        },
+        {{{m, 1024}, dtype}, {{1024, 1024}, dtype}, {{1024}, dtype}, {{1024, 1024}, dtype}});
+    const auto lowered = [&](ActivationChain chain) {
+      return lower(g, spec, "residual_norm", WeightPrefetch::always, PrefetchQueues::from_first,
+                   KernelQueues::from_first, PrefetchReach::next_kernel, chain);
+    };
+    const device::Executable kept = lowered(ActivationChain::norms_in_sbuf);
+    const device::Executable plain = lowered(ActivationChain::through_hbm);
+    EXPECT_EQ(metadata(kept, "compiled.row_loops"), "1") << m;
+    EXPECT_EQ(metadata(kept, "compiled.kept_norm_inputs"), "1") << m;
+    EXPECT_EQ(metadata(kept, "compiled.kept_activations"), "1") << m;
+    EXPECT_EQ(metadata(plain, "compiled.kept_norm_inputs"), "") << m;
+    EXPECT_EQ(metadata(plain, "compiled.kept_activations"), "") << m;
+    const uint64_t value_bytes = static_cast<uint64_t>(m) * 1024 * dtype_size(dtype);
+    EXPECT_EQ(scratch_loads(kept), value_bytes) << m;      // the last residual add's h
+    EXPECT_EQ(scratch_loads(plain), 3 * value_bytes) << m;  // and the loop's h, the projection's x
+    double kept_ns = 0, plain_ns = 0;
+    const auto a = run(kept, &kept_ns), b = run(plain, &plain_ns);
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(a[0].size(), value_bytes);
+    EXPECT_EQ(a, b) << m;
+    EXPECT_EQ(kept_ns, run_ns(kept)) << m;  // functional and timing-only: the same modeled time
+    EXPECT_LT(kept_ns, plain_ns) << m;
+    std::printf("residual + RMSNorm row loop + linear, %lld x 1024 %s: %.1f ns kept in SBUF, %.1f ns through HBM\n",
+                static_cast<long long>(m), std::string(dtype_name(dtype)).c_str(), kept_ns, plain_ns);
+    EXPECT_LE(run_ns(lower(g, spec, "residual_norm")), plain_ns) << m;
+  }
+}
+
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
 // when a resident b still has panels to fetch (4 panels of 512 columns: the first two are out by then),
 // so some of the next weight's pieces queue ahead of them; `after_loads` behind every load of its own.
