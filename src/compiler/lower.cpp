@@ -701,7 +701,59 @@ class Lowerer {
       }
       return true;
     };
+    // A tensor operand on tile `t`: its free dims restricted to the tile's blocks, the HBM offset of the
+    // first block and the elements a row loads.
+    struct TileLoad {
+      RowPattern at;
+      std::vector<device::FreeDim> hbm;
+      int64_t shift = 0;
+      uint32_t elements = 0;
+    };
+    auto tile_load = [&](const EpilogueOperand& o, const EpilogueStep& step, const ResultTile& t) {
+      int64_t k0 = 0;
+      const RowPattern window = *restrict_to_columns(step.out, plan.cols, t.c0, t.width, &k0);
+      TileLoad l{o.at, o.hbm, 0, o.loaded};
+      if (!l.at.dims.empty() && (t.c0 != 0 || t.width != plan.cols)) {
+        const uint32_t blocks = window.dims[0].size;
+        if (l.at.dims[0].stride != 0) {  // the operand walks the outermost dim: load only the tile's blocks
+          l.shift = k0 * l.hbm[0].stride;
+          l.elements = o.loaded / l.hbm[0].size * blocks;
+          l.hbm[0].size = blocks;
+        }
+        l.at.dims[0].size = blocks;
+      }
+      return l;
+    };
+    // Loads tensor operand `o` of `step` for result tile `tile` into `t` (its rows on the tile's partitions).
+    auto load_operand = [&](const EpilogueOperand& o, const EpilogueStep& step, const ResultTile& tile,
+                            const kernels::Tile& t) {
+      const TileLoad l = tile_load(o, step, tile);
+      if (l.elements == 0) return;
+      const Place& src = operands[static_cast<size_t>(o.input)];
+      auto offset_of = [&](int64_t row) { return src.offset + l.shift + o.hbm_offset(tile.r0 + row); };
+      // Rows whose operand offsets step evenly are one DMA.
+      for (int64_t a = 0; a < tile.rows;) {
+        const int64_t first = offset_of(a);
+        int64_t len = 1, step_rows = 0;
+        if (a + 1 < tile.rows) {
+          step_rows = offset_of(a + 1) - first;
+          len = 2;
+          while (a + len < tile.rows && offset_of(a + len) - first == step_rows * len) ++len;
+        }
+        device::AccessPattern hbm = kernels::hbm_pattern(src.io, src.desc.dtype, first, static_cast<uint16_t>(len),
+                                                         step_rows, {{1, 1}});
+        if (!l.hbm.empty()) {
+          hbm.dim_count = static_cast<uint8_t>(l.hbm.size());
+          for (size_t i = 0; i < l.hbm.size(); ++i) hbm.dims[i] = l.hbm[i];
+        }
+        builder_.load(t.region(static_cast<uint16_t>(tile.p0 + a), static_cast<uint16_t>(len), 0, l.elements), hbm);
+        a += len;
+      }
+    };
     bool use_whole_rows = false;
+    // The matmul kernel's result tiles, from a dry run of it beside the SBUF held across kernels; false
+    // when they do not serve the plan (the group is then lowered op by op).
+    auto plan_tiles = [&] {
     for (const bool whole_rows : {false, true}) {
       tiles.clear();
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
@@ -726,18 +778,75 @@ class Lowerer {
       kernels::emit_eager_kernel(dry, mm.op, descs, io, mm.attrs, result, out_io, &dry_hooks);
       if (rows_runs && std::all_of(tiles.begin(), tiles.end(), fits)) {
         use_whole_rows = whole_rows;
-        break;
+        return true;
       }
-      if (whole_rows) {
-        epilogue_fallbacks_.push_back(
-            "the matmul kernel's result tiles are not runs of whole rows, or cut a view's blocks of columns");
-        return std::nullopt;
+    }
+    return false;
+    };
+    const auto no_tiles = [&] {
+      epilogue_fallbacks_.push_back(
+          "the matmul kernel's result tiles are not runs of whole rows, or cut a view's blocks of columns");
+      return std::nullopt;
+    };
+    if (!plan_tiles()) return no_tiles();
+    // Tensor operands every tile loads alike (cos and sin broadcast over the heads of a projection whose
+    // rows are one row tile): kept in SBUF from their first load to the end of the program (resident_),
+    // where every later kernel that loads them alike reads them too (Llama's q and k projections, every
+    // layer). A tile's loads otherwise queue behind the stores of the tiles before it, and the epilogue
+    // of the last tiles waits for them after the matmuls are done. A program value is written once (each
+    // scratch is its own tensor), so the copy stays right. The first kernel loads them before its own
+    // work; its tiles are then planned again beside them.
+    std::map<std::pair<size_t, size_t>, kernels::Tile> resident;
+    auto resident_key = [&](const EpilogueOperand& o, const EpilogueStep& step, const ResultTile& t) {
+      const TileLoad l = tile_load(o, step, t);
+      const Place& src = operands[static_cast<size_t>(o.input)];
+      std::vector<int64_t> key = {int64_t{src.io}, static_cast<int64_t>(src.desc.dtype), static_cast<int64_t>(dtype),
+                                  t.p0, t.rows, l.elements};
+      for (const device::FreeDim& d : l.hbm) key.insert(key.end(), {int64_t{d.size}, int64_t{d.stride}});
+      for (int64_t row = 0; row < t.rows; ++row) key.push_back(src.offset + l.shift + o.hbm_offset(t.r0 + row));
+      return key;
+    };
+    bool loaded_now = false;
+    for (size_t s = 0; s < plan.steps.size() && tiles.size() > 0; ++s) {
+      for (size_t k = 0; k < plan.steps[s].operands.size(); ++k) {
+        const EpilogueOperand& o = plan.steps[s].operands[k];
+        if (o.kind != EpilogueOperand::Kind::tensor) continue;
+        const std::vector<int64_t> key = resident_key(o, plan.steps[s], tiles[0]);
+        bool alike = tile_load(o, plan.steps[s], tiles[0]).elements > 0;
+        for (size_t t = 1; alike && t < tiles.size(); ++t) alike = resident_key(o, plan.steps[s], tiles[t]) == key;
+        if (!alike) continue;
+        auto it = resident_.find(key);
+        if (it == resident_.end()) {
+          const uint32_t elements = tile_load(o, plan.steps[s], tiles[0]).elements;
+          if (uint64_t{elements} * es > builder_.sbuf_free_bytes() / kPrefetchShare) continue;
+          const kernels::Tile t = builder_.sbuf(dtype, elements, 0, "resident_operand");
+          builder_.set_source_op(op_name(plan.steps[s].node->op));
+          load_operand(o, plan.steps[s], tiles[0], t);
+          it = resident_.emplace(key, t).first;
+          loaded_now = true;
+        }
+        resident.emplace(std::pair{s, k}, it->second);
       }
+    }
+    if (loaded_now && !plan_tiles()) return no_tiles();
+    // The tiles planned again beside the new copies: an operand whose loads they change is loaded per
+    // tile after all (its copy stays for the kernels that load it alike).
+    for (auto it = resident.begin(); it != resident.end();) {
+      const auto& [s, k] = it->first;
+      const EpilogueOperand& o = plan.steps[s].operands[k];
+      bool alike = true;
+      for (size_t t = 0; alike && t < tiles.size(); ++t) {
+        const auto r = resident_.find(resident_key(o, plan.steps[s], tiles[t]));
+        alike = r != resident_.end() && r->second.offset == it->second.offset;
+      }
+      it = alike ? std::next(it) : resident.erase(it);
     }
     auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
     uint64_t need = static_cast<uint64_t>(plan.buffers - 1) * kValueBuffers * aligned(uint64_t(plan.cols) * es);
-    for (const EpilogueStep& step : plan.steps) {
-      for (const EpilogueOperand& o : step.operands) {
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      for (size_t k = 0; k < plan.steps[s].operands.size(); ++k) {
+        const EpilogueOperand& o = plan.steps[s].operands[k];
+        if (resident.count({s, k})) continue;
         if (o.kind == EpilogueOperand::Kind::tensor) need += kOperandBuffers * aligned(o.loaded * es);
         if (o.kind == EpilogueOperand::Kind::scalar) need += kOperandBuffers * aligned(es);
       }
@@ -755,36 +864,13 @@ class Lowerer {
     const Place out = dst && contiguous ? Place{dst->io, dst->offset, result} : scratch(meta);
     std::vector<kernels::TilePool> values(static_cast<size_t>(plan.buffers));
     std::map<std::pair<size_t, size_t>, kernels::TilePool> loaded;  // (step, operand) -> its buffers
-    // A tensor operand on tile `t`: its free dims restricted to the tile's blocks, the HBM offset of the
-    // first block and the elements a row loads.
-    struct TileLoad {
-      RowPattern at;
-      std::vector<device::FreeDim> hbm;
-      int64_t shift = 0;
-      uint32_t elements = 0;
-    };
-    auto tile_load = [&](const EpilogueOperand& o, const EpilogueStep& step, const ResultTile& t) {
-      int64_t k0 = 0;
-      const RowPattern window = *restrict_to_columns(step.out, plan.cols, t.c0, t.width, &k0);
-      TileLoad l{o.at, o.hbm, 0, o.loaded};
-      if (!l.at.dims.empty() && (t.c0 != 0 || t.width != plan.cols)) {
-        const uint32_t blocks = window.dims[0].size;
-        if (l.at.dims[0].stride != 0) {  // the operand walks the outermost dim: load only the tile's blocks
-          l.shift = k0 * l.hbm[0].stride;
-          l.elements = o.loaded / l.hbm[0].size * blocks;
-          l.hbm[0].size = blocks;
-        }
-        l.at.dims[0].size = blocks;
-      }
-      return l;
-    };
     auto prefetch = [&](size_t piece) {
       const ResultTile& tile = tiles[piece];
       for (size_t s = 0; s < plan.steps.size(); ++s) {
         const EpilogueStep& step = plan.steps[s];
         for (size_t k = 0; k < step.operands.size(); ++k) {
           const EpilogueOperand& o = step.operands[k];
-          if (o.kind == EpilogueOperand::Kind::value) continue;
+          if (o.kind == EpilogueOperand::Kind::value || resident.count({s, k})) continue;
           builder_.set_source_op(op_name(step.node->op));
           const kernels::Tile t = loaded.at({s, k}).at(piece % kOperandBuffers);
           if (o.kind == EpilogueOperand::Kind::scalar) {
@@ -793,28 +879,7 @@ class Lowerer {
                           kernels::hbm_pattern(c.io, dtype, c.offset, tile.rows, 0, {{1, 1}}));
             continue;
           }
-          const TileLoad l = tile_load(o, step, tile);
-          if (l.elements == 0) continue;
-          const Place& src = operands[static_cast<size_t>(o.input)];
-          auto offset_of = [&](int64_t row) { return src.offset + l.shift + o.hbm_offset(tile.r0 + row); };
-          // Rows whose operand offsets step evenly are one DMA.
-          for (int64_t a = 0; a < tile.rows;) {
-            const int64_t first = offset_of(a);
-            int64_t len = 1, step_rows = 0;
-            if (a + 1 < tile.rows) {
-              step_rows = offset_of(a + 1) - first;
-              len = 2;
-              while (a + len < tile.rows && offset_of(a + len) - first == step_rows * len) ++len;
-            }
-            device::AccessPattern hbm = kernels::hbm_pattern(src.io, src.desc.dtype, first, static_cast<uint16_t>(len),
-                                                             step_rows, {{1, 1}});
-            if (!l.hbm.empty()) {
-              hbm.dim_count = static_cast<uint8_t>(l.hbm.size());
-              for (size_t i = 0; i < l.hbm.size(); ++i) hbm.dims[i] = l.hbm[i];
-            }
-            builder_.load(t.region(static_cast<uint16_t>(tile.p0 + a), static_cast<uint16_t>(len), 0, l.elements), hbm);
-            a += len;
-          }
+          load_operand(o, step, tile, t);
         }
       }
       builder_.set_source_op(op_name(mm.op));
@@ -830,7 +895,7 @@ class Lowerer {
       for (size_t s = 0; s < plan.steps.size(); ++s) {
         for (size_t k = 0; k < plan.steps[s].operands.size(); ++k) {
           const EpilogueOperand& o = plan.steps[s].operands[k];
-          if (o.kind == EpilogueOperand::Kind::value) continue;
+          if (o.kind == EpilogueOperand::Kind::value || resident.count({s, k})) continue;
           const uint32_t elements = o.kind == EpilogueOperand::Kind::scalar ? 1 : o.loaded;
           loaded.emplace(std::pair{s, k}, builder_.pool("epilogue_operand", dtype, elements, kOperandBuffers));
         }
@@ -869,7 +934,8 @@ class Lowerer {
             args.push_back({in_buffer(o.buffer, o.at), false});
             continue;
           }
-          const kernels::Tile t = loaded.at({s, k}).at(piece % kOperandBuffers);
+          const auto r = resident.find({s, k});
+          const kernels::Tile t = r != resident.end() ? r->second : loaded.at({s, k}).at(piece % kOperandBuffers);
           if (o.kind == EpilogueOperand::Kind::scalar) {
             args.push_back({t.region(tile.p0, tile.rows, 0, 1), true});
             continue;
@@ -1774,14 +1840,18 @@ class Lowerer {
         tiles.push_back({kept_input_->tile, nullptr, false});
         for (const kernels::Tile& t : kept_input_->parameters) tiles.push_back({t, nullptr, false});
       }
+      for (const auto& [key, t] : resident_) tiles.push_back({t, nullptr, false});
       std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
+      // The end of the last tile allocated so far: tiles start 64-byte aligned, and one whose size is
+      // not a multiple of 64 (a resident epilogue operand) leaves a gap that no free-byte count shows.
+      uint32_t end = 0;
       for (const Held& h : tiles) {
-        const uint32_t used = dry.spec().sbuf_bytes_per_partition - dry.sbuf_free_bytes();
-        const uint32_t next = (used + 63) / 64 * 64;
+        const uint32_t next = (end + 63) / 64 * 64;
         if (h.tile.offset > next)
           fillers.push_back(dry.sbuf(DType::f32, (h.tile.offset - next) / 4, 0, "between_kernels"));
         const kernels::Tile t = dry.sbuf(h.tile.dtype, h.tile.free_elements, 0, "reserved");
         SIGHTLINE_ASSERT(t.offset == h.tile.offset);
+        end = t.offset + t.bytes_per_partition();
         reserved[{h.owner, h.activation}].push_back(t);
       }
     }
@@ -1841,9 +1911,11 @@ class Lowerer {
     // The linear the next kernel is, or (PrefetchReach::past_compute_bound) the one after at most
     // kMaxCrossed kernels between: compute-bound ones, and DMA-bound ones only when node i's kernel is a
     // matmul (the loads then go out inside it, at its first store or behind its loads, and stream under
-    // its Tensor-engine time). Emitted before a DMA-bound node i, the weight's stream would hold up that
-    // kernel's transfers and the DMA-bound ones after it (Llama bf16's residual add and rms_norm before
-    // the q projection).
+    // its Tensor-engine time), but for a DMA-bound attention kernel, whose q, k and v loads would queue
+    // behind the stream (Llama small f32: 922.9 us crossing it, 914.7 not). Emitted before a DMA-bound
+    // node i, the weight's stream would hold up that kernel's transfers and the DMA-bound ones after it
+    // (Llama bf16's residual add and rms_norm before the q projection). A prefetch started that far
+    // ahead also takes the linear right after that one (plan_second_prefetch).
     const bool inside_matmul = at_epilogue || (at.kind == NodeKind::op && op_info(at.op).kind == OpKind::matmul);
     const Node* next = nullptr;
     // The time the kernels between node i and the linear hide a stream in (their Tensor-engine time
@@ -1862,7 +1934,7 @@ class Lowerer {
       }
       if (reach_ != PrefetchReach::past_compute_bound || crossed == kMaxCrossed) return;
       const KernelEstimate e = estimate_kernel(graph, j, deferred);
-      if (e.tensor_ns <= e.dma_ns && !inside_matmul) return;
+      if (e.tensor_ns <= e.dma_ns && (!inside_matmul || attention_nodes.count(j))) return;
       // What a stream started in this kernel moves without holding up its own traffic: its
       // Tensor-engine time beyond that traffic (none for a DMA-bound kernel).
       const double ns = std::max(0.0, e.tensor_ns - e.dma_ns);
@@ -1916,7 +1988,37 @@ class Lowerer {
     }
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
+    if (inside_matmul && crossed > 0) plan_second_prefetch(graph, static_cast<size_t>(next - graph.nodes.data()), values, deferred, planned_stores);
     if (!inside_matmul) emit_weight_prefetch();
+  }
+
+  // A second weight ahead, from the same matmul kernel as a prefetch started past kernels between
+  // (plan_weight_prefetch): the weight of the linear right after linear `first`, when its stream takes
+  // longer than `first`'s Tensor-engine time (by the cost model), which would otherwise be all it
+  // streams under (it is planned at `first`, one ahead). Llama's v projection is 1 MB and short; q's
+  // 4 MB weight then streams from the down projection's kernel across the RMSNorm, in HBM time the
+  // Tensor engine spends on the down projection's last panels (Llama small f32: 914.7 -> 909.3 us).
+  // ESM-2's q and k are alike in size, and the rule leaves them one ahead.
+  void plan_second_prefetch(const Graph& graph, size_t first, const std::vector<Place>& values,
+                            const std::vector<bool>& deferred, const std::set<size_t>& planned_stores) {
+    const Node* next = nullptr;
+    for (size_t j = first + 1; j < graph.nodes.size(); ++j) {
+      const Node& m = graph.nodes[j];
+      if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
+      if (planned_stores.count(j)) continue;
+      if (linear_inputs(m)) next = &m;
+      break;
+    }
+    if (!next) return;
+    const size_t w = linear_inputs(*next)->second;
+    if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
+    if (hbm_ns(meta_bytes(graph.nodes[w].meta)) <= estimate_kernel(graph, first, deferred).tensor_ns) return;
+    const Place& weight = values[w];
+    const uint64_t budget = builder_.sbuf_free_bytes() / kPrefetchShare;
+    std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
+    if (!panels) return;
+    prefetched_ahead_.push_back(fmt::format("{}>>{}", first, next - graph.nodes.data()));
+    prefetches_.push_back(Prefetch{std::move(*panels), weight.io, weight.offset, next, false});
   }
 
   // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
@@ -2147,6 +2249,9 @@ class Lowerer {
     std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
   };
   std::optional<KeptInput> kept_input_;
+  // Epilogue operands kept in SBUF to the end of the program (view_epilogue_group), by what they hold:
+  // the source tensor and dtypes, the partitions and elements, the free dims and each row's offset.
+  std::map<std::vector<int64_t>, kernels::Tile> resident_;
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   int kept_norm_inputs_ = 0;  // row loops that read their input where the matmul epilogue before left it
@@ -2214,13 +2319,15 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
 // (PrefetchQueues: from the highest, or the idlest by the kernels' transfers so far), since a weight
 // of a few pieces from queue 0 crowds the queues the kernel before it loads on; ties keep queue 0
 // first. Placements and chains that do not depend on one another are timed concurrently (the same
-// choice on any number of threads). Last, the fastest is lowered with the prefetch started past
-// kernels between (PrefetchReach::past_compute_bound: in ESM-2, the out projection's weight from the
-// v projection's kernel across the attention, a q projection's from the matmul kernel before its
-// layer_norm), kept when faster; then with the results of matmul epilogue
-// groups kept in SBUF for the linears after them (ActivationChain::in_sbuf), kept when faster (ESM-2's
-// FC1 -> FC2 at 128 tokens; at 512 the transposes' Tensor-engine time costs more than the reload). The
-// prefetch therefore never makes a program slower than without it, nor the reach or the chain.
+// choice on any number of threads). Then the fastest placement that prefetches (even when the program
+// without the prefetch is faster so far) is lowered with each kernel's transfers on the idlest queues,
+// and with the prefetch started past kernels between (PrefetchReach::past_compute_bound: in ESM-2, the
+// out projection's weight from the v projection's kernel across the attention, a q projection's from
+// the matmul kernel before its layer_norm; in Llama, the v and q projections' from the down
+// projection's kernel across the RMSNorm), and with the results of matmul epilogue groups and norms kept
+// in SBUF for the linears after them (ActivationChain; ESM-2's FC1 -> FC2 at 128 tokens; at 512 the
+// transposes' Tensor-engine time costs more than the reload), each kept when faster. The prefetch
+// therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
                          PrefetchReach reach, ActivationChain chain) {
@@ -2231,23 +2338,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     return Lowerer(spec, name, p, q, idle, r, c).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
-  WeightPrefetch best_p = WeightPrefetch::always;
-  PrefetchQueues best_q = PrefetchQueues::from_first;
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
   const bool prefetched = count != best.metadata.end() && count->second != "0";
-  double best_ns = 0;
-  bool best_idle = false;
-  auto keep_if_faster = [&](device::Executable other, WeightPrefetch p, PrefetchQueues q, bool idle = false) {
-    if (other == best) return;
-    if (const double ns = device::timing_only_ns(spec, other); ns < best_ns) {
-      best = std::move(other);
-      best_ns = ns;
-      best_p = p;
-      best_q = q;
-      best_idle = idle;
-    }
-  };
+  double best_ns = device::timing_only_ns(spec, best);
   // Candidates that do not depend on one another are lowered and timed at once, over the thread pool
   // (each builds its own program and times it on its own core; nothing is shared), then compared in
   // the order below, so the choice is the same on any number of threads.
@@ -2281,49 +2375,61 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
     }
     return timed;
   };
-  auto keep_timed_if_faster = [&](Timed& other, const Candidate& k) {
+  // Strictly faster replaces; a tie keeps the program already kept (the earlier in the order below).
+  auto keep_if_faster = [&](Timed& other) {
     if (other.ns < best_ns && !(other.exe == best)) {
       best = std::move(other.exe);
       best_ns = other.ns;
-      best_p = k.p;
-      best_q = k.q;
-      best_idle = k.idle;
     }
   };
+  // The fastest placement that prefetches (the first program's when nothing was prefetched), on which
+  // the later steps build even where the program without the prefetch is faster so far: they (the
+  // kept chains above all) need one, and may then beat it (ESM-2 t12 at 128 tokens).
+  WeightPrefetch placed_p = WeightPrefetch::always;
+  PrefetchQueues placed_q = PrefetchQueues::from_first;
+  double placed_ns = best_ns;
   if (prefetched) {
-    device::Executable with = std::move(best);
+    Timed with{std::move(best), best_ns};
     std::vector<Candidate> candidates = {{WeightPrefetch::never, PrefetchQueues::from_first}};
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
       for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
-        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`, timed below
+        if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`
         candidates.push_back({p, q});
       }
     }
     std::vector<Timed> timed = lower_each(candidates);
+    for (size_t i = 1; i < candidates.size(); ++i) {
+      if (timed[i].ns < placed_ns) placed_ns = timed[i].ns, placed_p = candidates[i].p, placed_q = candidates[i].q;
+    }
     best = std::move(timed[0].exe);
-    best_p = WeightPrefetch::never;
     best_ns = timed[0].ns;
-    keep_if_faster(std::move(with), WeightPrefetch::always, PrefetchQueues::from_first);
-    for (size_t i = 1; i < candidates.size(); ++i) keep_timed_if_faster(timed[i], candidates[i]);
-  } else {
-    best_ns = device::timing_only_ns(spec, best);
+    keep_if_faster(with);
+    for (size_t i = 1; i < candidates.size(); ++i) keep_if_faster(timed[i]);
   }
-  // The fastest, with every kernel's transfers on the queues the kernels before left idlest.
-  keep_if_faster(lowered(best_p, best_q, true), best_p, best_q, true);
-  // The fastest, with the prefetch started past compute-bound kernels (PrefetchReach).
-  PrefetchReach best_r = PrefetchReach::next_kernel;
-  if (best_p != WeightPrefetch::never) {
-    const double before = best_ns;
-    keep_if_faster(lowered(best_p, best_q, best_idle, PrefetchReach::past_compute_bound), best_p, best_q, best_idle);
-    if (best_ns < before) best_r = PrefetchReach::past_compute_bound;
-    // The fastest, with the results of matmul epilogue groups and norms kept in SBUF for the linears
-    // after them, and with only the norms' (ActivationChain); a program with nothing kept is the same one
-    // and is not timed again.
-    const std::vector<Candidate> chains = {{best_p, best_q, best_idle, best_r, ActivationChain::in_sbuf},
-                                           {best_p, best_q, best_idle, best_r, ActivationChain::norms_in_sbuf}};
-    std::vector<Timed> timed = lower_each(chains);
-    for (size_t i = 0; i < chains.size(); ++i) keep_timed_if_faster(timed[i], chains[i]);
+  // That placement with every kernel's transfers on the queues the kernels before left idlest.
+  Timed idle;
+  idle.exe = lowered(placed_p, placed_q, true);
+  idle.ns = device::timing_only_ns(spec, idle.exe);
+  const bool placed_idle = idle.ns < placed_ns;
+  keep_if_faster(idle);
+  // Then, on the same placement, the prefetch started past compute-bound kernels (PrefetchReach), and
+  // the results of matmul epilogue groups and norms kept in SBUF for the linears after them, or only
+  // the norms' (ActivationChain). When the program prefetches weights, each chain on either reach: a
+  // kept norm makes the kernel it is a cheaper one to stream weights across, so which reach is faster
+  // can turn with the chain (Llama small f32: the reach alone is slower, with the chain faster).
+  // Without weight prefetches (t33_650M's weights are too large) the reach moves little, and two
+  // lowerings more would cost compile() a third of its time there. A program with nothing kept is the
+  // same one as before and is not taken again.
+  std::vector<Candidate> variants;
+  for (const PrefetchReach r : {PrefetchReach::next_kernel, PrefetchReach::past_compute_bound}) {
+    for (const ActivationChain c : {ActivationChain::through_hbm, ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf}) {
+      if (r == PrefetchReach::next_kernel && c == ActivationChain::through_hbm) continue;  // timed above
+      if (r == PrefetchReach::past_compute_bound && c != ActivationChain::through_hbm && !prefetched) continue;
+      variants.push_back({placed_p, placed_q, placed_idle, r, c});
+    }
   }
+  std::vector<Timed> timed = lower_each(variants);
+  for (Timed& t : timed) keep_if_faster(t);
   return best;
 }
 

@@ -87,10 +87,12 @@ enum class KernelQueues : uint8_t { from_first, idlest };
 // How far ahead of a linear its weight prefetch may start: `next_kernel` only in the kernel right
 // before it; `past_compute_bound` also across up to two kernels between, each compute-bound (its
 // matmul instructions' Tensor-engine time, by the cost model, over its HBM traffic at the DMA rate the
-// cost model gives) or, when the prefetch goes out inside a matmul kernel, any; and only while the
-// weight's transfer takes longer than the kernels between hide (their Tensor-engine time beyond their
-// traffic: the nearer start hides it all otherwise). With WeightPrefetch::best, lower() times the
-// fastest placement with it and keeps it when faster.
+// cost model gives) or, when the prefetch goes out inside a matmul kernel, any but a DMA-bound
+// attention kernel; and only while the weight's transfer takes longer than the kernels between hide
+// (their Tensor-engine time beyond their traffic: the nearer start hides it all otherwise). Such a
+// prefetch also takes the weight of the linear right after, when that one's stream outlasts the first
+// linear's Tensor-engine time. With WeightPrefetch::best, lower() times the fastest placement with it
+// (and with each ActivationChain) and keeps it when faster.
 enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 
 // Where a linear reads its input from when that input is the result of the matmul epilogue group right
@@ -144,7 +146,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 11: grouped-query attention reads k and v from their key/value heads; repeat_kv's copies not made
 // 12: a row loop (a user's RMSNorm) reads its input from the matmul epilogue before it in SBUF and hands
 //     its result on to the next linear in SBUF (ActivationChain::norms_in_sbuf, in_sbuf)
-inline constexpr int kLoweringVersion = 12;
+// 13: epilogue operands every tile loads alike (rotary cos / sin) kept in SBUF for the program; a
+//     prefetch past kernels never crosses a DMA-bound attention, and takes a second weight ahead; the
+//     reach and chains tried on the fastest prefetching placement, each chain on either reach
+inline constexpr int kLoweringVersion = 13;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

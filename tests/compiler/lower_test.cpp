@@ -783,6 +783,47 @@ TEST(Lowering, RowLoopNormReadsTheEpiloguesResultInSbuf) {
   }
 }
 
+// Llama's layer boundary: the down projection with its residual add, the user's RMSNorm, then the v
+// projection (1 MB of f32 weight, short) and the q projection (4 MB). With the prefetch started past
+// kernels, the down projection's kernel streams v's weight across the norm and q's behind it (a second
+// weight ahead: q's stream outlasts v's Tensor-engine time), where one ahead would start q's only in
+// v's kernel. The same bits as without, the same modeled time functional or timing-only, and faster.
+TEST(Lowering, APrefetchPastKernelsTakesTheNextLinearsWeightToo) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = linear(in[0], in[1]) + in[2];
+        const Tensor n = testing::naive_rms_norm(h, in[3]);
+        return std::vector<Tensor>{linear(n, in[4]), linear(n, in[5]), h};
+      },
+      {{{128, 2816}, DType::f32}, {{1024, 2816}, DType::f32}, {{128, 1024}, DType::f32}, {{1024}, DType::f32},
+       {{256, 1024}, DType::f32}, {{1024, 1024}, DType::f32}});
+  const auto lowered = [&](PrefetchReach reach) {
+    return lower(g, spec, "layer_boundary", WeightPrefetch::always, PrefetchQueues::from_first,
+                 KernelQueues::from_first, reach, ActivationChain::norms_in_sbuf);
+  };
+  const device::Executable ahead = lowered(PrefetchReach::past_compute_bound);
+  const device::Executable next = lowered(PrefetchReach::next_kernel);
+  // "i>j": node i's kernel prefetches linear j's weight past kernels between; "j>>k": and linear k's,
+  // the one right after linear j.
+  const std::string reach = metadata(ahead, "compiled.prefetched_ahead");
+  const size_t second = reach.find(">>");
+  ASSERT_NE(second, std::string::npos) << reach;
+  const size_t first = reach.find('>');
+  ASSERT_LT(first, second) << reach;
+  EXPECT_EQ(reach.substr(first + 1, reach.find(',') - first - 1), reach.substr(reach.find(',') + 1, second - reach.find(',') - 1))
+      << reach;  // the second prefetch follows the linear the first is for
+  EXPECT_EQ(metadata(ahead, "compiled.prefetched_weights"), "2");
+  double ahead_ns = 0, next_ns = 0;
+  const auto a = run_outputs(spec, ahead, &ahead_ns), b = run_outputs(spec, next, &next_ns);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ahead_ns, run_ns(ahead));
+  EXPECT_LT(ahead_ns, next_ns);
+  std::printf("down + RMSNorm + v + q, 128 tokens f32: %.1f ns with both weights from the down projection, %.1f ns one ahead\n",
+              ahead_ns, next_ns);
+}
+
 // Where the kernel before a linear emits its prefetched weight: `always` right before its first store,
 // when a resident b still has panels to fetch (4 panels of 512 columns: the first two are out by then),
 // so some of the next weight's pieces queue ahead of them; `after_loads` behind every load of its own.

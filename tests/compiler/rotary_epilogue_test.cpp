@@ -168,6 +168,43 @@ TEST(RotaryEpilogue, AValueReadTwiceByOneOp) {
   expect_close(compiled(device_args)[0], fn(host)[0], 1e-5, 1e-5);
 }
 
+// Llama's q and k projections of one layer rotated by the same cos and sin tables, 128 tokens (one row
+// tile): q's 1024 f32 columns come as two result tiles, k's 256 as one. Every tile reads the same rows
+// of the tables, so each table is loaded once into SBUF for the whole program (view_epilogue_group's
+// resident operands) and both kernels read it there: the program reads each table's bytes once. Both
+// results as on the cpu.
+TEST(RotaryEpilogue, TablesEveryTileReadsAlikeLoadOnceForTheProgram) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor &x = a[0], &cos = a[3], &sin = a[4];
+    return std::vector<Tensor>{testing::llama_rotary_k({x, a[1], cos, sin})[0],
+                               testing::llama_rotary_k({x, a[2], cos, sin})[0]};
+  };
+  Generator g(46);
+  const int64_t s = 128, model = 256, dh = 64;
+  const std::vector<Tensor> host = {randn({1, s, model}, {}, &g), randn({16 * dh, model}, {}, &g) * 0.1,
+                                    randn({4 * dh, model}, {}, &g) * 0.1, randn({1, 1, s, dh}, {}, &g),
+                                    randn({1, 1, s, dh}, {}, &g)};
+  const Graph graph = optimize(capture_graph(Fn(fn), metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "q_and_k");
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "2");
+  uint64_t cos_bytes = 0, sin_bytes = 0;
+  for (const auto& queue : exe.dma_queues) {
+    for (const device::Instruction& in : queue) {
+      if (in.src0.memory != device::Memory::hbm) continue;
+      if (exe.io[in.src0.tensor].name == "arg3") cos_bytes += in.src0.bytes();
+      if (exe.io[in.src0.tensor].name == "arg4") sin_bytes += in.src0.bytes();
+    }
+  }
+  EXPECT_EQ(cos_bytes, static_cast<uint64_t>(s * dh * 4));
+  EXPECT_EQ(sin_bytes, static_cast<uint64_t>(s * dh * 4));
+  auto compiled = compile(Fn(fn));
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  const std::vector<Tensor> actual = compiled(device_args), expected = fn(host);
+  ASSERT_EQ(actual.size(), 2u);
+  for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
+}
+
 TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
   // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
   const RowPattern half{32, {{10, 64}, {32, 1}}};
