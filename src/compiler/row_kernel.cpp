@@ -1050,4 +1050,3 @@ std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& 
 }
 
 }  // namespace sightline::compiler
-
