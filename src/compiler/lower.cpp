@@ -811,13 +811,13 @@ class Lowerer {
       for (size_t k = 0; k < plan.steps[s].operands.size(); ++k) {
         const EpilogueOperand& o = plan.steps[s].operands[k];
         if (o.kind != EpilogueOperand::Kind::tensor) continue;
+        const uint32_t elements = tile_load(o, plan.steps[s], tiles[0]).elements;
         const std::vector<int64_t> key = resident_key(o, plan.steps[s], tiles[0]);
-        bool alike = tile_load(o, plan.steps[s], tiles[0]).elements > 0;
+        bool alike = elements > 0;
         for (size_t t = 1; alike && t < tiles.size(); ++t) alike = resident_key(o, plan.steps[s], tiles[t]) == key;
         if (!alike) continue;
         auto it = resident_.find(key);
         if (it == resident_.end()) {
-          const uint32_t elements = tile_load(o, plan.steps[s], tiles[0]).elements;
           if (uint64_t{elements} * es > builder_.sbuf_free_bytes() / kPrefetchShare) continue;
           const kernels::Tile t = builder_.sbuf(dtype, elements, 0, "resident_operand");
           builder_.set_source_op(op_name(plan.steps[s].node->op));
