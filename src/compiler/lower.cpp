@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/engine_balance.h"
 #include "compiler/row_kernel.h"
 #include "compiler/view_epilogue.h"
 #include "core/parallel.h"
@@ -632,6 +633,69 @@ class Lowerer {
     }
   }
 
+  // The engines and emission order of a view epilogue's steps (engine_balance.h), for a matmul kernel
+  // of `tiles` result tiles of `width` columns: a binary op on the Vector engine or GpSimd, a cat's
+  // copies on the Vector engine or as GpSimd's 1 * x (the Scalar engine's identity would add +0 and turn
+  // -0 into +0), a unary op where emit_unary puts it. A step follows the earlier steps whose buffers it
+  // reads or overwrites, or that read the buffer it writes.
+  EpilogueSchedule schedule_view_epilogue(const ViewEpiloguePlan& plan, const Node& mm,
+                                          std::span<const TensorDesc> descs, int64_t width, size_t tiles,
+                                          size_t buffers) const {
+    const DType dtype = mm.meta.dtype;
+    auto elements = [&](const RowPattern& at) {
+      const std::optional<RowPattern> r = restrict_to_columns(at, plan.cols, 0, width);
+      double count = r ? 1.0 : 0.0;
+      if (r) {
+        for (const device::FreeDim& d : r->dims) count *= d.size;
+      }
+      return count;
+    };
+    std::vector<EpilogueStepCost> costs;
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      const EpilogueStep& step = plan.steps[s];
+      const OpId op = step.node->op;
+      EpilogueStepCost c{{kCannot, kCannot, kCannot}, {}};
+      if (op == OpId::cat) {
+        c.ns = {0.0, kCannot, 0.0};
+        for (const RowPattern& piece : step.pieces) {
+          c.ns[kOnVector] += engine_ns(spec_, spec_.vector, elements(piece), 1, dtype);
+          c.ns[kOnGpSimd] += engine_ns(spec_, spec_.gpsimd, elements(piece), 1, dtype);
+        }
+      } else if (op_is_unary_elementwise(op)) {
+        const bool on_vector = op == OpId::to_copy || (op == OpId::pow && step.node->attrs.scalar != 2.0);
+        const int e = on_vector ? kOnVector : kOnScalar;
+        c.ns[static_cast<size_t>(e)] = engine_ns(spec_, e == kOnVector ? spec_.vector : spec_.scalar,
+                                                 elements(step.out), 1, dtype);
+      } else {
+        int passes = 0;
+        for (const EpilogueOperand& o : step.operands) passes += o.kind != EpilogueOperand::Kind::scalar;
+        passes = std::max(passes, 1);
+        c.ns[kOnVector] = engine_ns(spec_, spec_.vector, elements(step.out), passes, dtype);
+        c.ns[kOnGpSimd] = engine_ns(spec_, spec_.gpsimd, elements(step.out), passes, dtype);
+      }
+      auto reads = [&](const EpilogueStep& st, int buffer) {
+        return std::any_of(st.operands.begin(), st.operands.end(), [&](const EpilogueOperand& o) {
+          return o.kind == EpilogueOperand::Kind::value && o.buffer == buffer;
+        });
+      };
+      for (size_t a = 0; a < s; ++a) {
+        const EpilogueStep& before = plan.steps[a];
+        if (reads(step, before.buffer) || before.buffer == step.buffer || reads(before, step.buffer))
+          c.after.push_back(a);
+      }
+      costs.push_back(std::move(c));
+    }
+    // The Tensor engine's time per tile: its K tiles of `width` moving columns each (the cost model's rule).
+    const int64_t k = descs[0].shape.empty() ? 1 : descs[0].shape.back();
+    double cycles = static_cast<double>((k + spec_.partitions - 1) / spec_.partitions) *
+                    std::max(static_cast<double>(width), static_cast<double>(spec_.tensor.mm_init_interval_cycles));
+    if (descs[0].dtype == DType::f32 || descs[1].dtype == DType::f32) cycles *= spec_.tensor.fp32_cost_factor;
+    const bool bias = mm.op == OpId::linear && descs.size() > 2;
+    return schedule_epilogue(costs, spec_.tensor.cycles_to_ns(cycles),
+                             engine_ns(spec_, spec_.vector, static_cast<double>(width), bias ? 2 : 1, dtype), tiles,
+                             buffers);
+  }
+
   // A fused.matmul_epilogue node whose ops work on views of the result (the heads of a projection and
   // the rotary embedding on them): the matmul kernel with every op of the plan (view_epilogue.h) applied
   // to each result tile before the kernel stores it, the tile's columns cutting every pattern at whole
@@ -841,6 +905,15 @@ class Lowerer {
       }
       it = alike ? std::next(it) : resident.erase(it);
     }
+    // Each step's engine: its ops over the Vector, Scalar and GpSimd engines, balanced against the
+    // Tensor engine's time per tile (engine_balance.h). A rotary embedding's eight ops per tile on the
+    // Vector engine alone outlast the tile's matmuls, and the projection's Tensor engine waits.
+    // The matmul kernel's result buffers, as many as the PSUM banks that rotate with them: two, or (its
+    // resident schedule, more than two places among the tiles) one per bank.
+    std::set<std::pair<uint16_t, uint64_t>> result_buffers;
+    for (const ResultTile& t : tiles) result_buffers.insert({t.y.partition_start, t.y.offset});
+    const EpilogueSchedule schedule = schedule_view_epilogue(
+        plan, mm, descs, tiles.front().width, tiles.size(), result_buffers.size() <= 2 ? 2 : spec_.psum_banks);
     auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
     uint64_t need = static_cast<uint64_t>(plan.buffers - 1) * kValueBuffers * aligned(uint64_t(plan.cols) * es);
     for (size_t s = 0; s < plan.steps.size(); ++s) {
@@ -923,9 +996,10 @@ class Lowerer {
         return shaped(base, local);
       };
       auto empty = [](const device::AccessPattern& ap) { return ap.dim_count > 0 && ap.dims[0].size == 0; };
-      for (size_t s = 0; s < plan.steps.size(); ++s) {
+      for (const size_t s : schedule.order) {
         const EpilogueStep& step = plan.steps[s];
         const Node& e = *step.node;
+        const device::Engine on = schedule.engine[s] == kOnGpSimd ? device::Engine::gpsimd : device::Engine::vector;
         builder_.set_source_op(op_name(e.op));
         std::vector<kernels::TileArg> args;
         for (size_t k = 0; k < step.operands.size(); ++k) {
@@ -945,7 +1019,13 @@ class Lowerer {
         if (e.op == OpId::cat) {
           for (size_t k = 0; k < args.size(); ++k) {
             const device::AccessPattern piece_at = in_buffer(step.buffer, step.pieces[k]);
-            if (!empty(piece_at)) builder_.copy(piece_at, args[k].ap);
+            if (empty(piece_at)) continue;
+            if (on == device::Engine::gpsimd) {
+              // 1 * x: an exact copy on GpSimd (the values are floating point, in SBUF).
+              builder_.tensor_scalar(device::AluOp::multiply, piece_at, args[k].ap, 1.0f, false, device::Engine::gpsimd);
+            } else {
+              builder_.copy(piece_at, args[k].ap);
+            }
           }
           continue;
         }
@@ -954,7 +1034,7 @@ class Lowerer {
         if (op_is_unary_elementwise(e.op)) {
           kernels::emit_unary(builder_, e.op, e.attrs, y_at, args[0].ap);
         } else {
-          kernels::emit_binary(builder_, e.op, y_at, args[0], args[1]);
+          kernels::emit_binary(builder_, e.op, y_at, args[0], args[1], on);
         }
       }
       builder_.set_source_op(op_name(mm.op));

@@ -149,7 +149,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 13: epilogue operands every tile loads alike (rotary cos / sin) kept in SBUF for the program; a
 //     prefetch past kernels never crosses a DMA-bound attention, and takes a second weight ahead; the
 //     reach and chains tried on the fastest prefetching placement, each chain on either reach
-inline constexpr int kLoweringVersion = 13;
+// 14: a view epilogue's steps (rotary embeddings) placed over the Vector engine and GpSimd and emitted
+//     in list-scheduling order (engine_balance.h: schedule_epilogue)
+inline constexpr int kLoweringVersion = 14;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

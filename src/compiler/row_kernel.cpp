@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/engine_balance.h"
 #include "device/core.h"
 #include "kernels/eager_internal.h"
 #include "kernels/emit.h"
@@ -197,92 +198,6 @@ void budget(const RowProgram& p, const Plan& plan, uint64_t& once, uint64_t& per
 }
 
 // ---- the schedule ----
-
-// A step's time on an engine for one row tile, by the rule the simulator charges
-// (src/device/cost_model.h): access and static overhead + inputs * elements / rate cycles, plus the
-// accumulate cycles of an activation that sums its row. Partitions run in parallel, so the row length
-// decides.
-double engine_ns(const device::Spec& spec, const device::EngineSpec& e, double elements, int inputs, DType dtype,
-                 bool accumulate = false) {
-  const double rate = dtype_size(dtype) == 2 ? e.elements_per_cycle_16bit : e.elements_per_cycle_32bit;
-  return e.cycles_to_ns(spec.access_overhead_cycles + e.static_overhead_cycles + inputs * elements / rate +
-                        (accumulate ? e.accumulate_extra_cycles : 0));
-}
-
-// The engines a row step may run on, as indices into Loads.
-constexpr int kOnVector = 0, kOnScalar = 1, kOnGpSimd = 2;
-constexpr double kCannot = std::numeric_limits<double>::infinity();
-using Loads = std::array<double, 3>;  // ns per row tile on the Vector, Scalar and GpSimd engines
-
-struct Choice {
-  size_t k;  // the step
-  Loads ns;  // its time on each engine, kCannot where it cannot run
-};
-
-// Places the steps that more than one engine can run (`choices`, in step order) beside the `fixed` loads,
-// for a loop of `tiles` row tiles. The tiles pipeline across the engines (each engine works on its own
-// tile, pipeline_staged), so the busiest engine sets the pace of all but one tile, and the last tile's
-// chain of steps, at most the sum of their times, drains after it: the placement minimizing
-// (tiles - 1) x max(the busiest engine's work per tile, `pace_floor`) + the work of all engines, then the
-// one whose steps change engine fewest times in step order (fewer pipeline stages). A loop of one tile
-// thus runs each step on its fastest engine, and a long loop balances the engines. `engine_of` holds
-// the engine of every running step with one engine (-1 for the others). Exhaustive up to kExhaustive
-// choices (3^8 placements), else longest first onto the engine that ends least loaded (list
-// scheduling); both deterministic. Returns each choice's engine.
-std::vector<int> place(const std::vector<Choice>& choices, const Loads& fixed, std::vector<int> engine_of,
-                       double tiles, double pace_floor) {
-  constexpr size_t kExhaustive = 8;
-  const size_t m = choices.size();
-  std::vector<int> best(m, kOnVector), trial(m, kOnVector);
-  if (m > kExhaustive) {
-    std::vector<size_t> order(m);
-    for (size_t i = 0; i < m; ++i) order[i] = i;
-    auto fastest = [&](size_t i) { return *std::min_element(choices[i].ns.begin(), choices[i].ns.end()); };
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fastest(a) > fastest(b); });
-    Loads load = fixed;
-    for (size_t i : order) {
-      int pick = kOnVector;
-      double pick_end = kCannot;
-      for (int e = 0; e < 3; ++e) {
-        const double end = load[static_cast<size_t>(e)] + choices[i].ns[static_cast<size_t>(e)];
-        if (end < pick_end) pick = e, pick_end = end;
-      }
-      load[static_cast<size_t>(pick)] = pick_end;
-      best[i] = pick;
-    }
-    return best;
-  }
-  double best_time = kCannot;
-  int best_changes = std::numeric_limits<int>::max();
-  std::function<void(size_t, Loads, double)> visit = [&](size_t i, Loads load, double sum) {
-    if (i == m) {
-      const double peak = *std::max_element(load.begin(), load.end());
-      for (size_t c = 0; c < m; ++c) engine_of[choices[c].k] = trial[c];
-      int changes = 0, last = -1;
-      for (int e : engine_of) {
-        if (e < 0) continue;
-        changes += last >= 0 && e != last;
-        last = e;
-      }
-      const double time = (tiles - 1) * std::max(peak, pace_floor) + sum;
-      if (std::tie(time, changes) < std::tie(best_time, best_changes)) {
-        best_time = time, best_changes = changes;
-        best = trial;
-      }
-      return;
-    }
-    for (int e = 0; e < 3; ++e) {
-      const double ns = choices[i].ns[static_cast<size_t>(e)];
-      if (ns == kCannot) continue;
-      trial[i] = e;
-      Loads next = load;
-      next[static_cast<size_t>(e)] += ns;
-      visit(i + 1, next, sum + ns);
-    }
-  };
-  visit(0, fixed, 0.0);
-  return best;
-}
 
 // The mean and variance of a row, written as the user's ops m = mean(x), d = x - m, v = mean(d * d)
 // (layer_norm's), are one Vector-engine bn_stats pass over x, as torch inductor fuses a var_mean into one

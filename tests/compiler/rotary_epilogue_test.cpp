@@ -205,6 +205,30 @@ TEST(RotaryEpilogue, TablesEveryTileReadsAlikeLoadOnceForTheProgram) {
   for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
 }
 
+// ESM-2 t12's scaled and rotated q at batch 4 (512 rows, 20 heads of 24): on the Vector engine alone a
+// result tile's eight steps (the evacuation, the scale, the two halves' copies, two products and the
+// sum) outlast its matmuls. The epilogue's schedule (engine_balance.h) moves some of them to GpSimd,
+// where they carry the user's ops; the result as on the cpu.
+TEST(RotaryEpilogue, ManyTilesShareTheirStepsWithGpSimd) {
+  Generator g(47);
+  const Case c{"esm_q_batch4", &testing::esm_rotary_q, true, 4, 128, 480, 20, 24};
+  const std::vector<Tensor> host = args_of(c, DType::f32, g);
+  const Graph graph = optimize(capture_graph(c.fn, metas_of(host), Device::cpu()));
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), c.name);
+  EXPECT_EQ(metadata(exe, "compiled.fused_epilogues"), "1");
+  std::set<std::string> on_gpsimd;
+  for (const device::Instruction& in : exe.engines[static_cast<size_t>(device::Engine::gpsimd)]) {
+    if (in.source_op < exe.source_ops.size()) on_gpsimd.insert(exe.source_ops[in.source_op]);
+  }
+  // (GpSimd also builds the linear's bias rows, as without the epilogue.)
+  EXPECT_TRUE(on_gpsimd.contains("aten::mul") || on_gpsimd.contains("aten::add") || on_gpsimd.contains("aten::cat"));
+  EXPECT_FALSE(on_gpsimd.contains("aten::neg"));  // an activation: the Scalar engine's
+  auto compiled = compile(c.fn);
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  expect_close(compiled(device_args)[0], c.fn(host)[0], 1e-5, 1e-5);
+}
+
 TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
   // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
   const RowPattern half{32, {{10, 64}, {32, 1}}};
