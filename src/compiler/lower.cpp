@@ -2383,6 +2383,43 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
   return std::nullopt;
 }
 
+// Each long-epilogue group bubbles up past the plain matmuls right before it that it does not read. The
+// fusion puts such a group where its last op was, after the projections the user wrote after it (Llama's
+// and ESM-2's v after q and k), so the kernel before the attention was the one with the long tail.
+Graph emission_order(const Graph& graph) {
+  auto plain_matmul = [](const Node& n) {
+    return n.kind == NodeKind::op && (n.op == OpId::linear || n.op == OpId::matmul);
+  };
+  auto long_epilogue = [](const Node& n) {
+    return n.kind == NodeKind::fused && n.fusion == FusionKind::matmul_epilogue && epilogue_has_views(*n.body);
+  };
+  std::vector<size_t> order(graph.nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  bool moved = false;
+  for (size_t k = 1; k < order.size(); ++k) {
+    for (size_t j = k; j > 0; --j) {
+      const Node& b = graph.nodes[order[j]];
+      const Node& a = graph.nodes[order[j - 1]];
+      if (!long_epilogue(b) || !plain_matmul(a)) break;
+      if (std::find(b.inputs.begin(), b.inputs.end(), static_cast<int>(order[j - 1])) != b.inputs.end()) break;
+      std::swap(order[j], order[j - 1]);
+      moved = true;
+    }
+  }
+  if (!moved) return graph;
+  Graph out;
+  std::vector<int> at(graph.nodes.size(), kNoValue);
+  for (size_t i : order) {
+    Node n = graph.nodes[i];
+    for (int& v : n.inputs) {
+      if (v != kNoValue) v = at[static_cast<size_t>(v)];
+    }
+    at[i] = out.add(std::move(n));
+  }
+  for (int v : graph.outputs) out.outputs.push_back(at[static_cast<size_t>(v)]);
+  return out;
+}
+
 // The weight prefetch moves loads ahead of the linear into the kernel before it. That takes the
 // weight off the linear's path, but the loads then sit in that kernel's DMA queues ahead of its own
 // transfers and stores (pieces of stream_min_piece_bytes on the first few queues: 256 x 256 bf16 is
@@ -2408,9 +2445,11 @@ std::optional<std::pair<int64_t, TensorDesc>> apply_view_desc(OpId op, const OpA
 // in SBUF for the linears after them (ActivationChain; ESM-2's FC1 -> FC2 at 128 tokens; at 512 the
 // transposes' Tensor-engine time costs more than the reload), each kept when faster. The prefetch
 // therefore never makes a program slower than without it, nor the reach or the chain.
-device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
+device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
                          PrefetchReach reach, ActivationChain chain) {
+  const Graph ordered = emission_order(graph_in);
+  const Graph& graph = ordered;
   if (prefetch != WeightPrefetch::best)
     return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain).run(graph);
   auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,

@@ -112,7 +112,15 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // results kept, "compiled.kept_norm_inputs" the norms that read their input kept.
 enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 
+// The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
+// works on views of its result (a projection with its rotary embedding, many steps per result tile)
+// goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
+// overlaps their matmuls instead of running after its own with the Tensor engine idle. The same graph
+// (values renumbered) when nothing moves.
+Graph emission_order(const Graph& graph);
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
+// Kernels are emitted in emission_order(graph).
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch = WeightPrefetch::best,
                          PrefetchQueues queues = PrefetchQueues::from_first,
@@ -150,7 +158,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     prefetch past kernels never crosses a DMA-bound attention, and takes a second weight ahead; the
 //     reach and chains tried on the fastest prefetching placement, each chain on either reach
 // 14: a view epilogue's steps (rotary embeddings) placed over the Vector engine and GpSimd and emitted
-//     in list-scheduling order (engine_balance.h: schedule_epilogue)
+//     in list-scheduling order (engine_balance.h: schedule_epilogue); such a group emitted before the
+//     plain projections ahead of it (emission_order)
 inline constexpr int kLoweringVersion = 14;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };

@@ -229,6 +229,52 @@ TEST(RotaryEpilogue, ManyTilesShareTheirStepsWithGpSimd) {
   expect_close(compiled(device_args)[0], c.fn(host)[0], 1e-5, 1e-5);
 }
 
+// Llama's q, k and v as the user writes them: the projections, then the rotary embedding of q and k.
+// The fusion puts each rotated projection where its last op is, after v's plain linear; the lowering
+// emits both before v (emission_order), so that the rotary steps of k's last tiles overlap v's matmuls.
+// The graph is otherwise the same, and the results are as on the cpu.
+TEST(RotaryEpilogue, RotatedProjectionsAreEmittedBeforeAPlainOneAheadOfThem) {
+  auto fn = [](const std::vector<Tensor>& a) {
+    const Tensor &x = a[0], &cos = a[4], &sin = a[5];
+    const int64_t b = x.size(0), s = x.size(1), dh = cos.size(-1), half = dh / 2;
+    const Tensor q = linear(x, a[1]).view({b, s, -1, dh}).transpose(1, 2);
+    const Tensor k = linear(x, a[2]).view({b, s, -1, dh}).transpose(1, 2);
+    const Tensor v = linear(x, a[3]);
+    auto rotate = [&](const Tensor& t) {
+      return t * cos + cat({-t.slice(-1, half, dh), t.slice(-1, 0, half)}, -1) * sin;
+    };
+    return std::vector<Tensor>{rotate(q), rotate(k), v};
+  };
+  Generator g(48);
+  const int64_t s = 128, model = 256, dh = 64;
+  const std::vector<Tensor> host = {randn({1, s, model}, {}, &g), randn({4 * dh, model}, {}, &g) * 0.1,
+                                    randn({4 * dh, model}, {}, &g) * 0.1, randn({4 * dh, model}, {}, &g) * 0.1,
+                                    randn({1, 1, s, dh}, {}, &g), randn({1, 1, s, dh}, {}, &g)};
+  const Graph graph = optimize(capture_graph(Fn(fn), metas_of(host), Device::cpu()));
+  auto projections = [](const Graph& gr) {
+    std::vector<std::string> kinds;  // "rotated" or "plain", in node order
+    for (const Node& n : gr.nodes) {
+      if (n.kind == NodeKind::fused && n.fusion == FusionKind::matmul_epilogue) kinds.push_back("rotated");
+      if (n.kind == NodeKind::op && n.op == OpId::linear) kinds.push_back("plain");
+    }
+    return kinds;
+  };
+  ASSERT_EQ(projections(graph), (std::vector<std::string>{"plain", "rotated", "rotated"}));
+  const Graph ordered = emission_order(graph);
+  verify(ordered, "emission_order");
+  EXPECT_EQ(projections(ordered), (std::vector<std::string>{"rotated", "rotated", "plain"}));
+  EXPECT_EQ(ordered.nodes.size(), graph.nodes.size());
+  // Nothing to move: the same graph.
+  const Graph again = emission_order(ordered);
+  EXPECT_EQ(projections(again), projections(ordered));
+  auto compiled = compile(Fn(fn));
+  std::vector<Tensor> device_args;
+  for (const Tensor& t : host) device_args.push_back(t.to(kCore0));
+  const std::vector<Tensor> actual = compiled(device_args), expected = fn(host);
+  ASSERT_EQ(actual.size(), 3u);
+  for (size_t i = 0; i < actual.size(); ++i) expect_close(actual[i], expected[i], 1e-5, 1e-5);
+}
+
 TEST(RotaryEpilogue, ColumnWindowsCutPatternsAtTheirBlocks) {
   // Heads of 64 split at their halves: a window of whole heads keeps every head's half.
   const RowPattern half{32, {{10, 64}, {32, 1}}};
