@@ -189,18 +189,11 @@ Graph eliminate_dead_code(const Graph& graph) {
       if (v != kNoValue) live[static_cast<size_t>(v)] = 1;
     }
   }
-  Graph out;
-  std::vector<int> remap(graph.nodes.size(), kNoValue);
+  std::vector<size_t> kept;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (!live[i]) continue;
-    Node n = graph.nodes[i];
-    for (int& v : n.inputs) {
-      if (v != kNoValue) v = remap[static_cast<size_t>(v)];
-    }
-    remap[i] = out.add(std::move(n));
+    if (live[i]) kept.push_back(i);
   }
-  for (int v : graph.outputs) out.outputs.push_back(remap[static_cast<size_t>(v)]);
-  return out;
+  return renumbered(graph, kept);
 }
 
 Graph fold_constants(const Graph& graph) {

@@ -103,6 +103,20 @@ TensorMeta compute_meta(OpId op, std::span<const TensorMeta> input_metas, std::s
   return infer_meta(OpCall{op, inputs, attrs});
 }
 
+Graph renumbered(const Graph& graph, std::span<const size_t> order) {
+  Graph out;
+  std::vector<int> at(graph.nodes.size(), kNoValue);
+  for (size_t i : order) {
+    Node n = graph.nodes[i];
+    for (int& v : n.inputs) {
+      if (v != kNoValue) v = at[static_cast<size_t>(v)];
+    }
+    at[i] = out.add(std::move(n));
+  }
+  for (int v : graph.outputs) out.outputs.push_back(at[static_cast<size_t>(v)]);
+  return out;
+}
+
 Node make_input_node(int index, const TensorMeta& meta) {
   Node n;
   n.kind = NodeKind::input;

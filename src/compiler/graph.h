@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "sightline/ops.h"
@@ -70,6 +71,11 @@ struct Graph {
   // For each value, the nodes that use it (a node appears once per use).
   std::vector<std::vector<int>> users() const;
 };
+
+// The nodes `order` names, in that order (each after the nodes it reads), with every value id and the
+// outputs renumbered to the new positions: a reordering, or a subset that every output and every kept
+// node's inputs are in.
+Graph renumbered(const Graph& graph, std::span<const size_t> order);
 
 Node make_input_node(int index, const TensorMeta& meta);
 // An op node whose meta is computed from the metas of its inputs in `graph` (throws as the op would).

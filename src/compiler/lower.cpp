@@ -2406,18 +2406,7 @@ Graph emission_order(const Graph& graph) {
       moved = true;
     }
   }
-  if (!moved) return graph;
-  Graph out;
-  std::vector<int> at(graph.nodes.size(), kNoValue);
-  for (size_t i : order) {
-    Node n = graph.nodes[i];
-    for (int& v : n.inputs) {
-      if (v != kNoValue) v = at[static_cast<size_t>(v)];
-    }
-    at[i] = out.add(std::move(n));
-  }
-  for (int v : graph.outputs) out.outputs.push_back(at[static_cast<size_t>(v)]);
-  return out;
+  return moved ? renumbered(graph, order) : graph;
 }
 
 // The weight prefetch moves loads ahead of the linear into the kernel before it. That takes the
