@@ -160,7 +160,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 14: a view epilogue's steps (rotary embeddings) placed over the Vector engine and GpSimd and emitted
 //     in list-scheduling order (engine_balance.h: schedule_epilogue); such a group emitted before the
 //     plain projections ahead of it (emission_order)
-inline constexpr int kLoweringVersion = 14;
+// 15: row loops that read bool inputs (Llama's causal mask)
+inline constexpr int kLoweringVersion = 15;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -525,11 +525,11 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spe
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const kernels::TensorDesc& d = p.inputs[i].desc;
     ValueInfo& v = plan.values[i];
-    // An i32 input (an attention mask, a count) is fine: only floating steps read it (integer steps are
-    // refused below), and an engine reads its tile as f32 as the per-op kernels do. A bool one is not
-    // (yet): llama's causal mask, cast and scaled, measured slower as one row tile (load, copy, store in
-    // series) than as the per-op kernels, whose DMA cast and stores the next kernels overlap.
-    if (!dtype_is_floating(d.dtype) && d.dtype != DType::i32)
+    // An i32 or bool input (an attention mask, a count) is fine: only floating steps read it (integer
+    // steps are refused below), and an engine reads its tile as f32 (bool as 0 or 1) as the per-op
+    // kernels do. (Llama's causal mask, cast and scaled, was once slower as one loop than as the per-op
+    // kernels; with the rotated projections emitted first it is faster: bench/README.md, issue 19.)
+    if (!dtype_is_floating(d.dtype) && d.dtype != DType::i32 && d.dtype != DType::boolean)
       return fmt::format("input {} holds integers ({})", i, dtype_name(d.dtype));
     const int64_t width = d.shape.size() ? d.shape.back() : 1;
     if (d.shape.size() > rank || (width != p.cols && width != 1)) {

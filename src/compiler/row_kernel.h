@@ -34,9 +34,10 @@
 // Rows longer than fit SBUF: a program of elementwise steps only is also tiled along the row (column
 // chunks); a program with a row-wide step (reduction, softmax, normalization) needs its whole row on
 // chip and is not emitted. Programs whose steps compute integers are not emitted either (the engines
-// compute in f32; the per-op kernels reproduce eager integer semantics), nor programs with bool inputs;
-// i32 inputs are loaded as i32 and read as f32, as the per-op kernels read them. In both cases
-// emit_row_program returns the reason and emits nothing, and the caller lowers the group op by op through HBM instead.
+// compute in f32; the per-op kernels reproduce eager integer semantics). In both cases
+// emit_row_program returns the reason and emits nothing, and the caller lowers the group op by op through
+// HBM instead. i32 and bool inputs are fine: loaded as they are and read as f32 (bool as 0 or 1), as the
+// per-op kernels read them.
 #pragma once
 
 #include <functional>

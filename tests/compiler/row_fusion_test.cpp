@@ -373,6 +373,37 @@ TEST(RowLoopIntegerInputs, GroupReadingI32MasksIsOneLoopWithTheOpByOpBits) {
   EXPECT_EQ(bytes_of(actual), bytes_of(integer_masks(cpu)[0])) << "not the CPU reference's bits";
 }
 
+// Llama's causal mask (examples/models/llama: a bool mask cast to f32, 1 - it, times the dtype's lowest)
+// and a bool mask per row scaling the rows: only floating steps read them. An engine reads a bool tile
+// as 0 or 1, as the per-op kernels do, so the group is one loop with their bits.
+std::vector<Tensor> bool_masks(const std::vector<Tensor>& a) {
+  return {a[0] * a[1].to(DType::f32) + (1.0 - a[2].to(DType::f32)) * -3.0e38};
+}
+
+TEST(RowLoopIntegerInputs, GroupReadingBoolMasksIsOneLoopWithTheOpByOpBits) {
+  const int64_t rows = 130, cols = 300;
+  const std::vector<TensorMeta> metas = {
+      {{rows, cols}, DType::f32}, {{rows, 1}, DType::boolean}, {{rows, cols}, DType::boolean}};
+  const Graph graph = optimize(capture_graph(&bool_masks, metas, Device::cpu()));
+  ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "bool_masks");
+  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+  EXPECT_FALSE(has_fallback(exe)) << metadata(exe, "compiled.row_group_fallback.0");
+  EXPECT_FALSE(has_scratch(exe)) << "intermediates went through HBM";
+
+  Generator g(35);
+  std::vector<int32_t> row_mask, full_mask;
+  for (int64_t r = 0; r < rows; ++r) row_mask.push_back(r % 3 != 0);
+  for (int64_t i = 0; i < rows * cols; ++i) full_mask.push_back(static_cast<int32_t>(i % 7 == 0));
+  const std::vector<Tensor> cpu = {randn({rows, cols}, {}, &g), from_vector(row_mask, {rows, 1}).to(DType::boolean),
+                                   from_vector(full_mask, {rows, cols}).to(DType::boolean)};
+  std::vector<Tensor> args;
+  for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
+  const Tensor actual = compile(&bool_masks)(args)[0];
+  EXPECT_EQ(bytes_of(actual), bytes_of(bool_masks(args)[0])) << "not the op-by-op kernels' bits";
+  EXPECT_EQ(bytes_of(actual), bytes_of(bool_masks(cpu)[0])) << "not the CPU reference's bits";
+}
+
 }  // namespace
 }  // namespace sightline::compiler
 
