@@ -349,28 +349,39 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
   return {p, p + c.nbytes()};
 }
 
-TEST(RowLoopIntegerInputs, GroupReadingI32MasksIsOneLoopWithTheOpByOpBits) {
-  const int64_t rows = 130, cols = 300;
-  const std::vector<TensorMeta> metas = {
-      {{rows, cols}, DType::f32}, {{rows, 1}, DType::f32}, {{rows, 1}, DType::i32}, {{rows, cols}, DType::i32}};
-  const Graph graph = optimize(capture_graph(&integer_masks, metas, Device::cpu()));
+// `fn` over `cpu` (f32 rows, then masks) is one row loop that moves nothing else through HBM, with
+// the bits of the per-op kernels and of the CPU reference.
+using RowFn = std::vector<Tensor> (*)(const std::vector<Tensor>&);
+void expect_one_loop_with_op_by_op_bits(RowFn fn, const std::vector<Tensor>& cpu) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : cpu) metas.push_back({t.shape(), t.dtype()});
+  const Graph graph = optimize(capture_graph(fn, metas, Device::cpu()));
   ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
-  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "integer_masks");
+  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "masks");
   EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
   EXPECT_FALSE(has_fallback(exe)) << metadata(exe, "compiled.row_group_fallback.0");
   EXPECT_FALSE(has_scratch(exe)) << "intermediates went through HBM";
+  std::vector<Tensor> args;
+  for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
+  const Tensor actual = compile(fn)(args)[0];
+  EXPECT_EQ(bytes_of(actual), bytes_of(fn(args)[0])) << "not the op-by-op kernels' bits";
+  EXPECT_EQ(bytes_of(actual), bytes_of(fn(cpu)[0])) << "not the CPU reference's bits";
+}
 
-  Generator g(34);
+// A mask per row (every third row 0) and one per element (every seventh 1), as i32.
+std::pair<Tensor, Tensor> masks_of(int64_t rows, int64_t cols) {
   std::vector<int32_t> row_mask, full_mask;
   for (int64_t r = 0; r < rows; ++r) row_mask.push_back(r % 3 != 0);
   for (int64_t i = 0; i < rows * cols; ++i) full_mask.push_back(static_cast<int32_t>(i % 7 == 0));
-  const std::vector<Tensor> cpu = {randn({rows, cols}, {}, &g), rand({rows, 1}, {}, &g) * 0.5,
-                                   from_vector(row_mask, {rows, 1}), from_vector(full_mask, {rows, cols})};
-  std::vector<Tensor> args;
-  for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
-  const Tensor actual = compile(&integer_masks)(args)[0];
-  EXPECT_EQ(bytes_of(actual), bytes_of(integer_masks(args)[0])) << "not the op-by-op kernels' bits";
-  EXPECT_EQ(bytes_of(actual), bytes_of(integer_masks(cpu)[0])) << "not the CPU reference's bits";
+  return {from_vector(row_mask, {rows, 1}), from_vector(full_mask, {rows, cols})};
+}
+
+TEST(RowLoopIntegerInputs, GroupReadingI32MasksIsOneLoopWithTheOpByOpBits) {
+  const int64_t rows = 130, cols = 300;
+  Generator g(34);
+  const auto [row_mask, full_mask] = masks_of(rows, cols);
+  expect_one_loop_with_op_by_op_bits(&integer_masks,
+                                     {randn({rows, cols}, {}, &g), rand({rows, 1}, {}, &g) * 0.5, row_mask, full_mask});
 }
 
 // Llama's causal mask (examples/models/llama: a bool mask cast to f32, 1 - it, times the dtype's lowest)
@@ -382,26 +393,10 @@ std::vector<Tensor> bool_masks(const std::vector<Tensor>& a) {
 
 TEST(RowLoopIntegerInputs, GroupReadingBoolMasksIsOneLoopWithTheOpByOpBits) {
   const int64_t rows = 130, cols = 300;
-  const std::vector<TensorMeta> metas = {
-      {{rows, cols}, DType::f32}, {{rows, 1}, DType::boolean}, {{rows, cols}, DType::boolean}};
-  const Graph graph = optimize(capture_graph(&bool_masks, metas, Device::cpu()));
-  ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
-  const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "bool_masks");
-  EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
-  EXPECT_FALSE(has_fallback(exe)) << metadata(exe, "compiled.row_group_fallback.0");
-  EXPECT_FALSE(has_scratch(exe)) << "intermediates went through HBM";
-
   Generator g(35);
-  std::vector<int32_t> row_mask, full_mask;
-  for (int64_t r = 0; r < rows; ++r) row_mask.push_back(r % 3 != 0);
-  for (int64_t i = 0; i < rows * cols; ++i) full_mask.push_back(static_cast<int32_t>(i % 7 == 0));
-  const std::vector<Tensor> cpu = {randn({rows, cols}, {}, &g), from_vector(row_mask, {rows, 1}).to(DType::boolean),
-                                   from_vector(full_mask, {rows, cols}).to(DType::boolean)};
-  std::vector<Tensor> args;
-  for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
-  const Tensor actual = compile(&bool_masks)(args)[0];
-  EXPECT_EQ(bytes_of(actual), bytes_of(bool_masks(args)[0])) << "not the op-by-op kernels' bits";
-  EXPECT_EQ(bytes_of(actual), bytes_of(bool_masks(cpu)[0])) << "not the CPU reference's bits";
+  const auto [row_mask, full_mask] = masks_of(rows, cols);
+  expect_one_loop_with_op_by_op_bits(
+      &bool_masks, {randn({rows, cols}, {}, &g), row_mask.to(DType::boolean), full_mask.to(DType::boolean)});
 }
 
 }  // namespace
