@@ -905,11 +905,10 @@ class Lowerer {
       }
       it = alike ? std::next(it) : resident.erase(it);
     }
-    // Each step's engine: its ops over the Vector, Scalar and GpSimd engines, balanced against the
-    // Tensor engine's time per tile (engine_balance.h). A rotary embedding's eight ops per tile on the
-    // Vector engine alone outlast the tile's matmuls, and the projection's Tensor engine waits.
-    // The matmul kernel's result buffers, as many as the PSUM banks that rotate with them: two, or (its
-    // resident schedule, more than two places among the tiles) one per bank.
+    // Each step's engine and the order of a tile's steps (schedule_view_epilogue): a rotary embedding's
+    // eight steps per tile on the Vector engine alone outlast the tile's matmuls. The matmul kernel's
+    // result buffers, as many as the PSUM banks that rotate with them, pace it: two, or (its resident
+    // schedule, more than two places among the tiles) one per bank.
     std::set<std::pair<uint16_t, uint64_t>> result_buffers;
     for (const ResultTile& t : tiles) result_buffers.insert({t.y.partition_start, t.y.offset});
     const EpilogueSchedule schedule = schedule_view_epilogue(
