@@ -90,11 +90,12 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues, PrefetchReach reach, ActivationChain chain)
+          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
         reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
-        chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf) {}
+        chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf),
+        tile_by_tile_(order == PreloadedOrder::tiles) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -128,6 +129,8 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     if (kept_activations_ > 0) exe.metadata.emplace_back("compiled.kept_activations", fmt::format("{}", kept_activations_));
     if (kept_norm_inputs_ > 0) exe.metadata.emplace_back("compiled.kept_norm_inputs", fmt::format("{}", kept_norm_inputs_));
+    if (tile_by_tile_kernels_ > 0)
+      exe.metadata.emplace_back("compiled.tile_by_tile", fmt::format("{}", tile_by_tile_kernels_));
     if (reach_ == PrefetchReach::past_compute_bound)
       exe.metadata.emplace_back("compiled.prefetched_ahead", fmt::format("{}", fmt::join(prefetched_ahead_, ",")));
     exe.metadata.emplace_back("compiled.attention_output_stores", fmt::format("{}", attention_stores_));
@@ -583,6 +586,13 @@ class Lowerer {
     ++kernel_count_;
     ++epilogues_;
     return out;
+  }
+
+  // Whether a linear's input `x` ([..., K]) has more rows than one tile of the partitions: the rows its
+  // kernel computes PreloadedOrder::tiles's way (one tile is the same either way).
+  bool many_row_tiles(const kernels::TensorDesc& x) const {
+    return !x.shape.empty() && x.shape.back() > 0 &&
+           static_cast<int64_t>(x.shape.product()) / x.shape.back() > int64_t{spec_.partitions};
   }
 
   // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
@@ -1858,7 +1868,9 @@ class Lowerer {
   // element to prefetches_ (emit_weight_prefetch marks one), so `taken` stays valid.
   void prefetch_hooks(kernels::EagerHooks& hooks, std::vector<Prefetch>::iterator taken) {
     if (pending_prefetch()) (after_loads_ ? hooks.after_loads : hooks.before_stores) = [this] { emit_weight_prefetch(); };
-    if (taken != prefetches_.end()) hooks.weight = &taken->weight;
+    if (taken == prefetches_.end()) return;
+    hooks.weight = &taken->weight;
+    tile_by_tile_kernels_ += taken->weight.activation && taken->weight.tile_by_tile && many_row_tiles(taken->weight.x);
   }
 
   // The prefetch whose loads are out for this linear's weight (and input) at `operands`, if any.
@@ -1951,6 +1963,7 @@ class Lowerer {
         const bool allocated =
             kernels::allocate_linear_activation(dry, w, u.owner->weight.x, std::numeric_limits<uint64_t>::max());
         SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
+        w.tile_by_tile = u.owner->weight.tile_by_tile;
       }
     }
     for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's reservation stays, as the tile does
@@ -2045,6 +2058,7 @@ class Lowerer {
     if (!panels && !keepable) return;
     if (!panels) panels = kernels::PrefetchedWeight{weight.desc, {}, std::nullopt, {}};
     Prefetch p{std::move(*panels), weight.io, weight.offset, next, false};
+    p.weight.tile_by_tile = tile_by_tile_;
     // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
     // read one activation: then the linear waits for nothing of the kernel before it.
     const size_t x = linear->first;
@@ -2097,6 +2111,7 @@ class Lowerer {
     std::optional<kernels::PrefetchedWeight> panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
     if (!panels) return;
     prefetched_ahead_.push_back(fmt::format("{}>>{}", first, next - graph.nodes.data()));
+    panels->tile_by_tile = tile_by_tile_;
     prefetches_.push_back(Prefetch{std::move(*panels), weight.io, weight.offset, next, false});
   }
 
@@ -2328,6 +2343,8 @@ class Lowerer {
     std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
   };
   std::optional<KeptInput> kept_input_;
+  const bool tile_by_tile_;     // PreloadedOrder::tiles
+  int tile_by_tile_kernels_ = 0;  // linears that took an a^T so ("compiled.tile_by_tile")
   // Epilogue operands kept in SBUF to the end of the program (view_epilogue_group), by what they hold:
   // the source tensor and dtypes, the partitions and elements, the free dims and each row's offset.
   std::map<std::vector<int64_t>, kernels::Tile> resident_;
@@ -2435,14 +2452,14 @@ Graph emission_order(const Graph& graph) {
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
-                         PrefetchReach reach, ActivationChain chain) {
+                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order) {
   const Graph ordered = emission_order(graph_in);
   const Graph& graph = ordered;
   if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain).run(graph);
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order).run(graph);
   auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
-                     ActivationChain c = ActivationChain::through_hbm) {
-    return Lowerer(spec, name, p, q, idle, r, c).run(graph);
+                     ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices) {
+    return Lowerer(spec, name, p, q, idle, r, c, o).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
@@ -2462,6 +2479,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   struct Timed {
     device::Executable exe;
     double ns = 0;
+    Candidate how;
   };
   auto lower_each = [&](const std::vector<Candidate>& candidates) {
     std::vector<Timed> timed(candidates.size());
@@ -2471,6 +2489,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
         const Candidate& k = candidates[static_cast<size_t>(i)];
         try {
           timed[static_cast<size_t>(i)].exe = lowered(k.p, k.q, k.idle, k.r, k.c);
+          timed[static_cast<size_t>(i)].how = k;
           timed[static_cast<size_t>(i)].ns = device::timing_only_ns(spec, timed[static_cast<size_t>(i)].exe);
         } catch (...) {
           errors[static_cast<size_t>(i)] = std::current_exception();
@@ -2483,10 +2502,12 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     return timed;
   };
   // Strictly faster replaces; a tie keeps the program already kept (the earlier in the order below).
+  Candidate best_how{WeightPrefetch::always, PrefetchQueues::from_first};
   auto keep_if_faster = [&](Timed& other) {
     if (other.ns < best_ns && !(other.exe == best)) {
       best = std::move(other.exe);
       best_ns = other.ns;
+      best_how = other.how;
     }
   };
   // The fastest placement that prefetches (the first program's when nothing was prefetched), on which
@@ -2496,7 +2517,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   PrefetchQueues placed_q = PrefetchQueues::from_first;
   double placed_ns = best_ns;
   if (prefetched) {
-    Timed with{std::move(best), best_ns};
+    Timed with{std::move(best), best_ns, best_how};
     std::vector<Candidate> candidates = {{WeightPrefetch::never, PrefetchQueues::from_first}};
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
       for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
@@ -2510,6 +2531,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     }
     best = std::move(timed[0].exe);
     best_ns = timed[0].ns;
+    best_how = timed[0].how;
     keep_if_faster(with);
     for (size_t i = 1; i < candidates.size(); ++i) keep_if_faster(timed[i]);
   }
@@ -2517,6 +2539,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   Timed idle;
   idle.exe = lowered(placed_p, placed_q, true);
   idle.ns = device::timing_only_ns(spec, idle.exe);
+  idle.how = {placed_p, placed_q, true};
   const bool placed_idle = idle.ns < placed_ns;
   keep_if_faster(idle);
   // Then, on the same placement, the prefetch started past compute-bound kernels (PrefetchReach), and
@@ -2537,6 +2560,32 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   }
   std::vector<Timed> timed = lower_each(variants);
   for (Timed& t : timed) keep_if_faster(t);
+  // Last, the fastest program so far with its linears that are handed their input in SBUF computing
+  // their result tiles one after the other (PreloadedOrder): faster where their epilogues and stores
+  // hold the Tensor engine back (ESM-2 at batch 4), slower where the weight still streams in while they
+  // run. One lowering more, of the program kept; the same program when no linear takes its input so.
+  // Not lowered when no linear has more than one row tile (Llama or ESM-2 at batch 1 and up to 128
+  // tokens, t33_650M among them): its program would be the same.
+  const auto many_rows_of = [&](const TensorMeta& x) {
+    return x.shape.size() > 0 && x.shape.back() > 0 &&
+           static_cast<int64_t>(x.shape.product()) / x.shape.back() > int64_t{spec.partitions};
+  };
+  const auto linear_of_many_rows = [&](const Graph& g, const Node& n) {
+    return n.kind == NodeKind::op && n.op == OpId::linear && !n.inputs.empty() && n.inputs[0] != kNoValue &&
+           many_rows_of(g.nodes[static_cast<size_t>(n.inputs[0])].meta);
+  };
+  const bool many_rows = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) {
+    if (n.kind == NodeKind::fused && n.fusion == FusionKind::matmul_epilogue)
+      return std::any_of(n.body->nodes.begin(), n.body->nodes.end(),
+                         [&](const Node& b) { return linear_of_many_rows(*n.body, b); });
+    return linear_of_many_rows(graph, n);
+  });
+  if (!many_rows) return best;
+  Timed tiles;
+  tiles.how = best_how;
+  tiles.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, PreloadedOrder::tiles);
+  tiles.ns = device::timing_only_ns(spec, tiles.exe);
+  keep_if_faster(tiles);
   return best;
 }
 

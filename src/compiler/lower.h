@@ -112,6 +112,16 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // results kept, "compiled.kept_norm_inputs" the norms that read their input kept.
 enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 
+// How a linear whose input arrives in SBUF with its weight's prefetch (a prefetched or kept activation)
+// orders its matmuls: `k_slices` K slice by K slice over every result tile, as a kernel that loads its
+// operands does (each slice of the weight feeds every tile as it lands), so every tile's epilogue and
+// store come after the last slice; `tiles` each result tile's K steps in turn, so a tile's epilogue and
+// store overlap the next tiles' matmuls while a weight the kernel still loads holds more of them back
+// (kernels::PrefetchedWeight::tile_by_tile). With WeightPrefetch::best, lower() times the fastest
+// program found with the other order and keeps the faster ("compiled.tile_by_tile" = 1 when it is
+// `tiles`).
+enum class PreloadedOrder : uint8_t { k_slices, tiles };
+
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
 // works on views of its result (a projection with its rotary embedding, many steps per result tile)
 // goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
@@ -126,7 +136,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                          PrefetchQueues queues = PrefetchQueues::from_first,
                          KernelQueues kernel_queues = KernelQueues::from_first,
                          PrefetchReach reach = PrefetchReach::next_kernel,
-                         ActivationChain chain = ActivationChain::through_hbm);
+                         ActivationChain chain = ActivationChain::through_hbm,
+                         PreloadedOrder order = PreloadedOrder::k_slices);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
@@ -161,7 +172,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     in list-scheduling order (engine_balance.h: schedule_epilogue); such a group emitted before the
 //     plain projections ahead of it (emission_order)
 // 15: row loops that read bool inputs (Llama's causal mask)
-inline constexpr int kLoweringVersion = 15;
+// 16: a linear handed its input in SBUF may compute its result tiles one after the other (PreloadedOrder)
+inline constexpr int kLoweringVersion = 16;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

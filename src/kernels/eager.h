@@ -121,6 +121,12 @@ struct PrefetchedWeight {
   // activation): a^T [k tile][row], every row of x in one block (allocate_linear_activation).
   std::optional<Tile> activation;
   TensorDesc x;
+  // With `activation` handed over and more than one row tile, the kernel computes its result tiles one
+  // after the other (every K step of a tile, then the next's) instead of K slice by K slice over a
+  // group of every PSUM bank as when it loads a^T itself: each tile's epilogue and store then overlap
+  // the next tiles' matmuls, while a panel of b the kernel still loads holds more matmuls back until
+  // it has landed.
+  bool tile_by_tile = false;
 };
 // Allocates the panels on `b` (outside any kernel's scope: the caller frees them after the linear) when
 // they take at most `budget` bytes per partition; nullopt (nothing allocated) otherwise.

@@ -24,7 +24,10 @@
 //   * while a block's a^T still arrives, the K loop runs outermost over a group of every PSUM bank, so
 //     each K slice that lands feeds as many matmuls as possible, and the last K tile runs tile by tile,
 //     each tile stored as soon as it is complete; once resident, tile by tile over half the banks in
-//     turn, so results leave steadily while the next tiles compute;
+//     turn, so results leave steadily while the next tiles compute. An a^T handed over in SBUF (a
+//     prefetched or kept activation) may run tile by tile from the first panel on
+//     (PrefetchedWeight::tile_by_tile): each tile's epilogue then overlaps the next tiles' matmuls
+//     instead of all of them coming after the last K slice; the caller times both orders;
 //   * the next panel of b is fetched before the current panel's results are stored, and while loads
 //     remain, results go to their own DMA queues (as many as the stored share of the traffic), so a
 //     store waiting for its tile never holds back operands queued behind it;
@@ -352,6 +355,7 @@ class GemmEmitter {
     a_preloaded_ = (preloaded_ || (weight && !has_panels && plan_.resident)) && weight->activation &&
                    plan_.m_block == shape.m && weight->activation->free_elements == plan_.k_tiles * shape.m;
     if (a_preloaded_) a_preloaded_tile_ = *weight->activation;
+    tile_by_tile_ = a_preloaded_ && weight->tile_by_tile;
     if (with_bias) {
       const int64_t tiles = plan_.resident ? (shape.m + parts_ - 1) / parts_ * plan_.panels : 0;
       fold_bias_ = plan_.resident && fold_bias_into_evacuation(b.spec(), tiles, plan_.k_tiles,
@@ -621,8 +625,9 @@ class GemmEmitter {
         for (int64_t t0 = 0, tiles = 0; t0 < m_tiles; t0 += tiles) {
           // While a^T still arrives, the K loop runs outermost over a group of every PSUM bank, so each K
           // slice feeds as many matmuls as possible as soon as it lands. Once resident, tile by tile
-          // (half the banks in turn), so results leave while the next tiles compute.
-          const bool k_outer = load_a;
+          // (half the banks in turn), so results leave while the next tiles compute; from the first
+          // panel on when a^T was handed over and the caller asks for it (PrefetchedWeight::tile_by_tile).
+          const bool k_outer = load_a && !(tile_by_tile_ && m_tiles > 1);
           tiles = std::min<int64_t>(k_outer ? 2 * p.group : p.group, m_tiles - t0);
           const bool last_group = last_panel && t0 + tiles >= m_tiles;
           std::vector<Tile> psum;
@@ -714,7 +719,7 @@ class GemmEmitter {
           };
           if (k_outer) {
             const uint32_t width = static_cast<uint32_t>(std::min<int64_t>(tiles * parts_, mbw - t0 * parts_));
-            const uint64_t a_column = width * dtype_size(g.a.dtype);
+            const uint64_t a_column = a_preloaded_ ? 0 : width * dtype_size(g.a.dtype);  // bytes loaded here
             for_each_k_slice(g.k, a_column + (load_b ? b_column : 0), [&](int64_t kt0, int64_t count) {
               // The kernel's first slices ramp up. The first goes out over every queue at once, one piece
               // per queue, so the Tensor engine starts as soon as it lands. The next ones fill the queues'
@@ -725,7 +730,7 @@ class GemmEmitter {
               const uint64_t a_bytes = a_column * parts_ * static_cast<uint64_t>(count);
               const uint64_t b_bytes = load_b ? b_column * parts_ * static_cast<uint64_t>(count) : 0;
               if (ramp_slices_ == 0) {
-                const double a_share = double(a_bytes) / double(a_bytes + b_bytes);
+                const double a_share = a_bytes > 0 ? double(a_bytes) / double(a_bytes + b_bytes) : 0.0;
                 a_pieces = std::clamp<uint32_t>(static_cast<uint32_t>(a_share * all_.count + 0.5), 1,
                                                 std::max(1u, all_.count - (b_bytes > 0 ? 1 : 0)));
                 b_pieces = std::max(1u, all_.count - a_pieces);
@@ -757,6 +762,13 @@ class GemmEmitter {
             });
             load_b = false;
           } else {
+            // Tile by tile from the first panel on (a^T handed over, tile_by_tile_): b's panel, when the
+            // kernel loads it, streams in ahead of the tiles' matmuls.
+            if (load_b) {
+              fetch_b(panel);
+              fetch_b(panel + 1);  // ahead of this group's stores
+              load_b = false;
+            }
             for (int64_t t = 0; t < tiles; ++t) {
               for (int64_t kt = 0; kt + 1 < p.k_tiles; ++kt) mm(t, kt);
               finish(t, true);
@@ -830,6 +842,7 @@ class GemmEmitter {
   bool stored_ = false;  // a result store has been emitted
   bool preloaded_ = false;  // b's panels were loaded ahead of the kernel (PrefetchedWeight)
   bool a_preloaded_ = false;  // and a^T (PrefetchedWeight::activation)
+  bool tile_by_tile_ = false;  // a^T handed over and PrefetchedWeight::tile_by_tile
   bool a_used_ = false;
   Tile a_preloaded_tile_;
   bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
