@@ -402,9 +402,9 @@ class Lowerer {
     if (operand_ops * kEpilogueBuffers * tile_bytes + row_wide_bytes > sbuf_left) return std::nullopt;
     // Keeping the result for the next linear needs every tile through the resident schedule's hook, at
     // K-tile boundaries of the result's columns, its transposes within the tile's PSUM accumulator, and
-    // room for the identity (and the ramp that builds it) beside the epilogue's buffers.
+    // room for the identity beside the epilogue's buffers.
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
-    const uint64_t identity_bytes = (uint64_t{parts} * dtype_size(meta.dtype) + 63) / 64 * 64 + uint64_t{parts} * 4;
+    const uint64_t identity_bytes = kept_identity_bytes(meta.dtype);
     bool kept_here = keep && evacuated == tiles.size() &&
                      operand_ops * kEpilogueBuffers * tile_bytes + row_wide_bytes + identity_bytes <= sbuf_left;
     for (size_t t = 0; kept_here && t < tiles.size(); ++t) {
@@ -596,15 +596,20 @@ class Lowerer {
   }
 
   // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
-  // SBUF [partitions, partitions] tile the caller's kernel scope frees.
+  // SBUF [partitions, partitions] tile the caller's kernel scope frees. Built in place, i - p then
+  // (i - p) == 0 (integers within +-127, exact in every float dtype), with no ramp tile of its own: a
+  // ramp freed right away left a hole the next tiles took, so the norm's first Vector step waited for
+  // this GpSimd work to finish reading it, behind the epilogue's copies on GpSimd (1 us per norm).
   kernels::Tile kept_identity(DType dtype, device::Engine on = device::Engine::vector) {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const kernels::Tile identity = builder_.sbuf(dtype, parts, 0, "kept_identity");
-    const kernels::Tile ramp = builder_.sbuf(DType::f32, parts, 0, "kept_ramp");
-    builder_.iota(ramp.ap(), 0.0f, -1.0f);  // i - p
-    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), ramp.ap(), 0.0f, false, on);
-    builder_.free(ramp);
+    builder_.iota(identity.ap(), 0.0f, -1.0f);  // i - p
+    builder_.tensor_scalar(device::AluOp::is_equal, identity.ap(), identity.ap(), 0.0f, false, on);
     return identity;
+  }
+  // Its SBUF bytes per partition.
+  uint64_t kept_identity_bytes(DType dtype) const {
+    return (uint64_t{spec_.partitions} * dtype_size(dtype) + 63) / 64 * 64;
   }
 
   // Rows `y` of a result kept in SBUF (on partitions from 0: rows m0.. of a [M, row_length] value, its
@@ -1759,9 +1764,11 @@ class Lowerer {
     const bool takes_prefetch = taken != prefetches_.end();
     if (op_info(op).kind == OpKind::matmul) prefetch_hooks(hooks, taken);
     const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
-    // The norm kernel's whole pipeline beside the kept identity.
+    // The norm kernel's whole pipeline beside the kept identity, whose instructions are the norm's (a
+    // prefetch emitted before may have left the builder on a linear's op).
     std::optional<KeptRows> kept;
     if (node) {
+      builder_.set_source_op(op_name(op));
       kept = keep_rows(*node, out.desc, [&](uint64_t bytes) {
         return bytes + kernels::normalization_sbuf_bytes(descs, out.desc) <= builder_.sbuf_free_bytes();
       });
@@ -1818,7 +1825,7 @@ class Lowerer {
         kept->weight.activation->free_elements != static_cast<uint64_t>(chunks * rows))
       return std::nullopt;
     const auto aligned = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
-    const uint64_t identity_bytes = aligned(uint64_t{parts} * dtype_size(out.dtype)) + uint64_t{parts} * 4;
+    const uint64_t identity_bytes = kept_identity_bytes(out.dtype);
     // Two row tiles' transposes in flight: a PSUM range of every chunk of a row tile each.
     constexpr size_t kPsumBuffers = 2;
     const uint64_t psum_bytes = kPsumBuffers * aligned(uint64_t(chunks) * parts * 4);

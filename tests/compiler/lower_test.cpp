@@ -797,6 +797,47 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   EXPECT_LT(kept_ns, plain_ns);
 }
 
+// The identity a kept norm's transposes multiply by is built on GpSimd when the norm's kernel starts,
+// behind the epilogue's copies of the result tiles there. The norm's first Vector step must not wait for
+// it: built through a ramp tile freed right away, its hole went to the norm's own tiles, whose first write
+// then waited for GpSimd to finish reading the ramp (1 us per norm, 24 us in ESM-2 t12 at batch 4).
+TEST(Lowering, AKeptNormsFirstStepDoesNotWaitForItsIdentity) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  // ESM-2's out projection with its residual add, the layer_norm, FC1: batch 4, FC1's weight prefetched
+  // past the norm, whose weight and bias then load ahead (as lower() picks for ESM-2).
+  const Graph e = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = linear(in[0], in[1], in[2]) + in[0];
+        return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
+      },
+      {{{512, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
+       {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+  const device::Executable exe = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
+                                       KernelQueues::from_first, PrefetchReach::past_compute_bound,
+                                       ActivationChain::norms_in_sbuf);
+  ASSERT_EQ(metadata(exe, "compiled.kept_norm_inputs"), "1");
+  ASSERT_EQ(metadata(exe, "compiled.kept_activations"), "1");
+  device::Core core(spec);
+  std::vector<uint64_t> addresses;
+  for (const device::IoTensor& t : exe.io) addresses.push_back(core.hbm_allocate(std::max<uint64_t>(t.bytes(), 1)));
+  const device::RunResult r = core.run(exe, addresses, {.functional = false});
+  double identity_end = 0, first_norm_step = std::numeric_limits<double>::infinity();
+  for (const device::InstructionRecord& rec : r.records) {
+    if (rec.engine == device::Engine::dma) continue;
+    const device::Instruction& in = exe.engines[static_cast<size_t>(rec.engine)][rec.index];
+    const std::string& op = exe.source_ops.at(rec.source_op);
+    if (rec.engine == device::Engine::gpsimd && in.opcode == device::Opcode::tensor_scalar &&
+        in.alu() == device::AluOp::is_equal)
+      identity_end = std::max(identity_end, rec.end_ns);
+    if (op == "aten::layer_norm" && in.opcode == device::Opcode::bn_stats)
+      first_norm_step = std::min(first_norm_step, rec.start_ns);
+  }
+  ASSERT_GT(identity_end, 0.0);
+  ASSERT_LT(first_norm_step, std::numeric_limits<double>::infinity());
+  EXPECT_LT(first_norm_step, identity_end);
+  std::printf("the norm's first bn_stats at %.1f ns, its identity built by %.1f ns\n", first_norm_step, identity_end);
+}
+
 // Llama's residual block as the user writes it: the out projection with its residual add (a matmul
 // epilogue group), the user's RMSNorm (a row loop of its own ops), the next projection and its residual.
 // With ActivationChain::norms_in_sbuf the group copies each result tile into SBUF for the loop, which
