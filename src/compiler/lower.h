@@ -174,7 +174,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 15: row loops that read bool inputs (Llama's causal mask)
 // 16: a linear handed its input in SBUF may compute its result tiles one after the other (PreloadedOrder)
 // 17: the kept identity built in place (no ramp tile), its instructions labelled with the norm's op
-inline constexpr int kLoweringVersion = 17;
+// 18: a matmul epilogue's first operands loaded behind the kernel's own loads when it has several row tiles
+inline constexpr int kLoweringVersion = 18;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

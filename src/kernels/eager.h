@@ -88,6 +88,10 @@ struct EagerHooks {
   std::function<void(AttentionPhase)> attention_phase;
   std::function<void()> before_stores;
   std::function<void()> after_loads;
+  // Runs once, right before the kernel evacuates its first result tile (before its first before_store),
+  // behind every load the kernel has emitted by then: a caller's loads that the epilogue needs go there,
+  // so that they do not hold back the kernel's first operands.
+  std::function<void()> before_first_result;
   // Runs right after before_store with the PSUM accumulator the tile `y` was evacuated from (its
   // rows, every column of the tile): that bank is free until the kernel's next use of it, so a caller
   // may put work of its own through it (compile()'s lowering transposes the result tile into the next

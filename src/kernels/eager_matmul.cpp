@@ -493,8 +493,16 @@ class GemmEmitter {
   // goes out over up to `tail_queues` queues, its share of them, so the last results do not wait
   // behind each other; each queue has room for only two transfers in flight (docs/hardware-model.md §1.4).
   // `bias` (when the bias is folded into the evacuation): the tile's bias, broadcast to its rows.
+  // EagerHooks::before_first_result, once, before the first result tile is made.
+  void first_result() {
+    if (first_result_done_ || !hooks_ || !hooks_->before_first_result) return;
+    first_result_done_ = true;
+    hooks_->before_first_result();
+  }
+
   void finish_tile(const Gemm& g, const AccessPattern& psum, int64_t m0, uint16_t mp, int64_t n0, uint32_t np,
                    uint32_t tail_queues, bool loads_remain = true, const AccessPattern* bias = nullptr) {
+    first_result();
     const AccessPattern y = result_.next().region(0, mp, 0, np);
     if (bias) {
       b_.tensor_tensor(AluOp::add, y, psum, *bias);  // PSUM and SBUF operands: the Vector engine's
@@ -807,6 +815,7 @@ class GemmEmitter {
         }
         if (!accumulate) {
           // K == 0: the product is all zeros.
+          first_result();
           const AccessPattern y = result_.next().region(0, mp, 0, np);
           b_.iota(y, 0.0f, 0.0f);
           b_.tensor_scalar(AluOp::multiply, y, y, 0.0f);
@@ -847,6 +856,7 @@ class GemmEmitter {
   Tile a_preloaded_tile_;
   bool fold_bias_ = false;  // the bias is added in the evacuation (fold_bias_into_evacuation)
   bool after_loads_done_ = false;  // EagerHooks::after_loads has run
+  bool first_result_done_ = false;  // EagerHooks::before_first_result has run
   // Weight-stationary (weight_stationary_cost): y^T accumulates in acc_t_, is copied to y_t_ and
   // transposed back into acc_ through identity_; the panel's 128-column blocks.
   bool weight_stationary_ = false;

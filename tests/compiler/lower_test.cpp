@@ -797,6 +797,44 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   EXPECT_LT(kept_ns, plain_ns);
 }
 
+// A matmul epilogue's tensor operand (a residual) for its first tiles: with several row tiles and
+// operands the kernel loads itself, loaded behind those loads (right before the first evacuation), so
+// that the first matmuls do not wait behind it; with one row tile, ahead of them, since the only tile's
+// epilogue comes right after its matmuls. Either way the result is the CPU's.
+TEST(Lowering, EpilogueOperandsOfManyRowTilesLoadBehindTheMatmulsOwn) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
+    const Graph g = optimized(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{linear(in[0], in[1], in[2]) + in[3]}; },
+        {{{m, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{m, 480}, DType::f32}});
+    const device::Executable exe = lower(g, spec, "residual", WeightPrefetch::never);
+    ASSERT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << m;
+    // Per queue, whether a load of the residual (input 3) comes before the queue's last load of x.
+    const auto io_of = [&](const std::string& name) {
+      for (size_t i = 0; i < exe.io.size(); ++i) {
+        if (exe.io[i].name == name) return i;
+      }
+      ADD_FAILURE() << name;
+      return size_t{0};
+    };
+    const size_t x = io_of("arg0"), residual = io_of("arg3");
+    bool residual_ahead = false;
+    for (const auto& queue : exe.dma_queues) {
+      std::optional<size_t> first_residual, last_x;
+      for (size_t k = 0; k < queue.size(); ++k) {
+        if (queue[k].src0.memory != device::Memory::hbm) continue;
+        if (queue[k].src0.tensor == residual && !first_residual) first_residual = k;
+        if (queue[k].src0.tensor == x) last_x = k;
+      }
+      residual_ahead |= first_residual && last_x && *first_residual < *last_x;
+    }
+    EXPECT_EQ(residual_ahead, m == 128) << m;
+    double ns = 0;
+    EXPECT_EQ(run_outputs(spec, exe, &ns).size(), 1u) << m;  // no read of memory nothing wrote
+    EXPECT_EQ(ns, run_ns(exe)) << m;
+  }
+}
+
 // The identity a kept norm's transposes multiply by is built on GpSimd when the norm's kernel starts,
 // behind the epilogue's copies of the result tiles there. The norm's first Vector step must not wait for
 // it: built through a ramp tile freed right away, its hole went to the norm's own tiles, whose first write
