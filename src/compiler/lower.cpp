@@ -486,16 +486,19 @@ class Lowerer {
     // The operands of the first kEpilogueAhead tiles load as soon as the kernel has allocated its tiles,
     // ahead of its own loads; or, when it loads its operands itself (no a^T handed over) and its result
     // has more than one row tile, right before its first evacuation, behind its own loads
-    // (EagerHooks::before_first_result), so that they do not hold back its first matmuls. With one row
-    // tile the first epilogue comes right after those loads and would wait for its operands (ESM-2 t12
-    // at batch 1: 1025.0 against 1009.2 us); with several, the tiles' epilogues queue on the Vector engine
-    // anyway (batch 4: 2891.0 against 2907.8 us).
+    // (EagerHooks::before_first_result), so that they do not hold back its first matmuls, and for as many
+    // tiles as there are buffers: such a kernel runs K slice by K slice, so its tiles' epilogues all come
+    // at its end, where two tiles ahead left the last tile's residual add waiting 3.1 us for its operand
+    // (ESM-2 t12 at batch 4). With one row tile the first epilogue comes right after the kernel's loads
+    // and would wait for its operands behind them (ESM-2 t12 at batch 1: 1025.0 against 1009.2 us).
     const bool handed_a = taken != prefetches_.end() && taken->weight.activation;
     const bool late_operands =
         !handed_a && static_cast<int64_t>(meta.shape.product()) / row_length > int64_t{spec_.partitions};
-    const std::function<void()> prefetch_first = [&] {
-      for (size_t piece = 0; piece < std::min(kEpilogueAhead, tiles.size()); ++piece) prefetch(piece);
+    size_t prefetched = 0;  // tiles whose operands are loaded
+    const auto prefetch_until = [&](size_t end) {
+      for (; prefetched < std::min(end, tiles.size()); ++prefetched) prefetch(prefetched);
     };
+    const std::function<void()> prefetch_first = [&] { prefetch_until(late_operands ? kEpilogueBuffers : kEpilogueAhead); };
     if (late_operands) hooks.before_first_result = prefetch_first;
     kernels::Tile identity;
     hooks.allocated = [&] {
@@ -516,7 +519,7 @@ class Lowerer {
       const size_t piece = stored++;
       SIGHTLINE_ASSERT_MSG(piece < tiles.size() && y == tiles[piece].y,
                            "the matmul kernel stored other tiles than its dry run");
-      if (piece + kEpilogueAhead < tiles.size()) prefetch(piece + kEpilogueAhead);
+      prefetch_until(piece + kEpilogueAhead + 1);
       for (size_t k = 1; k < chain.size(); ++k) {
         const Node& e = *chain[k];
         builder_.set_source_op(op_name(e.op));

@@ -175,7 +175,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 16: a linear handed its input in SBUF may compute its result tiles one after the other (PreloadedOrder)
 // 17: the kept identity built in place (no ramp tile), its instructions labelled with the norm's op
 // 18: a matmul epilogue's first operands loaded behind the kernel's own loads when it has several row tiles
-inline constexpr int kLoweringVersion = 18;
+// 19: ... and then for as many tiles as it has operand buffers
+inline constexpr int kLoweringVersion = 19;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

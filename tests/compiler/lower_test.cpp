@@ -798,9 +798,10 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
 }
 
 // A matmul epilogue's tensor operand (a residual) for its first tiles: with several row tiles and
-// operands the kernel loads itself, loaded behind those loads (right before the first evacuation), so
-// that the first matmuls do not wait behind it; with one row tile, ahead of them, since the only tile's
-// epilogue comes right after its matmuls. Either way the result is the CPU's.
+// operands the kernel loads itself, loaded behind those loads (right before the first evacuation, for
+// every tile its buffers hold), so that the first matmuls do not wait behind it; with one row tile,
+// ahead of them, since the only tile's epilogue comes right after its matmuls. Either way the program
+// reads nothing unwritten.
 TEST(Lowering, EpilogueOperandsOfManyRowTilesLoadBehindTheMatmulsOwn) {
   const device::Spec spec = device::Spec::builtin("trn2");
   for (const int64_t m : {int64_t{128}, int64_t{512}}) {
