@@ -176,7 +176,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 17: the kept identity built in place (no ramp tile), its instructions labelled with the norm's op
 // 18: a matmul epilogue's first operands loaded behind the kernel's own loads when it has several row tiles
 // 19: ... and then for as many tiles as it has operand buffers
-inline constexpr int kLoweringVersion = 19;
+// 20: a layer_norm over rows kept in SBUF computes them in place
+inline constexpr int kLoweringVersion = 20;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -839,8 +839,9 @@ TEST(Lowering, EpilogueOperandsOfManyRowTilesLoadBehindTheMatmulsOwn) {
 // The identity a kept norm's transposes multiply by is built on GpSimd when the norm's kernel starts,
 // behind the epilogue's copies of the result tiles there. The norm's first Vector step must not wait for
 // it: built through a ramp tile freed right away, its hole went to the norm's own tiles, whose first write
-// then waited for GpSimd to finish reading the ramp (1 us per norm, 24 us in ESM-2 t12 at batch 4).
-TEST(Lowering, AKeptNormsFirstStepDoesNotWaitForItsIdentity) {
+// then waited for GpSimd to finish reading the ramp (1 us per norm, 24 us in ESM-2 t12 at batch 4). Nor
+// may its first write wait for the projection's stores (the norm computes over its kept rows in place).
+TEST(Lowering, AKeptNormWaitsNeitherForItsIdentityNorForTheStoresBeforeIt) {
   const device::Spec spec = device::Spec::builtin("trn2");
   // ESM-2's out projection with its residual add, the layer_norm, FC1: batch 4, FC1's weight prefetched
   // past the norm, whose weight and bias then load ahead (as lower() picks for ESM-2).
@@ -874,6 +875,27 @@ TEST(Lowering, AKeptNormsFirstStepDoesNotWaitForItsIdentity) {
   ASSERT_GT(identity_end, 0.0);
   ASSERT_LT(first_norm_step, std::numeric_limits<double>::infinity());
   EXPECT_LT(first_norm_step, identity_end);
+  // And it computes over the kept rows in place: its result's stores read the SBUF the projection's
+  // copies of its result tiles (GpSimd's 1 * x) wrote, not a y buffer of its own, which would take SBUF
+  // the projection may still be storing its result tiles from (its first write would wait for those).
+  uint64_t kept_begin = std::numeric_limits<uint64_t>::max(), kept_end = 0, stores = 0, inside = 0;
+  for (const device::Instruction& in : exe.stream(device::Engine::gpsimd)) {
+    if (exe.source_ops.at(in.source_op) == "aten::add" && in.opcode == device::Opcode::tensor_scalar) {
+      kept_begin = std::min(kept_begin, in.dst.offset);
+      kept_end = std::max(kept_end, in.dst.offset + in.dst.bytes() / in.dst.partition_count);
+    }
+  }
+  for (const auto& queue : exe.dma_queues) {
+    for (const device::Instruction& in : queue) {
+      if (exe.source_ops.at(in.source_op) != "aten::layer_norm" || in.src0.memory != device::Memory::sbuf ||
+          in.dst.memory != device::Memory::hbm)
+        continue;
+      ++stores;
+      inside += in.src0.offset >= kept_begin && in.src0.offset + in.src0.bytes() / in.src0.partition_count <= kept_end;
+    }
+  }
+  EXPECT_GT(stores, 0u);
+  EXPECT_EQ(inside, stores);
   std::printf("the norm's first bn_stats at %.1f ns, its identity built by %.1f ns\n", first_norm_step, identity_end);
 }
 
