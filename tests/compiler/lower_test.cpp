@@ -548,6 +548,19 @@ std::vector<std::vector<uint8_t>> run_outputs(const device::Spec& spec, const de
   return out;
 }
 
+// Runs `faster` and `slower` functionally: the same `outputs` outputs, bit for bit, `faster`'s modeled time
+// the same as its timing-only run, and lower than `slower`'s. Returns both modeled times.
+std::pair<double, double> expect_same_outputs_and_faster(const device::Spec& spec, const device::Executable& faster,
+                                                         const device::Executable& slower, size_t outputs) {
+  double faster_ns = 0, slower_ns = 0;
+  const auto a = run_outputs(spec, faster, &faster_ns), b = run_outputs(spec, slower, &slower_ns);
+  EXPECT_EQ(a.size(), outputs);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(faster_ns, run_ns(faster));
+  EXPECT_LT(faster_ns, slower_ns);
+  return {faster_ns, slower_ns};
+}
+
 // An MLP, linear(gelu(linear(x, w1, b1)), w2, b2) + x (ESM-2's shape: 480 -> 1920 -> 480, f32): with
 // ActivationChain::in_sbuf the first group's kernel transposes each result tile into the second linear's
 // a^T in SBUF (its weight prefetched there), so nothing loads the intermediate back from HBM; the outputs
@@ -660,12 +673,7 @@ TEST(Lowering, ALinearHandedItsInputInSbufComputesItsTilesOneAfterTheOther) {
   const size_t tiles_later = after_first_store(tiles), slices_later = after_first_store(slices);
   EXPECT_GT(tiles_later, 2u * 15);
   EXPECT_LT(slices_later, 4u);
-  double tiles_ns = 0, slices_ns = 0;
-  const auto a = run_outputs(spec, tiles, &tiles_ns), b = run_outputs(spec, slices, &slices_ns);
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(tiles_ns, run_ns(tiles));
-  EXPECT_LT(tiles_ns, slices_ns);
+  const auto [tiles_ns, slices_ns] = expect_same_outputs_and_faster(spec, tiles, slices, 1);
   std::printf("mlp 512 x 480 -> 1920 -> 480, FC2 handed its input: %.1f ns tile by tile (%zu matmuls after the first "
               "store), %.1f ns K slice by K slice (%zu)\n",
               tiles_ns, tiles_later, slices_ns, slices_later);
@@ -975,12 +983,7 @@ TEST(Lowering, APrefetchPastKernelsTakesTheNextLinearsWeightToo) {
   EXPECT_EQ(reach.substr(first + 1, reach.find(',') - first - 1), reach.substr(reach.find(',') + 1, second - reach.find(',') - 1))
       << reach;  // the second prefetch follows the linear the first is for
   EXPECT_EQ(metadata(ahead, "compiled.prefetched_weights"), "2");
-  double ahead_ns = 0, next_ns = 0;
-  const auto a = run_outputs(spec, ahead, &ahead_ns), b = run_outputs(spec, next, &next_ns);
-  ASSERT_EQ(a.size(), 3u);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(ahead_ns, run_ns(ahead));
-  EXPECT_LT(ahead_ns, next_ns);
+  const auto [ahead_ns, next_ns] = expect_same_outputs_and_faster(spec, ahead, next, 3);
   std::printf("down + RMSNorm + v + q, 128 tokens f32: %.1f ns with both weights from the down projection, %.1f ns one ahead\n",
               ahead_ns, next_ns);
 }
