@@ -118,8 +118,8 @@ enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 // store come after the last slice; `tiles` each result tile's K steps in turn, so a tile's epilogue and
 // store overlap the next tiles' matmuls while a weight the kernel still loads holds more of them back
 // (kernels::PrefetchedWeight::tile_by_tile). With WeightPrefetch::best, lower() times the fastest
-// program found with the other order and keeps the faster ("compiled.tile_by_tile" = 1 when it is
-// `tiles`).
+// program found with the other order and keeps the faster ("compiled.tile_by_tile" counts the linears
+// of more than one row tile that ran `tiles`).
 enum class PreloadedOrder : uint8_t { k_slices, tiles };
 
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
