@@ -128,6 +128,8 @@ class Lowerer {
     exe.metadata.emplace_back("compiled.prefetched_weights", fmt::format("{}", prefetched_weights_));
     exe.metadata.emplace_back("compiled.prefetched_activations", fmt::format("{}", prefetched_activations_));
     if (kept_activations_ > 0) exe.metadata.emplace_back("compiled.kept_activations", fmt::format("{}", kept_activations_));
+    if (transposed_linears_ > 0)
+      exe.metadata.emplace_back("compiled.transposed_linears", fmt::format("{}", transposed_linears_));
     if (kept_norm_inputs_ > 0) exe.metadata.emplace_back("compiled.kept_norm_inputs", fmt::format("{}", kept_norm_inputs_));
     if (tile_by_tile_kernels_ > 0)
       exe.metadata.emplace_back("compiled.tile_by_tile", fmt::format("{}", tile_by_tile_kernels_));
@@ -361,6 +363,9 @@ class Lowerer {
     const bool keep = kept != prefetches_.end();
     // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
     const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
+    if (keep && !keep_rows_for_norm && !dst) {
+      if (std::optional<Place> made = linear_into_next(n, chain, mm_operands, taken, kept)) return made;
+    }
     size_t evacuated = 0;  // the dry run's after_epilogue calls
     {
       kernels::KernelBuilder dry(spec_, "epilogue_plan");
@@ -600,6 +605,56 @@ class Lowerer {
     if (kept_here) kept->x_filled = true;
     if (input_kept) kept_input_->filled = true;
     if (taken != prefetches_.end()) took_prefetch(taken);
+    ++kernel_count_;
+    ++epilogues_;
+    return out;
+  }
+
+  // A matmul epilogue group of a linear and unary ops whose result only the next linear reads (`kept`,
+  // Prefetch::x_read_once), its own weight and input handed over in SBUF (`taken`): computed transposed
+  // straight into the next linear's a^T (kernels::emit_linear_transposed), each block's unary ops applied
+  // there. No result tile, no transpose through the Tensor engine, no store: the next linear reads it
+  // from SBUF only (x_in_sbuf_only), and its value's place is scratch nothing writes. nullopt (nothing
+  // emitted) when the group, the operands or the next linear's a^T do not have that form.
+  std::optional<Place> linear_into_next(const Node& n, const std::vector<const Node*>& chain,
+                                        std::span<const Place> mm_operands, auto taken, auto kept) {
+    const Node& mm = *chain[0];
+    if (mm.op != OpId::linear || !kept->x_read_once || taken == prefetches_.end() || !taken->weight.activation ||
+        kept->weight.panels.size() == 0 || !kernels::linear_transposes_into(spec_, taken->weight, kept->weight))
+      return std::nullopt;
+    for (size_t k = 1; k < chain.size(); ++k) {
+      if (!op_is_unary_elementwise(chain[k]->op)) return std::nullopt;
+    }
+    std::optional<uint32_t> bias_tensor;
+    kernels::TensorDesc bias_desc;
+    if (mm_operands.size() > 2) {
+      const Place& b = mm_operands[2];
+      if (b.desc.shape.size() != 1) return std::nullopt;
+      bias_tensor = builder_.view(b.io, b.offset, b.desc.dtype);
+      bias_desc = b.desc;
+    }
+    const Place out = scratch(n.meta);
+    const kernels::KernelBuilder::KernelScope scope = builder_.begin_kernel();
+    builder_.set_source_op(op_name(mm.op));
+    // The next linear's weight streams in under this one's matmuls, behind its bias (all it loads).
+    kernels::emit_linear_transposed(
+        builder_, taken->weight, bias_tensor, bias_desc, kept->weight,
+        [&](const device::AccessPattern& y) {
+          for (size_t k = 1; k < chain.size(); ++k) {
+            builder_.set_source_op(op_name(chain[k]->op));
+            kernels::emit_unary(builder_, chain[k]->op, chain[k]->attrs, y, y);
+          }
+          builder_.set_source_op(op_name(mm.op));
+        },
+        [&] {
+          if (pending_prefetch()) emit_weight_prefetch();
+          builder_.set_source_op(op_name(mm.op));
+        });
+    builder_.end_kernel(scope);
+    kept->x_filled = true;
+    kept->x_in_sbuf_only = true;
+    ++transposed_linears_;
+    took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
     return out;
@@ -1718,6 +1773,7 @@ class Lowerer {
       // A linear that did not take its prefetched weight (kernel() found another layout) leaves it unread.
       for (auto it = prefetches_.begin(); it != prefetches_.end();) {
         if (it->linear == &n) {
+          SIGHTLINE_ASSERT_MSG(!it->x_in_sbuf_only, "a linear's input held only in SBUF was left unread");
           release(*it);
           it = prefetches_.erase(it);
         } else {
@@ -1884,6 +1940,11 @@ class Lowerer {
     // its result, kept in SBUF: ActivationChain::in_sbuf), or none; x_filled once it has.
     const Node* x_on_chip = nullptr;
     bool x_filled = false;
+    // The linear is the only reader of x_on_chip's result (no view, no other op, not a program result):
+    // its kernel may then compute it transposed straight into the a^T and store nothing
+    // (kernels::emit_linear_transposed); x_in_sbuf_only once it has, and the linear must then read it.
+    bool x_read_once = false;
+    bool x_in_sbuf_only = false;
   };
 
   // A matmul kernel's part in the prefetch: its loads are all out before its first store, so the next
@@ -1909,6 +1970,8 @@ class Lowerer {
   }
 
   void took_prefetch(std::vector<Prefetch>::iterator taken) {
+    SIGHTLINE_ASSERT_MSG(!taken->x_in_sbuf_only || taken->weight.activation_read,
+                         "a linear's input held only in SBUF was not read from there");
     if (taken->weight.activation) ++prefetched_activations_;
     if (taken->weight.panels.size() > 0) ++prefetched_weights_;
     release(*taken);
@@ -2100,6 +2163,11 @@ class Lowerer {
       // reloads them. It takes a budget of its own beside the weight's: it stands for the group's result,
       // which its kernel holds in SBUF tile by tile anyway.
       p.x_on_chip = &made;
+      p.x_read_once = std::find(graph.outputs.begin(), graph.outputs.end(), static_cast<int>(x)) == graph.outputs.end() &&
+                      std::all_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& m) {
+                        return &m == next || std::find(m.inputs.begin(), m.inputs.end(), static_cast<int>(x)) == m.inputs.end();
+                      }) &&
+                      std::count(next->inputs.begin(), next->inputs.end(), static_cast<int>(x)) == 1;
     } else if (p.weight.panels.size() == 0) {
       return;  // nothing to prefetch
     }
@@ -2350,6 +2418,7 @@ class Lowerer {
   int prefetched_weights_ = 0;              // linears that read their weight prefetched (plan_weight_prefetch)
   int prefetched_activations_ = 0;          // ... and their input too
   int kept_activations_ = 0;                // ... of those, the result of the kernel before, kept in SBUF
+  int transposed_linears_ = 0;              // ... of those, a linear's computed transposed into it
   // A linear's input may be the kernel before's result kept in SBUF (ActivationChain): a matmul epilogue
   // group's, a norm's.
   bool chain_groups_ = false, chain_norms_ = false;
@@ -2471,8 +2540,8 @@ Graph emission_order(const Graph& graph) {
 // out projection's weight from the v projection's kernel across the attention, a q projection's from
 // the matmul kernel before its layer_norm; in Llama, the v and q projections' from the down
 // projection's kernel across the RMSNorm), and with the results of matmul epilogue groups and norms kept
-// in SBUF for the linears after them (ActivationChain; ESM-2's FC1 -> FC2 at 128 tokens; at 512 the
-// transposes' Tensor-engine time costs more than the reload), each kept when faster. The prefetch
+// in SBUF for the linears after them (ActivationChain; ESM-2's FC1 -> FC2, computed transposed into FC2's
+// a^T), each kept when faster. The prefetch
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,

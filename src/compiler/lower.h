@@ -103,7 +103,11 @@ enum class PrefetchReach : uint8_t { next_kernel, past_compute_bound };
 // is too large to prefetch): the group's kernel transposes each result tile, its epilogue applied,
 // through the Tensor engine into that a^T, so the linear loads no activation and waits for none of the
 // group's stores. The group still stores its result (a linear whose kernel cannot take the a^T loads
-// it). The values are the same bits either way. A norm's result (rms_norm, layer_norm, or a row loop
+// it), but for a linear group of unary epilogue ops whose result only that linear reads, handed its own
+// input and weight in SBUF (ESM-2's FC1 after its layer_norm): it computes its result transposed, its
+// weight's blocks stationary, straight into the a^T, with no transpose and no store
+// ("compiled.transposed_linears"; kernels::emit_linear_transposed). The values are the same bits either
+// way. A norm's result (rms_norm, layer_norm, or a row loop
 // such as a user's RMSNorm: the one before FC1, or before q) is kept the same way, its kernel transposing
 // each row tile into the a^T, and so is its input when the matmul epilogue group right before it makes
 // it (the group copies each result tile into SBUF beside its store; the norm loads nothing);
@@ -177,7 +181,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 18: a matmul epilogue's first operands loaded behind the kernel's own loads when it has several row tiles
 // 19: ... and then for as many tiles as it has operand buffers
 // 20: a layer_norm over rows kept in SBUF computes them in place
-inline constexpr int kLoweringVersion = 20;
+// 21: a linear whose result only the next linear reads computes it transposed into that linear's a^T
+inline constexpr int kLoweringVersion = 21;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

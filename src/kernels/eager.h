@@ -131,6 +131,9 @@ struct PrefetchedWeight {
   // the next tiles' matmuls, while a panel of b the kernel still loads holds more matmuls back until
   // it has landed.
   bool tile_by_tile = false;
+  // Set by the kernel that reads `activation` as its a^T (a kernel whose plan cannot takes x from HBM
+  // instead): compile()'s lowering checks it where nothing but this tile holds x (emit_linear_transposed).
+  mutable bool activation_read = false;
 };
 // Allocates the panels on `b` (outside any kernel's scope: the caller frees them after the linear) when
 // they take at most `budget` bytes per partition; nullopt (nothing allocated) otherwise.
@@ -144,6 +147,23 @@ void prefetch_linear_weight(KernelBuilder& b, const PrefetchedWeight& w, uint32_
 // partition; false (nothing allocated) otherwise. Its loads: prefetch_linear_activation (HBM `tensor`).
 bool allocate_linear_activation(KernelBuilder& b, PrefetchedWeight& w, const TensorDesc& x, uint64_t budget);
 void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uint32_t tensor);
+// Whether emit_linear_transposed can compute the linear of `w` (its panels and its a^T handed over,
+// both in SBUF) into `next`'s a^T: `next` reads the result as its input, every row of it.
+bool linear_transposes_into(const device::Spec& spec, const PrefetchedWeight& w, const PrefetchedWeight& next);
+// The linear y = x @ weight^T (+ bias) of `w` (its panels and a^T in SBUF), computed transposed: per
+// block of 128 output columns n, y^T[n, rows] = weight[n, :] @ x^T, the block of the weight stationary
+// and x^T moving (up to the Tensor engine's moving columns of rows at a time), straight into the next
+// linear's a^T `next.activation` (K tile j of it is block j of y): no result tile, no transpose, no
+// store. A linear whose result only the next linear reads then hands it over at the cost of its own
+// matmuls (compile()'s lowering; an ESM-2 or BERT FFN's FC1 -> FC2). The bias ([n], HBM tensor
+// `bias_tensor` at its first element, or none) is one scalar per partition of a block, added as the
+// Vector engine evacuates the block; `epilogue` then runs on the block in SBUF (elementwise ops, in
+// place); `after_loads` right after the bias's load (a caller's loads queue behind it there). The same
+// products in the same K order as the row-major kernel: the same bits.
+void emit_linear_transposed(KernelBuilder& b, const PrefetchedWeight& w, std::optional<uint32_t> bias_tensor,
+                            const TensorDesc& bias, const PrefetchedWeight& next,
+                            const std::function<void(const AccessPattern&)>& epilogue,
+                            const std::function<void()>& after_loads = {});
 // The SBUF bytes per partition a normalization kernel (rms_norm, layer_norm of `inputs`: x, then its
 // parameters) takes with its whole pipeline of row tiles: what a caller must leave free beside SBUF of its
 // own for the kernel to run at its best (compile()'s lowering, before it keeps the norm's result in SBUF).

@@ -354,7 +354,10 @@ class GemmEmitter {
     preloaded_ = has_panels && plan_.b_resident;
     a_preloaded_ = (preloaded_ || (weight && !has_panels && plan_.resident)) && weight->activation &&
                    plan_.m_block == shape.m && weight->activation->free_elements == plan_.k_tiles * shape.m;
-    if (a_preloaded_) a_preloaded_tile_ = *weight->activation;
+    if (a_preloaded_) {
+      a_preloaded_tile_ = *weight->activation;
+      weight->activation_read = true;
+    }
     tile_by_tile_ = a_preloaded_ && weight->tile_by_tile;
     if (with_bias) {
       const int64_t tiles = plan_.resident ? (shape.m + parts_ - 1) / parts_ * plan_.panels : 0;
@@ -1065,6 +1068,76 @@ void prefetch_linear_activation(KernelBuilder& b, const PrefetchedWeight& w, uin
                                              static_cast<uint32_t>(m), a, 0, kt, 1, k);
     emit_stream_pieces(b, dst, src, queue);
   }
+}
+
+bool linear_transposes_into(const device::Spec& spec, const PrefetchedWeight& w, const PrefetchedWeight& next) {
+  if (!w.activation || w.panels.size() == 0 || !next.activation) return false;
+  const std::optional<std::pair<int64_t, int64_t>> run = linear_row_run(w.x), next_run = linear_row_run(next.x);
+  if (!run || !next_run || run->first != next_run->first) return false;
+  const int64_t m = run->first, n = w.weight.shape[0], k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(spec, n, k), into = panel_layout(spec, next.weight.shape[0], next.weight.shape[1]);
+  // The next linear's K is this one's n; its a^T holds every row, K tile after K tile.
+  return next.weight.shape[1] == n && next.x.dtype == w.x.dtype &&
+         next.activation->free_elements == static_cast<uint64_t>(into.k_tiles * m) &&
+         w.activation->free_elements == static_cast<uint64_t>(l.k_tiles * m) &&
+         (l.panel % spec.tensor.array_cols == 0 || l.panels == 1);
+}
+
+void emit_linear_transposed(KernelBuilder& b, const PrefetchedWeight& w, std::optional<uint32_t> bias_tensor,
+                            const TensorDesc& bias, const PrefetchedWeight& next,
+                            const std::function<void(const AccessPattern&)>& epilogue,
+                            const std::function<void()>& after_loads) {
+  SIGHTLINE_ASSERT(linear_transposes_into(b.spec(), w, next));
+  const uint16_t parts = b.partitions();
+  const uint32_t cols = b.spec().tensor.array_cols, moving = b.spec().tensor.moving_free_max;
+  const int64_t m = linear_row_run(w.x)->first, n = w.weight.shape[0], k = w.weight.shape[1];
+  const PanelLayout l = panel_layout(b.spec(), n, k);
+  const DType out_dtype = next.x.dtype;
+  const int64_t blocks = (n + cols - 1) / cols;
+  w.activation_read = true;
+  // The bias as one column per block: partition p of column j holds bias[j * cols + p].
+  std::optional<Tile> bias_columns;
+  if (bias_tensor) {
+    bias_columns = b.sbuf(bias.dtype, static_cast<uint32_t>(blocks), 0, "bias_columns");
+    const int64_t full = n / cols, rest = n % cols;
+    const int32_t step = stride32(bias.strides[0], "bias");
+    if (full > 0) {
+      b.load(bias_columns->region(0, static_cast<uint16_t>(cols), 0, static_cast<uint32_t>(full)),
+             hbm_pattern(*bias_tensor, bias.dtype, 0, static_cast<uint16_t>(cols), bias.strides[0],
+                         {{static_cast<uint32_t>(full), stride32(int64_t{cols} * bias.strides[0], "bias")}}));
+    }
+    if (rest > 0) {
+      b.load(bias_columns->region(0, static_cast<uint16_t>(rest), static_cast<uint32_t>(full), 1),
+             hbm_pattern(*bias_tensor, bias.dtype, full * cols * bias.strides[0], static_cast<uint16_t>(rest),
+                         bias.strides[0], {{1, step}}));
+    }
+  }
+  if (after_loads) after_loads();
+  TilePool acc = b.pool("acc_t", DType::f32, moving, std::max<size_t>(2, b.spec().psum_banks / 2), Memory::psum);
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t n0 = j * cols;
+    const uint16_t wj = static_cast<uint16_t>(std::min<int64_t>(cols, n - n0));
+    const Tile& panel = w.panels.at(static_cast<size_t>(n0 / l.panel));
+    const uint32_t c0 = static_cast<uint32_t>(n0 % l.panel);
+    for (int64_t r0 = 0; r0 < m; r0 += moving) {
+      const uint32_t rows = static_cast<uint32_t>(std::min<int64_t>(moving, m - r0));
+      const Tile psum = acc.next();
+      for (int64_t kt = 0; kt < l.k_tiles; ++kt) {
+        const uint16_t kp = static_cast<uint16_t>(std::min<int64_t>(parts, k - kt * parts));
+        b.matmul(psum.region(0, wj, 0, rows), panel.region(0, kp, static_cast<uint32_t>(kt) * l.panel + c0, wj),
+                 w.activation->region(0, kp, static_cast<uint32_t>(kt * m + r0), rows), kt > 0);
+      }
+      const AccessPattern y = next.activation->region(0, wj, static_cast<uint32_t>(j * m + r0), rows);
+      SIGHTLINE_ASSERT(y.dtype == out_dtype);
+      if (bias_columns) {
+        b.tensor_scalar(AluOp::add, y, psum.region(0, wj, 0, rows), bias_columns->region(0, wj, static_cast<uint32_t>(j), 1));
+      } else {
+        b.copy(y, psum.region(0, wj, 0, rows));
+      }
+      if (epilogue) epilogue(y);
+    }
+  }
+  if (bias_columns) b.free(*bias_columns);
 }
 
 }  // namespace sightline::kernels

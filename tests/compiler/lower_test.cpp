@@ -680,6 +680,80 @@ TEST(Lowering, ALinearHandedItsInputInSbufComputesItsTilesOneAfterTheOther) {
   EXPECT_LE(run_ns(lower(g, spec, "mlp")), tiles_ns);
 }
 
+// ESM-2's FFN after its layer_norm: linear(gelu(linear(layer_norm(x), w1, b1)), w2, b2) + x, f32, 480 ->
+// 1920 -> 480. With ActivationChain::in_sbuf, FC1 is handed its input (the norm's result) and its weight in
+// SBUF, and only FC2 reads its result: FC1 then computes that result transposed, 128 of its columns at a
+// time with its weight's block stationary, straight into FC2's a^T (kernels::emit_linear_transposed): no
+// transposes, no result tiles, nothing stored. The outputs are the same bits as with FC1's result going
+// through HBM (ActivationChain::norms_in_sbuf), and the program is faster, at one row tile and at four.
+// A second reader of FC1's result (here an output) keeps it on the row-major path, transposes and store.
+TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsInput) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
+    const std::vector<TensorMeta> metas = {{{m, 480}, DType::f32},  {{480}, DType::f32},  {{480}, DType::f32},
+                                           {{1920, 480}, DType::f32}, {{1920}, DType::f32}, {{480, 1920}, DType::f32},
+                                           {{480}, DType::f32}};
+    const Graph g = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor h = layer_norm(in[0], in[1], in[2]);
+          return std::vector<Tensor>{linear(gelu(linear(h, in[3], in[4])), in[5], in[6]) + in[0]};
+        },
+        metas);
+    const auto lowered = [&](const Graph& graph, ActivationChain chain) {
+      return lower(graph, spec, "ffn", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                   PrefetchReach::next_kernel, chain);
+    };
+    const device::Executable transposed = lowered(g, ActivationChain::in_sbuf);
+    const device::Executable through_hbm = lowered(g, ActivationChain::norms_in_sbuf);
+    EXPECT_EQ(metadata(transposed, "compiled.transposed_linears"), "1") << m;
+    EXPECT_EQ(metadata(transposed, "compiled.kept_activations"), "2") << m;  // the norm's result, FC1's
+    EXPECT_EQ(metadata(through_hbm, "compiled.transposed_linears"), "") << m;
+    // No instruction writes FC1's result to HBM, nor reads it back; FC1's matmuls multiply by no identity
+    // (every Tensor-engine instruction labelled aten::linear has a weight block or x^T as its moving
+    // operand of m columns, or FC2's).
+    const uint64_t fc1_bytes = static_cast<uint64_t>(m) * 1920 * 4;
+    for (const auto& queue : transposed.dma_queues) {
+      for (const device::Instruction& in : queue) {
+        for (const device::AccessPattern* ap : {&in.dst, &in.src0}) {
+          if (ap->memory == device::Memory::hbm) {
+            EXPECT_NE(transposed.io[ap->tensor].bytes(), fc1_bytes) << m << ": FC1's result crossed HBM";
+          }
+        }
+      }
+    }
+    // Tensor-engine instructions labelled aten::linear: FC1's are its weight's 128-column blocks
+    // stationary against x^T's m columns, 15 blocks x 4 K tiles; the rest, FC2's, move its weight's 480
+    // columns once per row tile and K tile of 1920 (the last tile's last step in column pieces), and not
+    // one column more: no transpose among them.
+    size_t fc1_matmuls = 0;
+    uint64_t fc2_columns = 0;
+    for (const device::Instruction& in : transposed.stream(device::Engine::tensor)) {
+      if (transposed.source_ops.at(in.source_op) != "aten::linear") continue;
+      if (in.src0.dims[0].size == 128 && in.src1.dims[0].size == static_cast<uint32_t>(m)) {
+        ++fc1_matmuls;
+      } else {
+        fc2_columns += in.src1.dims[0].size;
+      }
+    }
+    EXPECT_EQ(fc1_matmuls, 15u * 4) << m;
+    EXPECT_EQ(fc2_columns, static_cast<uint64_t>(m / 128) * 15 * 480) << m;
+    const auto [transposed_ns, through_hbm_ns] = expect_same_outputs_and_faster(spec, transposed, through_hbm, 1);
+    std::printf("ffn %lld x 480 -> 1920 -> 480 after its layer_norm: %.1f ns with FC1 transposed into FC2's a^T, "
+                "%.1f ns through HBM\n",
+                static_cast<long long>(m), transposed_ns, through_hbm_ns);
+    // FC1's result also returned: FC1 runs row-major, its tiles transposed into FC2's a^T and stored.
+    const Graph both = optimized(
+        [](const std::vector<Tensor>& in) {
+          const Tensor a = gelu(linear(layer_norm(in[0], in[1], in[2]), in[3], in[4]));
+          return std::vector<Tensor>{linear(a, in[5], in[6]) + in[0], a};
+        },
+        metas);
+    const device::Executable read_twice = lowered(both, ActivationChain::in_sbuf);
+    EXPECT_EQ(metadata(read_twice, "compiled.transposed_linears"), "") << m;
+    EXPECT_EQ(metadata(read_twice, "compiled.kept_activations"), "2") << m;
+  }
+}
+
 // A norm feeding a linear (ESM-2's layer_norm before FC1, Llama's rms_norm before its projections):
 // with ActivationChain::norms_in_sbuf (and in_sbuf) the norm's kernel transposes each row tile into the
 // linear's a^T in SBUF right after computing it, so the linear neither waits for the norm's store nor
