@@ -266,9 +266,10 @@ bool is_row_reduction(const Node& n, const Graph& g) {
 bool is_row_op(const Node& n, const Graph& g) {
   if (n.kind != NodeKind::op || n.meta.shape.size() < 1 || n.inputs.empty()) return false;
   const OpInfo& info = op_info(n.op);
-  // A comparison writes bool and compares in its operands' dtype, a select reads a bool mask: op by op,
-  // not in a row loop's f32 tiles.
-  if (op_is_comparison(n.op) || op_is_select(n.op)) return false;
+  // A comparison writes bool and compares in its operands' dtype: op by op, not in a row loop's f32 tiles.
+  // A select reads its mask as an engine reads a bool tile (0 or 1), as its per-op kernel does: a row step
+  // (row_kernel.cpp refuses one whose tiles are not full rows, but for masked_fill's mask).
+  if (op_is_comparison(n.op)) return false;
   if (info.kind == OpKind::elementwise) return true;
   if (n.op == OpId::softmax || n.op == OpId::log_softmax) {
     return normalized(n.attrs.dim, n.meta.shape.size()) == n.meta.shape.size() - 1;

@@ -182,7 +182,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 19: ... and then for as many tiles as it has operand buffers
 // 20: a layer_norm over rows kept in SBUF computes them in place
 // 21: a linear whose result only the next linear reads computes it transposed into that linear's a^T
-inline constexpr int kLoweringVersion = 21;
+// 22: masked_fill a row step (its mask a full row or one value per row)
+inline constexpr int kLoweringVersion = 22;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -554,6 +554,16 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spe
     plan.stats |= needs.stats;
     ValueInfo& out = plan.values[inputs + k];
     out.wide = s.meta.shape.back() == p.cols;
+    // A select's tiles are full rows (kernels::emit_select), but for masked_fill's mask, which may be one
+    // value per row.
+    if (op_is_select(s.op)) {
+      for (size_t a = 0; a < s.args.size(); ++a) {
+        const bool narrow_mask = s.op == OpId::masked_fill && a == 1;
+        if (s.args[a] != kNoValue && !narrow_mask && !plan.values[static_cast<size_t>(s.args[a])].wide)
+          return fmt::format("{} reads one value per row as operand {}", op_name(s.op), a);
+      }
+      if (!out.wide) return fmt::format("{} writes one value per row", op_name(s.op));
+    }
     const bool last = k + 1 == p.steps.size();
     // f32, but a full row of a 16-bit step keeps its dtype, as eager rounds it (row_kernel.h).
     out.dtype =

@@ -149,6 +149,19 @@ void emit_select(KernelBuilder& b, OpId op, const OpAttrs& attrs, const AccessPa
   } else {
     SIGHTLINE_CHECK(op == OpId::masked_fill && args.size() == 2, "{} is not where / masked_fill of 2 tiles",
                     op_name(op));
+    if (args[1].free_elements() == 1 && y.free_elements() > 1) {
+      // One mask value per row (a compiled row loop's [rows, 1] mask, broadcast along the row): the same
+      // two picks with the mask as each row's scalar, the value's pick one column of `picked`.
+      SIGHTLINE_CHECK(args[0].free_elements() == y.free_elements(),
+                      "aten::masked_fill of a per-row mask needs a full row of x");
+      AccessPattern column = picked;
+      column.dim_count = 1;
+      column.dims[0] = {1, 1};
+      b.tensor_scalar(AluOp::keep_if, column, args[1], static_cast<float>(attrs.scalar), /*reverse=*/true);
+      b.tensor_scalar(AluOp::keep_unless, y, args[0], args[1]);
+      b.tensor_scalar(AluOp::add, y, y, column);
+      return;
+    }
     b.tensor_scalar(AluOp::keep_if, picked, args[1], static_cast<float>(attrs.scalar),
                     /*reverse=*/true);  // keep_if(value, mask)
     b.tensor_tensor(AluOp::keep_unless, y, args[0], args[1]);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -397,6 +398,29 @@ TEST(RowLoopIntegerInputs, GroupReadingBoolMasksIsOneLoopWithTheOpByOpBits) {
   const auto [row_mask, full_mask] = masks_of(rows, cols);
   expect_one_loop_with_op_by_op_bits(
       &bool_masks, {randn({rows, cols}, {}, &g), row_mask.to(DType::boolean), full_mask.to(DType::boolean)});
+}
+
+// ESM-2's token dropout (examples/models/esm2): masked_fill by a bool mask per row (the masked tokens),
+// then the rows scaled; a where by a mask per element; the masked rows filled again with a value other
+// than 0. Each select is a row step (kernels::emit_select: with one mask value per row, the mask is each
+// row's scalar), so the group is one loop with the per-op kernels' bits; an infinite x in a masked place
+// comes out as the value.
+std::vector<Tensor> masked_fills(const std::vector<Tensor>& a) {
+  const Tensor dropped = masked_fill(a[0], a[1], 0.0) * 0.88 / (1.0 - a[2]);
+  return {masked_fill(where(a[3], a[0] * 2.0, dropped), a[1], -2.5)};
+}
+
+TEST(RowLoopIntegerInputs, MaskedFillByARowOrAnElementMaskIsOneLoopWithTheOpByOpBits) {
+  const int64_t rows = 130, cols = 300;
+  Generator g(36);
+  const auto [row_mask, full_mask] = masks_of(rows, cols);
+  const Tensor r = randn({rows, cols}, {}, &g).contiguous();
+  std::vector<float> x(static_cast<const float*>(r.raw_data()), static_cast<const float*>(r.raw_data()) + rows * cols);
+  x[0] = std::numeric_limits<float>::infinity();         // row 0: a masked token
+  x[cols + 5] = -std::numeric_limits<float>::infinity();  // row 1: not masked, nor is its element 5
+  // The rows whose row_mask is 0 (every third) are the masked tokens.
+  expect_one_loop_with_op_by_op_bits(&masked_fills, {from_vector(x, {rows, cols}), eq(row_mask, 0.0),
+                                                     rand({rows, 1}, {}, &g) * 0.5, full_mask.to(DType::boolean)});
 }
 
 }  // namespace
