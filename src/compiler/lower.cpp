@@ -519,9 +519,19 @@ class Lowerer {
       }
       if (!late_operands) prefetch_first();
     };
+    // With a norm after the group that reads its result from SBUF (input_kept) and more than one row
+    // tile, the Vector engine's evacuations and epilogue ops are the tail the norm waits behind, while
+    // GpSimd has only the copies for the norm: each binary op with a tensor operand goes to the engine
+    // that the estimate of this kernel's work on each so far (the spec's costs: the evacuations on Vector,
+    // the copies on GpSimd) says finishes it first (ESM-2 t12 at batch 4: 2736.0 -> 2721.6 us; alternating
+    // by row tile, 2712.9, left Llama small f32's four tiles of two column pieces 2.3 us slower).
+    const bool balance = input_kept && static_cast<int64_t>(meta.shape.product()) / row_length > int64_t{parts};
+    const bool bias = mm.op == OpId::linear && descs.size() > 2;
+    double vector_ns = 0, gpsimd_ns = 0;
     size_t stored = 0;
     hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern&) {
       const size_t piece = stored++;
+      if (balance) vector_ns += engine_ns(spec_, spec_.vector, static_cast<double>(y.dims[0].size), bias ? 2 : 1, meta.dtype);
       SIGHTLINE_ASSERT_MSG(piece < tiles.size() && y == tiles[piece].y,
                            "the matmul kernel stored other tiles than its dry run");
       prefetch_until(piece + kEpilogueAhead + 1);
@@ -547,10 +557,19 @@ class Lowerer {
         }
         const kernels::TileArg operand{t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
         const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
+        bool on_gpsimd = false;
+        if (balance) {
+          const double cols = y.dims[0].size;
+          const double v = engine_ns(spec_, spec_.vector, cols, 2, meta.dtype), g = engine_ns(spec_, spec_.gpsimd, cols, 2, meta.dtype);
+          on_gpsimd = gpsimd_ns + g < vector_ns + v;
+          (on_gpsimd ? gpsimd_ns : vector_ns) += on_gpsimd ? g : v;
+        }
         kernels::emit_binary(builder_, e.op, y, chain_first ? chain_value : operand,
-                             chain_first ? operand : chain_value);
+                             chain_first ? operand : chain_value,
+                             on_gpsimd ? device::Engine::gpsimd : device::Engine::vector);
       }
       if (input_kept) {
+        if (balance) gpsimd_ns += engine_ns(spec_, spec_.gpsimd, static_cast<double>(y.dims[0].size), 1, meta.dtype);
         // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
         builder_.set_source_op(op_name(chain.back()->op));
         const int64_t e0 = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype));
@@ -689,11 +708,14 @@ class Lowerer {
   // kt * partitions + p, one column per row of the value (kernels::allocate_linear_activation's layout).
   // Transposed 128 columns at a time through the Tensor engine (y^T = y @ I, exact: one product by 1 and
   // the rest by 0 per element) into [w, rows] pieces of the PSUM range `acc`, `piece_stride` f32
-  // elements apart (none straddling a bank), and copied out alternately by the Vector and Scalar engines.
-  // c0 is a multiple of the partitions.
+  // elements apart (none straddling a bank), and copied out alternately by the Vector and Scalar engines,
+  // or `on_scalar` all by the Scalar engine: a norm's rows, whose own steps keep the Vector engine the
+  // busiest (bn_stats, the normalization, the weight; ESM-2 t12 at batch 4: 2752.0 -> 2736.0 us, Llama
+  // small f32 at batch 4 2789.8 -> 2787.7; ESM-2 t12 at batch 1 and Llama tiny 0.1 us slower). c0 is a
+  // multiple of the partitions.
   void transpose_to_kept(const kernels::PrefetchedWeight& kept, const kernels::Tile& identity,
                          const device::AccessPattern& y, const device::AccessPattern& acc, int64_t m0, int64_t c0,
-                         int64_t row_length, uint32_t piece_stride) {
+                         int64_t row_length, uint32_t piece_stride, bool on_scalar = false) {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
     const uint16_t mp = y.partition_count;
@@ -712,7 +734,7 @@ class Lowerer {
       const int64_t kt = (c0 + c) / parts;
       const device::AccessPattern at =
           kept.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
-      if (j % 2 == 0) {
+      if (!on_scalar && j % 2 == 0) {
         builder_.copy(at, tp);
       } else {
         builder_.activate(ActFunc::identity, at, tp);
@@ -1923,7 +1945,7 @@ class Lowerer {
         y.dim_count != 1 || y.dims[0].stride != 1 || int64_t{y.dims[0].size} != k.row_length)
       return;
     transpose_to_kept(k.prefetch->weight, k.identity, y, k.psum.next().ap(), e0 / k.row_length, 0, k.row_length,
-                      spec_.partitions);
+                      spec_.partitions, /*on_scalar=*/true);
     k.transposed += y.partition_count;
   }
 

@@ -183,7 +183,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 20: a layer_norm over rows kept in SBUF computes them in place
 // 21: a linear whose result only the next linear reads computes it transposed into that linear's a^T
 // 22: masked_fill a row step (its mask a full row or one value per row)
-inline constexpr int kLoweringVersion = 22;
+// 23: a norm's transposes into the next linear's a^T evacuated on the Scalar engine; a matmul epilogue
+//     before a norm that reads its tiles in SBUF places its binary ops on the Vector engine or GpSimd
+inline constexpr int kLoweringVersion = 23;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -981,6 +981,57 @@ TEST(Lowering, AKeptNormWaitsNeitherForItsIdentityNorForTheStoresBeforeIt) {
   std::printf("the norm's first bn_stats at %.1f ns, its identity built by %.1f ns\n", first_norm_step, identity_end);
 }
 
+// ESM-2's out projection with its residual add, the layer_norm and FC1 at batch 4 (four row tiles), the
+// norm reading the projection's result tiles in SBUF and writing FC1's a^T there. The norm's own steps
+// keep the Vector engine the busiest, so its transposes' copies out of PSUM all go to the Scalar engine;
+// and the projection's evacuations on Vector are the tail the norm waits behind, so its residual adds go
+// where the spec's costs say they finish first, some of them to GpSimd (which holds only the copies for
+// the norm). The outputs are the bits of the program that keeps nothing in SBUF, where every add runs on
+// the Vector engine.
+TEST(Lowering, AKeptNormAndTheEpilogueBeforeItSpreadTheirWorkOverTheEngines) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph e = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = linear(in[0], in[1], in[2]) + in[0];
+        return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
+      },
+      {{{512, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
+       {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+  const auto lowered = [&](ActivationChain chain) {
+    return lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                 PrefetchReach::past_compute_bound, chain);
+  };
+  const device::Executable kept = lowered(ActivationChain::norms_in_sbuf), plain = lowered(ActivationChain::through_hbm);
+  ASSERT_EQ(metadata(kept, "compiled.kept_norm_inputs"), "1");
+  ASSERT_EQ(metadata(kept, "compiled.kept_activations"), "1");
+  // Per engine, the instructions of each op: the norm's PSUM copies, the residual adds.
+  const auto count = [](const device::Executable& exe, device::Engine engine, const char* op, device::Opcode opcode) {
+    size_t n = 0;
+    for (const device::Instruction& in : exe.stream(engine)) {
+      n += exe.source_ops.at(in.source_op) == op && in.opcode == opcode && in.src0.memory == device::Memory::psum;
+    }
+    return n;
+  };
+  const auto adds = [](const device::Executable& exe, device::Engine engine) {
+    size_t n = 0;
+    for (const device::Instruction& in : exe.stream(engine)) {
+      n += exe.source_ops.at(in.source_op) == "aten::add" && in.opcode == device::Opcode::tensor_tensor;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(kept, device::Engine::vector, "aten::layer_norm", device::Opcode::tensor_copy), 0u);
+  EXPECT_EQ(count(kept, device::Engine::scalar, "aten::layer_norm", device::Opcode::activate), 4u * 4);  // tiles x K tiles
+  EXPECT_GT(adds(kept, device::Engine::gpsimd), 0u);
+  EXPECT_GT(adds(kept, device::Engine::vector), adds(kept, device::Engine::gpsimd));
+  EXPECT_EQ(adds(plain, device::Engine::gpsimd), 0u);
+  double kept_ns = 0, plain_ns = 0;
+  EXPECT_EQ(run_outputs(spec, kept, &kept_ns), run_outputs(spec, plain, &plain_ns));
+  EXPECT_EQ(kept_ns, run_ns(kept));
+  std::printf("out projection + norm + FC1 at 512 rows: %zu of %zu residual adds on GpSimd; %.1f ns kept, %.1f through HBM\n",
+              adds(kept, device::Engine::gpsimd), adds(kept, device::Engine::gpsimd) + adds(kept, device::Engine::vector),
+              kept_ns, plain_ns);
+}
+
 // Llama's residual block as the user writes it: the out projection with its residual add (a matmul
 // epilogue group), the user's RMSNorm (a row loop of its own ops), the next projection and its residual.
 // With ActivationChain::norms_in_sbuf the group copies each result tile into SBUF for the loop, which
