@@ -68,6 +68,14 @@ std::vector<int64_t> to_vector(const Dims& dims) { return {dims.begin(), dims.en
 
 std::string constants_io_name(DType dtype) { return fmt::format("const_{}", dtype_name(dtype)); }
 
+// Whether a value of `shape` ([..., row]) has more rows than one tile of `partitions`: a linear's input
+// whose kernel computes PreloadedOrder::tiles's way (one tile is the same either way), a matmul result
+// whose epilogues come at its kernel's end when it runs K slice by K slice.
+bool many_row_tiles(const Dims& shape, uint32_t partitions) {
+  return shape.size() > 0 && shape.back() > 0 &&
+         static_cast<int64_t>(shape.product()) / shape.back() > int64_t{partitions};
+}
+
 // A fused.rows body as a row program over `inputs` (the places of the body's inputs, in order).
 RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
   const TensorMeta& result = body.nodes[static_cast<size_t>(body.outputs.front())].meta;
@@ -498,7 +506,7 @@ class Lowerer {
     // and would wait for its operands behind them (ESM-2 t12 at batch 1: 1025.0 against 1009.2 us).
     const bool handed_a = taken != prefetches_.end() && taken->weight.activation;
     const bool late_operands =
-        !handed_a && static_cast<int64_t>(meta.shape.product()) / row_length > int64_t{spec_.partitions};
+        !handed_a && many_row_tiles(meta.shape, spec_.partitions);
     size_t prefetched = 0;  // tiles whose operands are loaded
     const auto prefetch_until = [&](size_t end) {
       for (; prefetched < std::min(end, tiles.size()); ++prefetched) prefetch(prefetched);
@@ -525,7 +533,7 @@ class Lowerer {
     // that the estimate of this kernel's work on each so far (the spec's costs: the evacuations on Vector,
     // the copies on GpSimd) says finishes it first (ESM-2 t12 at batch 4: 2736.0 -> 2721.6 us; alternating
     // by row tile, 2712.9, left Llama small f32's four tiles of two column pieces 2.3 us slower).
-    const bool balance = input_kept && static_cast<int64_t>(meta.shape.product()) / row_length > int64_t{parts};
+    const bool balance = input_kept && many_row_tiles(meta.shape, spec_.partitions);
     const bool bias = mm.op == OpId::linear && descs.size() > 2;
     double vector_ns = 0, gpsimd_ns = 0;
     size_t stored = 0;
@@ -677,13 +685,6 @@ class Lowerer {
     ++kernel_count_;
     ++epilogues_;
     return out;
-  }
-
-  // Whether a linear's input `x` ([..., K]) has more rows than one tile of the partitions: the rows its
-  // kernel computes PreloadedOrder::tiles's way (one tile is the same either way).
-  bool many_row_tiles(const kernels::TensorDesc& x) const {
-    return !x.shape.empty() && x.shape.back() > 0 &&
-           static_cast<int64_t>(x.shape.product()) / x.shape.back() > int64_t{spec_.partitions};
   }
 
   // The identity a kept result's transposes multiply by (as the attention kernel's), in its dtype: an
@@ -1977,7 +1978,7 @@ class Lowerer {
     if (pending_prefetch()) (after_loads_ ? hooks.after_loads : hooks.before_stores) = [this] { emit_weight_prefetch(); };
     if (taken == prefetches_.end()) return;
     hooks.weight = &taken->weight;
-    tile_by_tile_kernels_ += taken->weight.activation && taken->weight.tile_by_tile && many_row_tiles(taken->weight.x);
+    tile_by_tile_kernels_ += taken->weight.activation && taken->weight.tile_by_tile && many_row_tiles(taken->weight.x.shape, spec_.partitions);
   }
 
   // The prefetch whose loads are out for this linear's weight (and input) at `operands`, if any.
@@ -2681,13 +2682,9 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // run. One lowering more, of the program kept; the same program when no linear takes its input so.
   // Not lowered when no linear has more than one row tile (Llama or ESM-2 at batch 1 and up to 128
   // tokens, t33_650M among them): its program would be the same.
-  const auto many_rows_of = [&](const TensorMeta& x) {
-    return x.shape.size() > 0 && x.shape.back() > 0 &&
-           static_cast<int64_t>(x.shape.product()) / x.shape.back() > int64_t{spec.partitions};
-  };
   const auto linear_of_many_rows = [&](const Graph& g, const Node& n) {
     return n.kind == NodeKind::op && n.op == OpId::linear && !n.inputs.empty() && n.inputs[0] != kNoValue &&
-           many_rows_of(g.nodes[static_cast<size_t>(n.inputs[0])].meta);
+           many_row_tiles(g.nodes[static_cast<size_t>(n.inputs[0])].meta.shape, spec.partitions);
   };
   const bool many_rows = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) {
     if (n.kind == NodeKind::fused && n.fusion == FusionKind::matmul_epilogue)
