@@ -685,14 +685,17 @@ TEST(Lowering, ALinearHandedItsInputInSbufComputesItsTilesOneAfterTheOther) {
 // SBUF, and only FC2 reads its result: FC1 then computes that result transposed, 128 of its columns at a
 // time with its weight's block stationary, straight into FC2's a^T (kernels::emit_linear_transposed): no
 // transposes, no result tiles, nothing stored. The outputs are the same bits as with FC1's result going
-// through HBM (ActivationChain::norms_in_sbuf), and the program is faster, at one row tile and at four.
+// through HBM (ActivationChain::norms_in_sbuf), and the program is faster, at one row tile and at four,
+// f32 and bf16 (whose row-major kernel adds the bias as an accumulation step: the same f32 sum).
 // A second reader of FC1's result (here an output) keeps it on the row-major path, transposes and store.
 TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsInput) {
   const device::Spec spec = device::Spec::builtin("trn2");
-  for (const int64_t m : {int64_t{128}, int64_t{512}}) {
-    const std::vector<TensorMeta> metas = {{{m, 480}, DType::f32},  {{480}, DType::f32},  {{480}, DType::f32},
-                                           {{1920, 480}, DType::f32}, {{1920}, DType::f32}, {{480, 1920}, DType::f32},
-                                           {{480}, DType::f32}};
+  for (const auto& [m, dtype] : {std::pair{int64_t{128}, DType::f32}, std::pair{int64_t{512}, DType::f32},
+                                 std::pair{int64_t{512}, DType::bf16}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::vector<TensorMeta> metas = {{{m, 480}, dtype},  {{480}, dtype},  {{480}, dtype},
+                                           {{1920, 480}, dtype}, {{1920}, dtype}, {{480, 1920}, dtype},
+                                           {{480}, dtype}};
     const Graph g = optimized(
         [](const std::vector<Tensor>& in) {
           const Tensor h = layer_norm(in[0], in[1], in[2]);
@@ -711,7 +714,7 @@ TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsIn
     // No instruction writes FC1's result to HBM, nor reads it back; FC1's matmuls multiply by no identity
     // (every Tensor-engine instruction labelled aten::linear has a weight block or x^T as its moving
     // operand of m columns, or FC2's).
-    const uint64_t fc1_bytes = static_cast<uint64_t>(m) * 1920 * 4;
+    const uint64_t fc1_bytes = static_cast<uint64_t>(m) * 1920 * dtype_size(dtype);
     for (const auto& queue : transposed.dma_queues) {
       for (const device::Instruction& in : queue) {
         for (const device::AccessPattern* ap : {&in.dst, &in.src0}) {
@@ -738,9 +741,9 @@ TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsIn
     EXPECT_EQ(fc1_matmuls, 15u * 4) << m;
     EXPECT_EQ(fc2_columns, static_cast<uint64_t>(m / 128) * 15 * 480) << m;
     const auto [transposed_ns, through_hbm_ns] = expect_same_outputs_and_faster(spec, transposed, through_hbm, 1);
-    std::printf("ffn %lld x 480 -> 1920 -> 480 after its layer_norm: %.1f ns with FC1 transposed into FC2's a^T, "
-                "%.1f ns through HBM\n",
-                static_cast<long long>(m), transposed_ns, through_hbm_ns);
+    std::printf("ffn %s %lld x 480 -> 1920 -> 480 after its layer_norm: %.1f ns with FC1 transposed into FC2's "
+                "a^T, %.1f ns through HBM\n",
+                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(m), transposed_ns, through_hbm_ns);
     // FC1's result also returned: FC1 runs row-major, its tiles transposed into FC2's a^T and stored.
     const Graph both = optimized(
         [](const std::vector<Tensor>& in) {
