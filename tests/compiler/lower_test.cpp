@@ -921,6 +921,18 @@ TEST(Lowering, EpilogueOperandsOfManyRowTilesLoadBehindTheMatmulsOwn) {
   }
 }
 
+// ESM-2's out projection with its residual add, the layer_norm and FC1 with its residual, f32, at batch 4
+// (512 rows: four row tiles).
+Graph out_projection_norm_fc1() {
+  return optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor h = linear(in[0], in[1], in[2]) + in[0];
+        return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
+      },
+      {{{512, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
+       {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+}
+
 // The identity a kept norm's transposes multiply by is built on GpSimd when the norm's kernel starts,
 // behind the epilogue's copies of the result tiles there. The norm's first Vector step must not wait for
 // it: built through a ramp tile freed right away, its hole went to the norm's own tiles, whose first write
@@ -930,13 +942,7 @@ TEST(Lowering, AKeptNormWaitsNeitherForItsIdentityNorForTheStoresBeforeIt) {
   const device::Spec spec = device::Spec::builtin("trn2");
   // ESM-2's out projection with its residual add, the layer_norm, FC1: batch 4, FC1's weight prefetched
   // past the norm, whose weight and bias then load ahead (as lower() picks for ESM-2).
-  const Graph e = optimized(
-      [](const std::vector<Tensor>& in) {
-        const Tensor h = linear(in[0], in[1], in[2]) + in[0];
-        return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
-      },
-      {{{512, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
-       {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+  const Graph e = out_projection_norm_fc1();
   const device::Executable exe = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
                                        KernelQueues::from_first, PrefetchReach::past_compute_bound,
                                        ActivationChain::norms_in_sbuf);
@@ -993,13 +999,7 @@ TEST(Lowering, AKeptNormWaitsNeitherForItsIdentityNorForTheStoresBeforeIt) {
 // the Vector engine.
 TEST(Lowering, AKeptNormAndTheEpilogueBeforeItSpreadTheirWorkOverTheEngines) {
   const device::Spec spec = device::Spec::builtin("trn2");
-  const Graph e = optimized(
-      [](const std::vector<Tensor>& in) {
-        const Tensor h = linear(in[0], in[1], in[2]) + in[0];
-        return std::vector<Tensor>{linear(layer_norm(h, in[3], in[4]), in[5], in[6]) + h};
-      },
-      {{{512, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{480}, DType::f32},
-       {{480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}});
+  const Graph e = out_projection_norm_fc1();
   const auto lowered = [&](ActivationChain chain) {
     return lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
                  PrefetchReach::past_compute_bound, chain);
