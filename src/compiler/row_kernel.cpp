@@ -516,6 +516,79 @@ void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
   }
 }
 
+// The program without the casts that round nothing an engine would not round anyway, as a compiler
+// folds a cast into the instruction beside it: the engines read every dtype as f32 and round only when
+// they write (isa.h), so
+//  - a cast of a 16-bit float to f32 is its input itself (exact): its readers read the input;
+//  - a cast of an f32 full row to a 16-bit float, the only reader of a single-instruction elementwise
+//    step (a binary op, a unary activation), is that step writing the 16-bit dtype: the step computes
+//    its f32 result and rounds it once, as the cast rounds the stored f32 result.
+// Each leaves the bits as they were and saves a pass over the row (LlamaRMSNorm's x.to(f32) and
+// (h * rstd).to(bf16): two Vector-engine copies per row tile). The cast that is the result stays unless
+// the step it rounds is the one before (that step then writes the result's dtype).
+RowProgram without_exact_casts(const RowProgram& in) {
+  const size_t inputs = in.inputs.size();
+  std::vector<RowStep> steps = in.steps;
+  std::vector<int> uses(inputs + steps.size(), 0);
+  for (const RowStep& s : steps) {
+    for (int a : s.args) {
+      if (a != kNoValue) ++uses[static_cast<size_t>(a)];
+    }
+  }
+  const auto dtype_of = [&](int v) {
+    return static_cast<size_t>(v) < inputs ? in.inputs[static_cast<size_t>(v)].desc.dtype
+                                           : steps[static_cast<size_t>(v) - inputs].meta.dtype;
+  };
+  const auto sixteen_bit_float = [](DType d) { return d == DType::bf16 || d == DType::f16; };
+  std::vector<int> alias(inputs + steps.size());
+  for (size_t v = 0; v < alias.size(); ++v) alias[v] = static_cast<int>(v);
+  std::vector<bool> dropped(steps.size(), false);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    RowStep& s = steps[k];
+    for (int& a : s.args) {
+      if (a != kNoValue) a = alias[static_cast<size_t>(a)];
+    }
+    if (s.op != OpId::to_copy || s.args.size() != 1 || s.args[0] == kNoValue) continue;
+    const int v = s.args[0];
+    const bool last = k + 1 == steps.size();
+    if (!last && s.meta.dtype == DType::f32 && sixteen_bit_float(dtype_of(v))) {
+      alias[inputs + k] = v;
+      dropped[k] = true;
+      continue;
+    }
+    if (static_cast<size_t>(v) < inputs || !sixteen_bit_float(s.meta.dtype) || uses[static_cast<size_t>(v)] != 1)
+      continue;
+    const size_t j = static_cast<size_t>(v) - inputs;
+    RowStep& producer = steps[j];
+    kernels::ActFunc func{};
+    kernels::BinaryAlu alu{};
+    const bool binary = producer.op == OpId::mul || producer.op == OpId::add || producer.op == OpId::sub;
+    const bool one_instruction = (binary && kernels::binary_alu(producer.op, alu)) ||
+                                 (producer.op != OpId::to_copy && kernels::unary_activation(producer.op, producer.attrs, func));
+    const bool full_row = !producer.meta.shape.empty() && producer.meta.shape.back() == in.cols &&
+                          s.meta.shape == producer.meta.shape;
+    if (producer.meta.dtype != DType::f32 || !one_instruction || !full_row || dropped[j] || (last && j + 1 != k))
+      continue;
+    producer.meta.dtype = s.meta.dtype;
+    alias[inputs + k] = v;
+    dropped[k] = true;
+  }
+  RowProgram out = in;
+  out.steps.clear();
+  std::vector<int> renumbered(inputs + steps.size(), kNoValue);
+  for (size_t i = 0; i < inputs; ++i) renumbered[i] = static_cast<int>(i);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (dropped[k]) continue;
+    RowStep s = steps[k];
+    for (int& a : s.args) {
+      if (a != kNoValue) a = renumbered[static_cast<size_t>(a)];
+    }
+    renumbered[inputs + k] = static_cast<int>(inputs + out.steps.size());
+    out.steps.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spec& spec, uint32_t sbuf_bytes) {
   if (p.steps.empty()) return std::string("the group has no ops");
   const int rank = p.lead.size() + 1;
@@ -927,17 +1000,18 @@ double time_alone(const device::Spec& spec, const RowProgram& program, const Pla
   return device::timing_only_ns(spec, kb.build());
 }
 
-std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
+std::optional<std::string> row_program_unsupported(const RowProgram& written, const device::Spec& spec,
                                                    uint32_t sbuf_bytes) {
-  std::variant<Plan, std::string> plan = make_plan(program, spec, sbuf_bytes);
+  std::variant<Plan, std::string> plan = make_plan(without_exact_casts(written), spec, sbuf_bytes);
   if (std::string* why = std::get_if<std::string>(&plan)) return std::move(*why);
   return std::nullopt;
 }
 
-std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& program,
+std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& written,
                                             const std::function<RowOperand()>& output,
                                             const RowsComputed& rows_computed, const RowsInSbuf* input_rows,
                                             bool* input_rows_read) {
+  const RowProgram program = without_exact_casts(written);
   std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
   Plan& plan = std::get<Plan>(planned);

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -421,6 +422,55 @@ TEST(RowLoopIntegerInputs, MaskedFillByARowOrAnElementMaskIsOneLoopWithTheOpByOp
   // The rows whose row_mask is 0 (every third) are the masked tokens.
   expect_one_loop_with_op_by_op_bits(&masked_fills, {from_vector(x, {rows, cols}), eq(row_mask, 0.0),
                                                      rand({rows, 1}, {}, &g) * 0.5, full_mask.to(DType::boolean)});
+}
+
+// LlamaRMSNorm in bf16 (examples/models/llama): the row in f32, normalized, rounded back to bf16, then
+// scaled by the weight; and the same without the weight, the rounding cast the result. The engines
+// read bf16 as f32 and round only when they write, so neither cast is a pass of its own (the Vector
+// engine's copies, two per row tile, were): x.to(f32) is x, and the normalization writes bf16.
+std::vector<Tensor> llama_rms_norm(const std::vector<Tensor>& a) {
+  const Tensor h = a[0].to(DType::f32);
+  return {a[1] * (h * rsqrt(mean(pow(h, 2.0), {-1}, true) + 1e-5)).to(DType::bf16)};
+}
+std::vector<Tensor> llama_rms_norm_unweighted(const std::vector<Tensor>& a) {
+  const Tensor h = a[0].to(DType::f32);
+  return {(h * rsqrt(mean(pow(h, 2.0), {-1}, true) + 1e-5)).to(DType::bf16)};
+}
+
+TEST(RowLoopCasts, LlamaRmsNormInBf16CastsInNoPassOfItsOwnWithTheOpByOpBits) {
+  const int64_t rows = 300, cols = 1024;
+  // Rows of +-0.5, 1, 2 (in bf16 exactly): their sums of squares are exact in f32 in any order, so the
+  // loop's accumulation order cannot move a bit, and what is compared is the casts' rounding.
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint64_t h = (i * 2654435761u) >> 7;
+    x[i] = (h % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, static_cast<int>((h >> 1) % 3) - 1);
+  }
+  Generator g(37);
+  const std::vector<Tensor> cpu = {from_vector(x, {rows, cols}).to(DType::bf16),
+                                   randn({cols}, TensorOptions(DType::bf16, Device::cpu()), &g)};
+  for (const RowFn fn : {&llama_rms_norm, &llama_rms_norm_unweighted}) {
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : cpu) metas.push_back({t.shape(), t.dtype()});
+    const Graph graph = optimize(capture_graph(fn, metas, Device::cpu()));
+    ASSERT_EQ(count_fused_rows(graph), 1) << dump(graph);
+    const device::Executable exe = lower(graph, device::Spec::builtin("trn2"), "llama_rms_norm");
+    EXPECT_EQ(metadata(exe, "compiled.row_loops"), "1");
+    for (const device::Engine e : {device::Engine::vector, device::Engine::scalar, device::Engine::gpsimd}) {
+      for (const device::Instruction& i : exe.stream(e)) {
+        if (i.source_op != device::kNoSourceOp) {
+          EXPECT_NE(exe.source_ops[i.source_op], "aten::_to_copy") << device::engine_name(e) << " casts in a pass";
+        }
+        EXPECT_NE(i.opcode, device::Opcode::tensor_copy) << device::engine_name(e) << " copies a row";
+      }
+    }
+    std::vector<Tensor> args;
+    for (const Tensor& t : cpu) args.push_back(t.to(kCore0));
+    const Tensor actual = compile(fn)(args)[0];
+    EXPECT_EQ(actual.dtype(), DType::bf16);
+    EXPECT_EQ(bytes_of(actual), bytes_of(fn(args)[0])) << "not the op-by-op kernels' bits";
+    EXPECT_EQ(bytes_of(actual), bytes_of(fn(cpu)[0])) << "not the CPU reference's bits";
+  }
 }
 
 }  // namespace
