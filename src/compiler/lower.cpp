@@ -709,8 +709,8 @@ class Lowerer {
   // kt * partitions + p, one column per row of the value (kernels::allocate_linear_activation's layout).
   // Transposed 128 columns at a time through the Tensor engine (y^T = y @ I, exact: one product by 1 and
   // the rest by 0 per element) into [w, rows] pieces of the PSUM range `acc`, `piece_stride` f32
-  // elements apart (none straddling a bank), and copied out alternately by the Vector and Scalar engines,
-  // or `on_scalar` all by the Scalar engine: a norm's rows, whose own steps keep the Vector engine the
+  // elements apart (none straddling a bank), and copied out two pieces at a time by the Vector and the
+  // Scalar engine in turn, or `on_scalar` all by the Scalar engine: a norm's rows, whose own steps keep the Vector engine the
   // busiest (bn_stats, the normalization, the weight; ESM-2 t12 at batch 4: 2752.0 -> 2736.0 us, Llama
   // small f32 at batch 4 2789.8 -> 2787.7; ESM-2 t12 at batch 1 and Llama tiny 0.1 us slower). c0 is a
   // multiple of the partitions.
@@ -720,26 +720,61 @@ class Lowerer {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
     const uint16_t mp = y.partition_count;
-    for (uint32_t c = 0, j = 0; c < y.dims[0].size; c += parts, ++j) {
-      const uint16_t w = static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - c));
+    const uint32_t pieces = (y.dims[0].size + parts - 1) / parts;
+    // Piece j's PSUM range and its place in the a^T (K tile (c0 + 128 j) / 128, rows m0..).
+    auto psum_piece = [&](uint32_t j, uint16_t w) {
       device::AccessPattern tp = acc;
       tp.partition_start = 0;
       tp.partition_count = w;
       tp.dim_count = 1;
       tp.dims[0] = {mp, 1};
       tp.offset = acc.offset + uint64_t{j} * piece_stride * 4;
-      device::AccessPattern st = y;
-      st.offset += uint64_t{c} * dtype_size(y.dtype);
-      st.dims[0].size = w;
-      builder_.matmul(tp, st, identity.region(0, mp, 0, mp), false);
-      const int64_t kt = (c0 + c) / parts;
-      const device::AccessPattern at =
-          kept.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
-      if (!on_scalar && j % 2 == 0) {
-        builder_.copy(at, tp);
-      } else {
-        builder_.activate(ActFunc::identity, at, tp);
+      return tp;
+    };
+    auto kept_piece = [&](uint32_t j, uint16_t w) {
+      const int64_t kt = c0 / parts + j;
+      return kept.activation->region(0, w, static_cast<uint32_t>(kt * m_total + m0), mp);
+    };
+    auto width = [&](uint32_t j) { return static_cast<uint16_t>(std::min<uint32_t>(parts, y.dims[0].size - j * parts)); };
+    auto transpose = [&](uint32_t j0, uint32_t j1) {
+      for (uint32_t j = j0; j < j1; ++j) {
+        device::AccessPattern st = y;
+        st.offset += uint64_t{j} * parts * dtype_size(y.dtype);
+        st.dims[0].size = width(j);
+        builder_.matmul(psum_piece(j, width(j)), st, identity.region(0, mp, 0, mp), false);
       }
+    };
+    // Copied out a run of pieces at a time, one instruction per run (its fixed cost once), pieces
+    // [j0, j1) of one width: PSUM pieces piece_stride apart into K tiles m_total apart.
+    auto copy_out = [&](uint32_t j0, uint32_t j1, bool scalar) {
+      const uint16_t w = width(j0);
+      device::AccessPattern from = psum_piece(j0, w), to = kept_piece(j0, w);
+      if (j1 - j0 > 1) {
+        from.dim_count = to.dim_count = 2;
+        from.dims[1] = to.dims[1] = {mp, 1};
+        from.dims[0] = {j1 - j0, static_cast<int32_t>(piece_stride)};
+        to.dims[0] = {j1 - j0, static_cast<int32_t>(m_total)};
+      }
+      if (scalar) {
+        builder_.activate(ActFunc::identity, to, from);
+      } else {
+        builder_.copy(to, from);
+      }
+    };
+    // Runs of two pieces, each transposed then copied out, by the Vector and the Scalar engine in turn
+    // (or all by the Scalar engine); a last piece of fewer columns is a run of its own. Measured against
+    // runs of 1, 3, 4 and 8 pieces (bench/README.md, issue 19, eighth session): longer runs wait for more
+    // transposes before their copy and lose where the Tensor engine waits for the a^T (ESM-2 t12 at
+    // batch 4 +2.8 us with 4), one piece a run pays every copy's fixed cost (Llama small f32 at batch 4
+    // 4.9 us slower, t33_650M 4.6).
+    constexpr uint32_t kRun = 2;
+    const uint32_t full = width(pieces - 1) == parts ? pieces : pieces - 1;
+    uint32_t run = 0;
+    for (uint32_t j0 = 0; j0 < pieces; ++run) {
+      const uint32_t j1 = j0 < full ? std::min(full, j0 + kRun) : pieces;
+      transpose(j0, j1);
+      copy_out(j0, j1, on_scalar || run % 2 == 1);
+      j0 = j1;
     }
   }
 
