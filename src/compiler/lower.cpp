@@ -2599,7 +2599,8 @@ Graph emission_order(const Graph& graph) {
 // the matmul kernel before its layer_norm; in Llama, the v and q projections' from the down
 // projection's kernel across the RMSNorm), and with the results of matmul epilogue groups and norms kept
 // in SBUF for the linears after them (ActivationChain; ESM-2's FC1 -> FC2, computed transposed into FC2's
-// a^T), each kept when faster. The prefetch
+// a^T; the chain of every kept result also with the other kernel queues and prefetch placement), each
+// kept when faster. The prefetch
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
@@ -2700,13 +2701,24 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // can turn with the chain (Llama small f32: the reach alone is slower, with the chain faster).
   // Without weight prefetches (t33_650M's weights are too large) the reach moves little, and two
   // lowerings more would cost compile() a third of its time there. A program with nothing kept is the
-  // same one as before and is not taken again.
+  // same one as before and is not taken again. The chain of every kept result (in_sbuf) is also timed
+  // with the kernels' transfers on the other queue choice and with the other prefetch placement: they
+  // were chosen on the program that keeps nothing, and keeping moves the transfers that the queues and
+  // the placement order (ESM-2 t6_8M at 32 tokens 317.5 -> 295.4 us with the other queue choice, Llama
+  // small bf16 at batch 1 519.3 -> 511.3 with the other placement; four lowerings more, about a third
+  // more of compile()'s time for ESM-2 t12 at batch 4).
   std::vector<Candidate> variants;
   for (const PrefetchReach r : {PrefetchReach::next_kernel, PrefetchReach::past_compute_bound}) {
     for (const ActivationChain c : {ActivationChain::through_hbm, ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf}) {
       if (r == PrefetchReach::next_kernel && c == ActivationChain::through_hbm) continue;  // timed above
       if (r == PrefetchReach::past_compute_bound && c != ActivationChain::through_hbm && !prefetched) continue;
       variants.push_back({placed_p, placed_q, placed_idle, r, c});
+      if (prefetched && c == ActivationChain::in_sbuf) {
+        const WeightPrefetch other =
+            placed_p == WeightPrefetch::always ? WeightPrefetch::after_loads : WeightPrefetch::always;
+        variants.push_back({other, placed_q, placed_idle, r, c});
+        variants.push_back({placed_p, placed_q, !placed_idle, r, c});
+      }
     }
   }
   std::vector<Timed> timed = lower_each(variants);

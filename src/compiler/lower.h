@@ -188,7 +188,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 24: a row loop's exact casts are no passes of their own (a 16-bit float widened to f32 is read as it is;
 //     an f32 row rounded to 16 bits is written so by the step that computes it)
 // 25: a result's transposes into the next linear's a^T copied out of PSUM two K tiles an instruction
-inline constexpr int kLoweringVersion = 25;
+// 26: the kept chain (ActivationChain::in_sbuf) also timed with the other kernel queues and prefetch placement
+inline constexpr int kLoweringVersion = 26;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
