@@ -189,7 +189,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     an f32 row rounded to 16 bits is written so by the step that computes it)
 // 25: a result's transposes into the next linear's a^T copied out of PSUM two K tiles an instruction
 // 26: the kept chain (ActivationChain::in_sbuf) also timed with the other kernel queues and prefetch placement
-inline constexpr int kLoweringVersion = 26;
+// 27: ... but a cast whose input is a step stays where an activation or a row sum reads it
+inline constexpr int kLoweringVersion = 27;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

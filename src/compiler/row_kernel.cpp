@@ -525,7 +525,8 @@ void choose_stages(const RowProgram& p, Plan& plan, uint64_t spare) {
 //    its f32 result and rounds it once, as the cast rounds the stored f32 result.
 // Each leaves the bits as they were and saves a pass over the row (LlamaRMSNorm's x.to(f32) and
 // (h * rstd).to(bf16): two Vector-engine copies per row tile). The cast that is the result stays unless
-// the step it rounds is the one before (that step then writes the result's dtype).
+// the step it rounds is the one before (that step then writes the result's dtype); so does a cast of a
+// step that an activation or a row sum reads (see below).
 RowProgram without_exact_casts(const RowProgram& in) {
   const size_t inputs = in.inputs.size();
   std::vector<RowStep> steps = in.steps;
@@ -551,6 +552,17 @@ RowProgram without_exact_casts(const RowProgram& in) {
     if (s.op != OpId::to_copy || s.args.size() != 1 || s.args[0] == kNoValue) continue;
     const int v = s.args[0];
     const bool last = k + 1 == steps.size();
+    // schedule() folds a step into the activation or the row sum that reads it (an immediate's add or
+    // product into the activation's bias or scale, an activation into its sum's accumulation), computing
+    // the pair in f32: across a dropped cast that would skip its rounding. So a cast whose input is a
+    // step stays when an activation or a row sum reads it.
+    const bool folding_reader = std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(k) + 1, steps.end(), [&](const RowStep& t) {
+      kernels::ActFunc f{};
+      const bool reads = std::find(t.args.begin(), t.args.end(), static_cast<int>(inputs + k)) != t.args.end();
+      return reads && (t.op == OpId::sum || t.op == OpId::mean ||
+                       (t.op != OpId::to_copy && kernels::unary_activation(t.op, t.attrs, f)));
+    });
+    if (static_cast<size_t>(v) >= inputs && folding_reader) continue;
     if (!last && s.meta.dtype == DType::f32 && sixteen_bit_float(dtype_of(v))) {
       alias[inputs + k] = v;
       dropped[k] = true;

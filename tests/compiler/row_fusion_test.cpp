@@ -464,6 +464,21 @@ TEST(RowLoopCasts, LlamaRmsNormInBf16CastsInNoPassOfItsOwnWithTheOpByOpBits) {
   }
 }
 
+// Where dropping a cast would let the loop's schedule fold the step before it into the activation
+// after it (an immediate's add into the activation's bias, computed in f32), the cast stays: its
+// rounding is part of the result. Narrowing: silu((x.to(f32) + 1).to(bf16)); widening: silu((x + 1).to(f32))
+// with x + 1 a bf16 step.
+std::vector<Tensor> silu_of_rounded_sum(const std::vector<Tensor>& a) {
+  return {silu((a[0].to(DType::f32) + 1.0).to(DType::bf16))};
+}
+std::vector<Tensor> silu_of_widened_sum(const std::vector<Tensor>& a) { return {silu((a[0] + 1.0).to(DType::f32))}; }
+
+TEST(RowLoopCasts, ACastStaysWhereDroppingItWouldFoldAwayItsRounding) {
+  Generator g(38);
+  const std::vector<Tensor> cpu = {randn({130, 300}, TensorOptions(DType::bf16, Device::cpu()), &g) * 4.0};
+  for (const RowFn fn : {&silu_of_rounded_sum, &silu_of_widened_sum}) expect_one_loop_with_op_by_op_bits(fn, cpu);
+}
+
 }  // namespace
 }  // namespace sightline::compiler
 
