@@ -710,10 +710,10 @@ class Lowerer {
   // Transposed 128 columns at a time through the Tensor engine (y^T = y @ I, exact: one product by 1 and
   // the rest by 0 per element) into [w, rows] pieces of the PSUM range `acc`, `piece_stride` f32
   // elements apart (none straddling a bank), and copied out two pieces at a time by the Vector and the
-  // Scalar engine in turn, or `on_scalar` all by the Scalar engine: a norm's rows, whose own steps keep the Vector engine the
-  // busiest (bn_stats, the normalization, the weight; ESM-2 t12 at batch 4: 2752.0 -> 2736.0 us, Llama
-  // small f32 at batch 4 2789.8 -> 2787.7; ESM-2 t12 at batch 1 and Llama tiny 0.1 us slower). c0 is a
-  // multiple of the partitions.
+  // Scalar engine in turn, or `on_scalar` all by the Scalar engine: a norm's rows, whose own steps keep
+  // the Vector engine the busiest (bn_stats, the normalization, the weight; ESM-2 t12 at batch 4: 2752.0
+  // -> 2736.0 us, Llama small f32 at batch 4 2789.8 -> 2787.7; ESM-2 t12 at batch 1 and Llama tiny 0.1 us
+  // slower). c0 is a multiple of the partitions.
   void transpose_to_kept(const kernels::PrefetchedWeight& kept, const kernels::Tile& identity,
                          const device::AccessPattern& y, const device::AccessPattern& acc, int64_t m0, int64_t c0,
                          int64_t row_length, uint32_t piece_stride, bool on_scalar = false) {
@@ -763,10 +763,10 @@ class Lowerer {
     };
     // Runs of two pieces, each transposed then copied out, by the Vector and the Scalar engine in turn
     // (or all by the Scalar engine); a last piece of fewer columns is a run of its own. Measured against
-    // runs of 1, 3, 4 and 8 pieces (bench/README.md, issue 19, eighth session): longer runs wait for more
-    // transposes before their copy and lose where the Tensor engine waits for the a^T (ESM-2 t12 at
-    // batch 4 +2.8 us with 4), one piece a run pays every copy's fixed cost (Llama small f32 at batch 4
-    // 4.9 us slower, t33_650M 4.6).
+    // runs of 1, 3 and 4 pieces and of a whole row tile's (bench/README.md, issue 19, eighth session):
+    // longer runs wait for more transposes before their copy and lose where the Tensor engine waits for
+    // the a^T (ESM-2 t12 at batch 4 +2.8 us with 4), one piece a run pays every copy's fixed cost (Llama
+    // small f32 at batch 4 4.9 us slower, t33_650M 4.6).
     constexpr uint32_t kRun = 2;
     const uint32_t full = width(pieces - 1) == parts ? pieces : pieces - 1;
     uint32_t run = 0;
