@@ -190,7 +190,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 25: a result's transposes into the next linear's a^T copied out of PSUM two K tiles an instruction
 // 26: the kept chain (ActivationChain::in_sbuf) also timed with the other kernel queues and prefetch placement
 // 27: ... but a cast whose input is a step stays where an activation or a row sum reads it
-inline constexpr int kLoweringVersion = 27;
+// 28: attention's exp subtracts the max as its bias operand (and applies the scale where the mask allows),
+//     every head's max in one reduction, its placement by the staged pipeline's schedule
+inline constexpr int kLoweringVersion = 28;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

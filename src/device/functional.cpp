@@ -1011,11 +1011,18 @@ void FunctionalExecutor::reduce_row(const Step& s, uint32_t p) {
   const View &dst = s.v[0], &a = s.v[1];
   const size_t n = a.elements;
   const float* av = load_f32(a, p, a_.data());
-  float acc = reduce_identity(s.in->alu());
+  // dst[p, j] reduces the j-th run of n / outputs elements: the innermost dims (validate.cpp).
+  const size_t outputs = dst.elements, run = n / outputs;
+  const bool negate = (s.in->flags & kFlagNegate) != 0;
+  float* out = c_.data();
   with_alu(s.in->alu(), [&](auto op) {
-    for (size_t i = 0; i < n; ++i) acc = op(acc, av[i]);
+    for (size_t j = 0; j < outputs; ++j) {
+      float acc = reduce_identity(s.in->alu());
+      for (size_t i = j * run; i < (j + 1) * run; ++i) acc = op(acc, av[i]);
+      out[j] = negate ? -acc : acc;
+    }
   });
-  store(dst, p, &acc);
+  store(dst, p, out);
 }
 
 void FunctionalExecutor::stats_row(const Step& s, uint32_t p) {
@@ -1033,22 +1040,22 @@ void FunctionalExecutor::stats_row(const Step& s, uint32_t p) {
 
 void FunctionalExecutor::activation_row(const Step& s, uint32_t p) {
   const Instruction& in = *s.in;
-  const View &dst = s.v[0], &a = s.v[1], &scale = s.v[2], &acc = s.v[3];
+  const View &dst = s.v[0], &a = s.v[1], &column = s.v[2], &acc = s.v[3];
   const size_t n = a.elements;
   const float* av = load_f32(a, p, a_.data());
-  float factor = in.imm0;
-  if (in.src1.present()) load(scale, p, &factor);
+  float factor = in.imm0, bias = in.imm1;
+  if (in.src1.present()) load(column, p, (in.flags & kFlagBiasOperand) ? &bias : &factor);
   float* out = target(dst, p, c_.data(), {av}, n);
   float sum = 0;
 #ifdef SIGHTLINE_AVX2_PATHS
   if (in.act() == ActFunc::square && in.aux.present() && have_avx2()) {
-    square_sum_avx2(av, factor, in.imm1, out, n, &sum);
+    square_sum_avx2(av, factor, bias, out, n, &sum);
     commit(dst, p, out);
     store(acc, p, &sum);
     return;
   }
 #endif
-  apply_activation(in.act(), av, factor, in.imm1, out, n, in.aux.present() ? &sum : nullptr);
+  apply_activation(in.act(), av, factor, bias, out, n, in.aux.present() ? &sum : nullptr);
   commit(dst, p, out);
   if (in.aux.present()) store(acc, p, &sum);
 }

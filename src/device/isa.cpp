@@ -191,8 +191,10 @@ Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPatter
   return in;
 }
 
-Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src) {
-  return make(Opcode::tensor_reduce, static_cast<uint8_t>(op), dst, src);
+Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src, bool negate) {
+  Instruction in = make(Opcode::tensor_reduce, static_cast<uint8_t>(op), dst, src);
+  if (negate) in.flags = kFlagNegate;
+  return in;
 }
 
 Instruction bn_stats(const AccessPattern& dst, const AccessPattern& src) {
@@ -208,6 +210,15 @@ Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern
   Instruction in = make(Opcode::activate, static_cast<uint8_t>(func), dst, src);
   in.imm0 = scale;
   in.imm1 = bias;
+  return in;
+}
+
+Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale,
+                     const AccessPattern& per_partition_bias) {
+  Instruction in = make(Opcode::activate, static_cast<uint8_t>(func), dst, src);
+  in.imm0 = scale;
+  in.src1 = per_partition_bias;
+  in.flags = kFlagBiasOperand;
   return in;
 }
 

@@ -73,6 +73,10 @@ class Checker {
     where_.opcode = &in.opcode;
     if ((in.flags & kFlagGpSimd) && !opcode_runs_on(in.opcode, Engine::gpsimd))
       error("only tensor_tensor and tensor_scalar can run on GpSimd (flag {})", int(kFlagGpSimd));
+    if ((in.flags & kFlagNegate) && in.opcode != Opcode::tensor_reduce)
+      error("only tensor_reduce negates its result (flag {})", int(kFlagNegate));
+    if ((in.flags & kFlagBiasOperand) && (in.opcode != Opcode::activate || !in.src1.present()))
+      error("the bias operand flag ({}) needs an activate with its bias column in src1", int(kFlagBiasOperand));
     if (in.engine() != engine) {
       error("{} runs on the {} engine, not in the {} stream", opcode_name(in.opcode),
             engine_name(in.engine()), engine_name(engine));
@@ -241,9 +245,21 @@ class Checker {
         same_shape(in.dst, "dst", in.src0, "src0");
         if (in.src1.present()) per_partition(in.src1, "scalar operand src1", in.src0, 1);
         break;
-      case Opcode::tensor_reduce:
-        per_partition(in.dst, "dst", in.src0, 1);
+      case Opcode::tensor_reduce: {
+        // Over the innermost free dims: dst holds one result per element of src0's outer dims (none: one).
+        uint64_t outer = 1;
+        bool found = in.dst.free_elements() == 1;
+        for (int d = 0; d + 1 < in.src0.dim_count && !found; ++d) {
+          outer *= in.src0.dims[d].size;
+          found = in.dst.free_elements() == outer;
+        }
+        if (in.dst.partition_count != in.src0.partition_count || !found) {
+          error("dst must be [{}, 1], or [{}, the product of src0's outer free dims] to reduce its innermost "
+                "dims only; got [{}, {}]",
+                in.src0.partition_count, in.src0.partition_count, in.dst.partition_count, in.dst.free_elements());
+        }
         break;
+      }
       case Opcode::bn_stats:
         per_partition(in.dst, "dst (mean, variance)", in.src0, 2);
         break;
@@ -263,7 +279,10 @@ class Checker {
         break;
       case Opcode::activate:
         same_shape(in.dst, "dst", in.src0, "src0");
-        if (in.src1.present()) per_partition(in.src1, "scale operand src1", in.src0, 1);
+        if (in.src1.present()) {
+          per_partition(in.src1, (in.flags & kFlagBiasOperand) ? "bias operand src1" : "scale operand src1",
+                        in.src0, 1);
+        }
         if (in.aux.present()) per_partition(in.aux, "accumulator aux", in.src0, 1);
         break;
       case Opcode::partition_all_reduce:

@@ -55,6 +55,8 @@ std::string instruction_text(const device::Executable& exe, const Instruction& i
   if (in.imm0 != 0 || in.imm1 != 0) s += fmt::format(" imm=({}, {})", in.imm0, in.imm1);
   if (in.flags & device::kFlagAccumulate) s += " accumulate";
   if (in.flags & device::kFlagReverse) s += " reverse";
+  if (in.flags & device::kFlagNegate) s += " negate";
+  if (in.flags & device::kFlagBiasOperand) s += " bias=src1";
   for (const auto& w : in.waits) s += fmt::format(" wait(S[{}]>={})", w.semaphore, w.value);
   for (const auto& u : in.updates) s += fmt::format(" update(S[{}]{:+})", u.semaphore, u.delta);
   if (in.source_op != device::kNoSourceOp && in.source_op < exe.source_ops.size()) {

@@ -4,7 +4,11 @@
 //   VectorE  scores += bias                          additive mask; -inf where a bool mask is false or
 //                                                    (is_causal) where key j > query i (GpSimd iota);
 //                                                    with a scale of 1, added in the evacuation
-//   VectorE / ScalarE  softmax along the free axis   max, subtract, P = exp with the row sum
+//   VectorE / ScalarE  softmax along the free axis   -max, P = exp(scores - max) with the row sum (the
+//                                                    max's subtraction is the exp's bias operand)
+// Where the mask adds only 0 or -inf (none, bool, causal) and the scale is positive, the scores leave
+// PSUM unscaled (with the mask added on the way) and the exp applies the scale: exp(x * scale - max x
+// * scale), the same bits as scaling first (rounding is monotonic), one pass of the scores fewer.
 //   TensorE  P^T chunks = P @ I (the transpose through the array), then out[Lq, Ev] += P^T^T @ v
 //   ScalarE / VectorE  out = (P v) / sum             evacuating PSUM (times 1 / sum, or divided)
 // so the scores and probabilities never leave SBUF/PSUM: the HBM traffic is q, k, v, the mask and the
@@ -25,6 +29,7 @@
 // sequences would need a tiled (flash) schedule, and the error says to use the eager composition.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -208,8 +213,9 @@ void build_attention(EagerContext& c) {
 
   // One item's body is a chain of parts, each on one engine (or one of two, placed below):
   //   scores (Tensor) | scale (Scalar or Vector; Vector with the mask where the scale is 1) |
-  //   mask (Vector or GpSimd) | row max (Vector) | subtract the max (Vector or GpSimd) |
-  //   exp with the row sum (Scalar) | 1 / sum (Scalar or GpSimd, for a Scalar evacuation of P v) |
+  //   mask (Vector or GpSimd) | -row max (Vector) | its scaling (Vector or GpSimd, where the exp scales) |
+  //   exp with the row sum (Scalar; the max's subtraction is its bias) | 1 / sum (Scalar or GpSimd, for a
+  //   Scalar evacuation of P v) |
   //   P^T (Tensor; evacuated by Vector or Scalar) | P v (Tensor, a stage later: not waiting for P^T) |
   //   evacuate P v normalized (Scalar: times 1 / sum; Vector: divided by the sum) and store (DMA)
   // Every engine runs its stream in order, so a body emitted whole keeps each engine waiting on the
@@ -219,7 +225,7 @@ void build_attention(EagerContext& c) {
   // exponentiates one item, the Vector engine takes the next one's row max and the Tensor engine an
   // earlier one's P v. The loads run `ahead` items in front. The rings (allocate_rings) grow with the
   // stages their values span; where they do not fit, the body is one stage, one item behind its loads.
-  enum Part : int { kScores, kScale, kMask, kMax, kSubtract, kExp, kNormalize, kTranspose, kValues, kOut, kParts };
+  enum Part : int { kScores, kScale, kMask, kMax, kBias, kExp, kNormalize, kTranspose, kValues, kOut, kParts };
   struct Schedule {
     size_t ahead = 1;
     bool staged = false;  // every part a stage of its own; else the whole body is one stage
@@ -250,6 +256,10 @@ void build_attention(EagerContext& c) {
   const size_t query_tiles = static_cast<size_t>((l + lq_max - 1) / lq_max);
   bool bias_per_tile = false;
   const float scale = static_cast<float>(c.attrs.scalar), neg_inf = -std::numeric_limits<float>::infinity();
+  // The exp applies the scale where the mask adds 0 or -inf only (none, bool, causal: they commute with a
+  // positive scale) and the scale is positive (the max of the scaled scores is the scaled max): the scores
+  // leave PSUM unscaled, with the mask added on the way.
+  const bool scale_in_exp = scale > 0.0f && std::isfinite(scale) && !(mask && mask->dtype != DType::boolean);
   const uint32_t moving_max = spec.tensor.moving_free_max;
   const uint16_t ep = static_cast<uint16_t>(e);
 
@@ -258,7 +268,7 @@ void build_attention(EagerContext& c) {
   // multiply differ only on -0 (x * s + 0 gives +0, a multiply keeps -0: the values compare equal),
   // and 1 / sum then a multiply differs from a division in the last bit, within the tests' tolerances.
   struct Placement {
-    Engine mask = Engine::vector, subtract = Engine::vector;
+    Engine mask = Engine::vector, bias = Engine::vector;  // bias: the scaling of -max (kBias)
     Engine scale = Engine::scalar;  // the scores' evacuation: an activation, or a Vector multiply
     // With a scale of 1 the evacuation can add the mask (or the bias) on its way out of PSUM (Vector).
     bool mask_in_evacuation = false;
@@ -307,7 +317,8 @@ void build_attention(EagerContext& c) {
     // Head h's keys of the scores (PSUM: `it.sp`) or of an SBUF row tile; all heads' scores at once.
     const auto keys = [&](const Tile& t, uint32_t h) { return t.region(0, lp, h * sf, sf); };
     const auto all_scores = [&] { return it.scores.region(0, lp, 0, g * sf); };
-    const auto sum_of = [&](uint32_t h) { return it.stats.column(lp, g + h); };  // stats: g maxima, g sums
+    // stats: g exp biases (-max, times the scale where the exp applies it), then g row sums.
+    const auto sum_of = [&](uint32_t h) { return it.stats.column(lp, g + h); };
     std::vector<Instruction> out;
     switch (which) {
       case kScores:  // scores = q k^T, one matmul per PSUM bank of keys
@@ -320,15 +331,18 @@ void build_attention(EagerContext& c) {
           }
         }
         break;
-      case kScale: {  // * scale into SBUF (f32); with a scale of 1, + the mask on the way
+      case kScale: {  // * scale into SBUF (f32) unless the exp applies it; + the mask on the way where it can
         const AccessPattern raw = it.sp.region(0, lp, 0, g * sf);
+        const float by = scale_in_exp ? 1.0f : scale;
         if (pl.mask_in_evacuation) {
           const AccessPattern addend = mask_addend(out, it, pl);
           out.push_back(device::tensor_tensor(AluOp::add, all_scores(), raw, over_heads(addend, g)));
         } else if (pl.scale == Engine::scalar) {
-          out.push_back(device::activate(ActFunc::identity, all_scores(), raw, scale));
+          out.push_back(device::activate(ActFunc::identity, all_scores(), raw, by));
+        } else if (by == 1.0f) {
+          out.push_back(device::tensor_copy(all_scores(), raw));
         } else {
-          out.push_back(device::tensor_scalar(AluOp::multiply, all_scores(), raw, scale));
+          out.push_back(device::tensor_scalar(AluOp::multiply, all_scores(), raw, by));
         }
         break;
       }
@@ -339,20 +353,24 @@ void build_attention(EagerContext& c) {
               device::tensor_tensor(AluOp::add, all_scores(), all_scores(), over_heads(addend, g), pl.mask));
         }
         break;
-      case kMax:  // the softmax along the keys, in SBUF
-        for (uint32_t h = 0; h < g; ++h) {
-          out.push_back(device::tensor_reduce(AluOp::max, it.stats.column(lp, h), keys(it.scores, h)));
+      case kMax: {  // the softmax along the keys, in SBUF: every head's -max at once, the exps' biases
+        AccessPattern heads = all_scores();
+        heads.dims[0] = device::FreeDim{g, static_cast<int32_t>(sf)};
+        heads.dims[1] = device::FreeDim{sf, 1};
+        heads.dim_count = 2;
+        out.push_back(device::tensor_reduce(AluOp::max, it.stats.region(0, lp, 0, g), heads, /*negate=*/true));
+        break;
+      }
+      case kBias:  // -max x scale, every head at once, where the exp applies the scale
+        if (scale_in_exp && scale != 1.0f) {
+          const AccessPattern biases = it.stats.region(0, lp, 0, g);
+          out.push_back(device::tensor_scalar(AluOp::multiply, biases, biases, scale, false, pl.bias));
         }
         break;
-      case kSubtract:
+      case kExp:  // P = exp(scores x scale - max), unnormalized, in the input dtype; the row sum beside it
         for (uint32_t h = 0; h < g; ++h) {
-          out.push_back(device::tensor_scalar(AluOp::subtract, keys(it.scores, h), keys(it.scores, h),
-                                              it.stats.column(lp, h), false, pl.subtract));
-        }
-        break;
-      case kExp:  // P = exp, unnormalized, in the input dtype; the row sum beside it
-        for (uint32_t h = 0; h < g; ++h) {
-          Instruction exp = device::activate(ActFunc::exp, keys(it.p, h), keys(it.scores, h));
+          Instruction exp = device::activate(ActFunc::exp, keys(it.p, h), keys(it.scores, h),
+                                             scale_in_exp ? scale : 1.0f, it.stats.column(lp, h));
           exp.aux = sum_of(h);
           out.push_back(exp);
         }
@@ -419,11 +437,9 @@ void build_attention(EagerContext& c) {
   };
 
   // The placement by the spec's costs (device::compute_instruction_ns), of one full item's parts: the
-  // one minimizing (items - 1) x the busiest engine's work per item + every engine's work (the items
-  // pipeline, and the last one's chain drains after them), as compile()'s row loops place their steps.
-  // The previous kernel's placement (the mask and the subtraction on the Vector engine, the evacuations
-  // of the scores and of P v and the reciprocal on the Scalar engine, P^T's evacuations alternating)
-  // wins ties.
+  // one whose items end first when run through the staged pipeline (`cost` below). The previous kernel's
+  // placement (the mask and the max's scaling on the Vector engine, the evacuations of the scores and of
+  // P v and the reciprocal on the Scalar engine, P^T's evacuations alternating) wins ties.
   Placement place{.evac_on_scalar = s_chunks / 2};
   {
     const uint16_t lp = static_cast<uint16_t>(lq_max);
@@ -451,22 +467,40 @@ void build_attention(EagerContext& c) {
     probe.transposes.assign(static_cast<size_t>(s_chunks), {tile(Memory::psum, DType::f32, parts, g * lp),
                                                             tile(Memory::sbuf, dt, parts, g * lp)});
     ident = tile(Memory::sbuf, dt, parts, lp);
+    // The staged pipeline as the engines run it (pipeline_staged's order: at step t, part p of item t - p):
+    // each engine in program order, each part after the item's part before it. A sum of the busiest
+    // engine's work per item missed the chain: it put the mask's add in the scores' evacuation on ESM-2,
+    // where that chain (evacuation, then the max, on the Vector engine) made the kernel longer.
     const auto cost = [&](const Placement& pl) {
-      std::array<double, device::kEngineCount> work{};
+      std::array<std::vector<std::pair<size_t, double>>, kParts> chain;  // per part: (engine, ns) in order
       for (int which = 0; which < kParts; ++which) {
         for (const Instruction& in : part_instructions(which, probe, pl)) {
-          work[static_cast<size_t>(in.engine())] += device::compute_instruction_ns(spec, in);
+          chain[static_cast<size_t>(which)].emplace_back(static_cast<size_t>(in.engine()),
+                                                         device::compute_instruction_ns(spec, in));
         }
       }
-      double total = 0;
-      for (double w : work) total += w;
-      return static_cast<double>(items.size() - 1) * *std::max_element(work.begin(), work.end()) + total;
+      const size_t n = items.size();
+      std::array<double, device::kEngineCount> engine_free{};
+      std::vector<double> done(n, 0.0);  // per item, the end of its latest part
+      double end = 0;
+      for (size_t step = 0; step + 1 < n + kParts; ++step) {
+        for (size_t part = 0; part < kParts && part <= step; ++part) {
+          const size_t i = step - part;
+          if (i >= n) continue;
+          for (const auto& [engine, ns] : chain[part]) {
+            done[i] = engine_free[engine] = std::max(engine_free[engine], done[i]) + ns;
+          }
+          end = std::max(end, done[i]);
+        }
+      }
+      return end;
     };
     double best = cost(place);
-    // The mask can join the evacuation only where nothing scales between them (a graph that scaled q).
-    const bool can_fuse_mask = (mask || causal) && scale == 1.0f;
+    // The mask can join the evacuation only where nothing scales between them (a graph that scaled q, or
+    // the exp applies the scale).
+    const bool can_fuse_mask = (mask || causal) && (scale == 1.0f || scale_in_exp);
     for (const Engine mask_on : {Engine::vector, Engine::gpsimd}) {
-      for (const Engine subtract_on : {Engine::vector, Engine::gpsimd}) {
+      for (const Engine bias_on : {Engine::vector, Engine::gpsimd}) {
         for (const Engine scale_on : {Engine::scalar, Engine::vector}) {
           for (const bool fuse : {false, true}) {
             if (fuse && (!can_fuse_mask || scale_on != Engine::vector)) continue;
@@ -474,7 +508,7 @@ void build_attention(EagerContext& c) {
               for (const Engine reciprocal_on : {Engine::scalar, Engine::gpsimd}) {
                 if (out_on == Engine::vector && reciprocal_on != Engine::scalar) continue;  // none to place
                 for (int64_t on_scalar = 0; on_scalar <= s_chunks; ++on_scalar) {
-                  const Placement pl{mask_on, subtract_on, scale_on, fuse, out_on, reciprocal_on, on_scalar};
+                  const Placement pl{mask_on, bias_on, scale_on, fuse, out_on, reciprocal_on, on_scalar};
                   if (const double ns = cost(pl); ns < best) best = ns, place = pl;
                 }
               }

@@ -133,6 +133,22 @@ TEST(DeviceErrors, OperandRulesPerEngine) {
   flagged_copy.flags = kFlagGpSimd;
   expect_mentions(run_error(one(flagged_copy)), {"only tensor_tensor and tensor_scalar can run on GpSimd"});
   EXPECT_THROW(tensor_tensor(AluOp::add, s, s, s, Engine::scalar), Error);
+  // The negate and bias-operand flags belong to tensor_reduce and activate; a reduction's dst holds one
+  // result, or one per index of src0's outer dims.
+  Instruction negated_copy = tensor_copy(s, s);
+  negated_copy.flags = kFlagNegate;
+  expect_mentions(run_error(one(negated_copy)), {"only tensor_reduce negates"});
+  Instruction bias_without_column = activate(ActFunc::exp, s, s);
+  bias_without_column.flags = kFlagBiasOperand;
+  expect_mentions(run_error(one(bias_without_column)), {"bias operand flag", "src1"});
+  expect_mentions(run_error(one(activate(ActFunc::exp, s, s, 1.0f, sbuf(0, 128, 64, DType::f32, {2})))),
+                  {"bias operand src1 must be [128, 1]"});
+  AccessPattern heads = s;
+  heads.dims[0] = {2, 4};
+  heads.dims[1] = {4, 1};
+  heads.dim_count = 2;
+  expect_mentions(run_error(one(tensor_reduce(AluOp::max, sbuf(0, 128, 64, DType::f32, {4}), heads))),
+                  {"product of src0's outer free dims", "got [128, 4]"});
   Executable wrong_stream;
   wrong_stream.name = "wrong";
   wrong_stream.stream(Engine::scalar).push_back(tensor_copy(s, s));

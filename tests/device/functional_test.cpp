@@ -153,6 +153,70 @@ TEST(DeviceFunctional, CopyCastsWithRoundToNearestEven) {
   }
 }
 
+// tensor_reduce over the innermost dim of [P, 4, 75] (one result per outer index, as a softmax's max
+// per head), negated (the exp's bias), against a reduction of each run.
+TEST(DeviceFunctional, ReductionsOverTheInnermostDimNegated) {
+  const std::vector<float> a = random_values(kP * kN, -3.0f, 3.0f, 11);
+  constexpr uint32_t kOuter = 4, kInner = kN / kOuter;
+  for (const bool negate : {false, true}) {
+    for (AluOp op : {AluOp::add, AluOp::max}) {
+      Harness h(Spec::builtin());
+      AccessPattern sa = h.input("a", kP, kN, DType::f32, a, 0);
+      sa.dims[0] = {kOuter, static_cast<int32_t>(kInner)};
+      sa.dims[1] = {kInner, 1};
+      sa.dim_count = 2;
+      AccessPattern out = sbuf(0, kP, kRow, DType::f32, {kOuter});
+      h.output("out", out);
+      const auto got = h.run(tensor_reduce(op, out, sa, negate));
+      std::vector<float> want(kP * kOuter);
+      for (uint32_t p = 0; p < kP; ++p) {
+        for (uint32_t j = 0; j < kOuter; ++j) {
+          float acc = op == AluOp::add ? 0.0f : -INFINITY;
+          for (uint32_t i = 0; i < kInner; ++i) {
+            const float x = a[p * kN + j * kInner + i];
+            acc = op == AluOp::add ? acc + x : std::max(acc, x);
+          }
+          want[p * kOuter + j] = negate ? -acc : acc;
+        }
+      }
+      SCOPED_TRACE(std::string(alu_op_name(op)) + (negate ? " negated" : ""));
+      expect_close(got[0], want, 1e-5f);
+    }
+  }
+}
+
+// activate with a bias column (kFlagBiasOperand): exp(x * scale + bias[p]), softmax's exp(x - max) in one
+// pass, with the row sum; bit for bit what the activation with the same bias as an immediate gives.
+TEST(DeviceFunctional, ActivationWithAPerPartitionBias) {
+  const std::vector<float> a = random_values(kP * kN, -2.0f, 2.0f, 12), bias = random_values(kP, -1.0f, 1.0f, 13);
+  const float scale = 0.125f;
+  Harness h(Spec::builtin());
+  AccessPattern sa = h.input("a", kP, kN, DType::f32, a, 0);
+  AccessPattern sb = h.input("bias", kP, 1, DType::f32, bias, kRow);
+  AccessPattern out = sbuf(0, kP, 2 * kRow, DType::f32, {kN});
+  AccessPattern sum = sbuf(0, kP, 3 * kRow, DType::f32, {1});
+  h.output("out", out);
+  h.output("sum", sum);
+  Instruction in = activate(ActFunc::exp, out, sa, scale, sb);
+  EXPECT_EQ(in.flags, kFlagBiasOperand);
+  in.aux = sum;
+  const auto got = h.run(in);
+  for (uint32_t p = 0; p < kP; ++p) {
+    Harness row(Spec::builtin());
+    const std::vector<float> one_row(a.begin() + p * kN, a.begin() + (p + 1) * kN);
+    AccessPattern ra = row.input("a", 1, kN, DType::f32, one_row, 0);
+    AccessPattern rout = sbuf(0, 1, kRow, DType::f32, {kN});
+    AccessPattern rsum = sbuf(0, 1, 2 * kRow, DType::f32, {1});
+    row.output("out", rout);
+    row.output("sum", rsum);
+    Instruction immediate = activate(ActFunc::exp, rout, ra, scale, bias[p]);
+    immediate.aux = rsum;
+    const auto want = row.run(immediate);
+    for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(got[0][p * kN + i], want[0][i]) << "partition " << p << " at " << i;
+    ASSERT_EQ(got[1][p], want[1][0]) << "the row sum of partition " << p;
+  }
+}
+
 TEST(DeviceFunctional, ActivationFunctionsWithScaleBiasAndAccumulate) {
   const std::vector<float> a = random_values(kP * kN, 0.1f, 2.0f, 7);
   const float scale = 0.75f, bias = 0.25f;

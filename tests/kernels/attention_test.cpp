@@ -96,6 +96,47 @@ TEST(EagerAttention, BlocksOfHeadsShareTheirTransfers) {
   EXPECT_LT(compute(many) - 2, kHeads * (compute(one) - 2));
 }
 
+// The softmax costs two passes of the scores past their evacuation: each item's maxima in one reduction
+// (negated: the exps' biases), then the exp with that bias operand. No pass subtracts the max. Where the
+// mask adds 0 or -inf (none, bool, causal) and the scale is positive, the exp also applies the scale: no
+// pass of the scores multiplies by it, only the maxima are scaled. An additive mask is added after the
+// scale, as the reference does, so there the evacuation scales and the exp's scale is 1.
+TEST(EagerAttention, TheExpSubtractsTheMaxAndAppliesTheScale) {
+  constexpr int64_t kHeads = 16;
+  constexpr float kScale = 0.125f;
+  const Tensor q = random({1, kHeads, 128, 64}), k = random({1, kHeads, 128, 64}), v = random({1, kHeads, 128, 64});
+  const Tensor additive = randn({1, 1, 128, 128}, DType::f32);
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "an additive mask");
+    std::vector<Tensor> inputs = {q, k, v};
+    if (!causal) inputs.push_back(additive);
+    const DeviceResult r =
+        check_op(OpId::scaled_dot_product_attention, inputs, attention_attrs(kScale, causal), 1e-5);
+    int exps = 0, reductions = 0;
+    for (const auto& stream : r.exe.engines) {
+      for (const device::Instruction& in : stream) {
+        const bool elementwise =
+            in.opcode == device::Opcode::tensor_scalar || in.opcode == device::Opcode::tensor_tensor;
+        EXPECT_FALSE(elementwise &&
+                     in.alu() == device::AluOp::subtract);
+        if (in.opcode == device::Opcode::activate && in.act() == device::ActFunc::exp) {
+          ++exps;
+          EXPECT_EQ(in.flags, device::kFlagBiasOperand);
+          EXPECT_EQ(in.imm0, causal ? kScale : 1.0f);
+        } else if (in.opcode == device::Opcode::tensor_reduce) {
+          ++reductions;
+          EXPECT_EQ(in.flags, device::kFlagNegate);
+          EXPECT_EQ(in.dst.free_elements(), in.src0.dims[0].size);  // one max per head of the item
+        } else if (causal && in.imm0 == kScale) {
+          EXPECT_LE(in.src0.free_elements(), uint64_t{kHeads}) << "only the maxima are scaled";
+        }
+      }
+    }
+    EXPECT_EQ(exps, kHeads);
+    EXPECT_LT(reductions, kHeads);
+  }
+}
+
 TEST(EagerAttention, ManyHeadsMatchTheCpuReference) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     const Tensor q = random({2, 12, 128, 24}, dtype), k = random({2, 12, 128, 24}, dtype),

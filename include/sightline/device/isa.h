@@ -46,7 +46,9 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 //   gives src0 where src1 != 0, else 0, keep_unless the reverse: the halves of a select);
 //   tensor_scalar: dst = alu(src0, s), s = src1[p, 0] when src1 is set, else imm0 (flag reverse:
 //   alu(s, src0)); tensor_reduce: dst[p, 0] = reduce(alu) over every free element of src0[p, :], alu add
-//   or max/min; bn_stats: dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]; tensor_copy:
+//   or max/min; where dst has one element per index of src0's outer free dims, dst[p, j] reduces only the
+//   innermost dims, at j (nki.isa.tensor_reduce's `axis`); kFlagNegate: dst = -reduce (its `negate`);
+//   bn_stats: dst[p, 0] = mean, dst[p, 1] = population variance of src0[p, :]; tensor_copy:
 //   dst = src0 with dtype conversion; tensor_scan: dst[p, i] = alu(dst[p, i - 1], src0[p, i]) along the
 //   flat free index, dst[p, 0] = src0[p, 0], alu add, max or min (cumsum, cummax); max8: dst[p, 0..k) =
 //   the k <= 8 largest values of src0[p, :] in descending order (NaN above every number), k the free size
@@ -55,7 +57,9 @@ inline constexpr int kMemoryCount = 0 SIGHTLINE_MEMORY_TABLE(SIGHTLINE_ISA_COUNT
 //   distinct indices of the top k (torch.topk's, ties in index order); a value that is not there is an
 //   error. The three are one pass of src0 through the engine each.
 // Scalar engine: activate: dst = func(src0 * scale + bias), scale = src1[p, 0] when set, else imm0;
-//   bias = imm1. With an `aux` operand, aux[p, 0] = sum over the free axis of the results.
+//   bias = imm1; with kFlagBiasOperand, bias = src1[p, 0] and scale = imm0 (the engine adds a
+//   per-partition bias vector, as nki.isa.activation's `bias`). With an `aux` operand, aux[p, 0] = sum
+//   over the free axis of the results.
 // GpSimd engine: iota: dst[p, i] = imm0 + imm1 * p + i (i = flat free index); partition_all_reduce:
 //   dst[p, i] = reduce(alu) over q of src0[q, i], for every p in dst.
 // DMA queue: dma_copy: dst = src0 with dtype conversion (HBM<->SBUF, SBUF<->SBUF, PSUM->SBUF,
@@ -134,6 +138,13 @@ inline constexpr uint8_t kFlagReverse = 2;     // tensor_scalar: scalar is the l
 // documents both as running on either engine (`engine=` of nki.isa.tensor_tensor / tensor_scalar);
 // GpSimd cannot reach PSUM (validate.cpp). Without the flag the instruction runs on its opcode's engine.
 inline constexpr uint8_t kFlagGpSimd = 4;
+// tensor_reduce: write the reduction times -1 ("at no additional performance cost", nki.isa.tensor_reduce,
+// https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html).
+inline constexpr uint8_t kFlagNegate = 8;
+// activate: src1 is the per-partition bias instead of the scale, which is imm0 (nki.isa.activation takes
+// a bias vector "at no additional performance cost": softmax's exp(x - max) in one pass,
+// https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html).
+inline constexpr uint8_t kFlagBiasOperand = 16;
 
 std::string_view engine_name(Engine e);
 std::string_view memory_name(Memory m);
@@ -232,11 +243,14 @@ Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPatter
 Instruction tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
                           const AccessPattern& per_partition_scalar, bool reverse = false,
                           Engine on = Engine::vector);
-Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
+Instruction tensor_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src, bool negate = false);
 Instruction bn_stats(const AccessPattern& dst, const AccessPattern& src);
 Instruction tensor_copy(const AccessPattern& dst, const AccessPattern& src);
 Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale = 1.0f,
                      float bias = 0.0f);
+// dst = func(src * scale + bias[p, 0]): the bias a per-partition column (kFlagBiasOperand).
+Instruction activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale,
+                     const AccessPattern& per_partition_bias);
 Instruction iota(const AccessPattern& dst, float base, float partition_step);
 Instruction partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
 Instruction dma_copy(const AccessPattern& dst, const AccessPattern& src);
