@@ -473,8 +473,8 @@ void KernelBuilder::tensor_scalar(AluOp op, const AccessPattern& dst, const Acce
   emit(device::tensor_scalar(op, dst, a, per_partition, reverse, on));
 }
 
-void KernelBuilder::reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src) {
-  emit(device::tensor_reduce(op, dst, src));
+void KernelBuilder::reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src, bool negate) {
+  emit(device::tensor_reduce(op, dst, src, negate));
 }
 
 void KernelBuilder::bn_stats(const AccessPattern& dst, const AccessPattern& src) {
@@ -491,6 +491,13 @@ void KernelBuilder::activate(ActFunc func, const AccessPattern& dst, const Acces
   Instruction in = device::activate(func, dst, src, scale, bias);
   in.aux = accumulate;
   in.src1 = scale_per_partition;
+  emit(std::move(in));
+}
+
+void KernelBuilder::activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale,
+                             const AccessPattern& bias_per_partition, const AccessPattern& accumulate) {
+  Instruction in = device::activate(func, dst, src, scale, bias_per_partition);
+  in.aux = accumulate;
   emit(std::move(in));
 }
 

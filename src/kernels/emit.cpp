@@ -195,13 +195,16 @@ void emit_softmax_exp(KernelBuilder& b, OpId op, const AccessPattern& y, const A
   // then reduces at its 16-bit rate, twice the 32-bit one (docs/hardware-model.md §1.2).
   AccessPattern row_max = stats.column(p, 0);
   if (dtype_size(x.dtype) == 2) row_max.dtype = x.dtype;
-  b.reduce(AluOp::max, row_max, x);
-  b.tensor_scalar(AluOp::subtract, work, x, row_max);
   if (op == OpId::log_softmax) {
+    b.reduce(AluOp::max, row_max, x);
+    b.tensor_scalar(AluOp::subtract, work, x, row_max);  // x - max: _scale reads it
     b.activate(ActFunc::exp, y, work, 1.0f, 0.0f, row_sum);  // y is scratch here
     b.activate(ActFunc::log, row_sum, row_sum);
   } else {
-    b.activate(ActFunc::exp, work, work, 1.0f, 0.0f, row_sum);
+    // -max, then exp(x - max) in one pass: the max's subtraction is the exp's bias operand (the same
+    // bits as subtracting first: x * 1 is exact).
+    b.reduce(AluOp::max, row_max, x, /*negate=*/true);
+    b.activate(ActFunc::exp, work, x, 1.0f, row_max, row_sum);
     b.activate(ActFunc::reciprocal, row_sum, row_sum);
   }
 }

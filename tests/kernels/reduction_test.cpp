@@ -57,5 +57,29 @@ TEST(EagerSoftmax, OverAnyDim) {
   }
 }
 
+// softmax along rows: per row tile a reduction of the negated max and an exp that subtracts it as its
+// bias operand, no subtraction pass; log_softmax keeps x - max, which its last step reads.
+TEST(EagerSoftmax, TheExpSubtractsTheMax) {
+  OpAttrs a;
+  a.dim = -1;
+  for (OpId op : {OpId::softmax, OpId::log_softmax}) {
+    SCOPED_TRACE(std::string(op_name(op)));
+    const DeviceResult r = check_op(op, {mul(random({256, 300}), 4.0)}, a, 1e-4);
+    int subtractions = 0, biased_exps = 0, negated = 0;
+    for (const auto& stream : r.exe.engines) {
+      for (const device::Instruction& in : stream) {
+        subtractions += in.opcode == device::Opcode::tensor_scalar && in.alu() == device::AluOp::subtract;
+        biased_exps += in.opcode == device::Opcode::activate && in.act() == device::ActFunc::exp &&
+                       (in.flags & device::kFlagBiasOperand) != 0;
+        negated += in.opcode == device::Opcode::tensor_reduce && (in.flags & device::kFlagNegate) != 0;
+      }
+    }
+    const bool softmax = op == OpId::softmax;
+    EXPECT_EQ(subtractions, softmax ? 0 : 4);  // log_softmax: x - max and x - max - log(sum), 2 row tiles
+    EXPECT_EQ(biased_exps, softmax ? 2 : 0);
+    EXPECT_EQ(negated, softmax ? 2 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace sightline::kernel_tests

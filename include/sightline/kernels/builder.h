@@ -172,7 +172,9 @@ class KernelBuilder {
                      bool reverse = false, Engine on = Engine::vector);
   void tensor_scalar(AluOp op, const AccessPattern& dst, const AccessPattern& a,
                      const AccessPattern& per_partition, bool reverse = false, Engine on = Engine::vector);
-  void reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
+  // VectorE dst[p, 0] = reduce(src[p, :]), or one result per index of src's outer free dims (isa.h);
+  // `negate`: times -1 (kFlagNegate).
+  void reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src, bool negate = false);
   void bn_stats(const AccessPattern& dst, const AccessPattern& src);
   void copy(const AccessPattern& dst, const AccessPattern& src);  // VectorE tensor_copy (dtype cast)
   // ScalarE dst = func(src * scale + bias); `accumulate` (optional, [p, 1]) receives the row sums of
@@ -180,6 +182,10 @@ class KernelBuilder {
   void activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale = 1.0f,
                 float bias = 0.0f, const AccessPattern& accumulate = {},
                 const AccessPattern& scale_per_partition = {});
+  // ScalarE dst = func(src * scale + bias[p, 0]): the bias a [p, 1] column (kFlagBiasOperand), as
+  // softmax's exp(x - max) in one pass.
+  void activate(ActFunc func, const AccessPattern& dst, const AccessPattern& src, float scale,
+                const AccessPattern& bias_per_partition, const AccessPattern& accumulate = {});
   void iota(const AccessPattern& dst, float base, float partition_step);
   void partition_all_reduce(AluOp op, const AccessPattern& dst, const AccessPattern& src);
   // TensorE: psum[M, N] (+)= stationary[K, M]^T @ moving[K, N].
