@@ -181,7 +181,13 @@ class Reader : public ByteReader {
     if (in.func >= funcs)
       error_at(func_at, "function {} of {}, valid values are 0..{}", in.func, device::opcode_name(in.opcode),
                funcs - 1);
+    const size_t flags_at = pos_;
     in.flags = get<uint8_t>("flags");
+    if (in.flags & ~device::kKnownFlags) {
+      error_at(flags_at, "flags 0x{:02x} of {} set bits this build does not define (it knows 0x{:02x}); a newer "
+               "sightline may have written it: read it with that version, or rebuild the executable with this one",
+               in.flags, device::opcode_name(in.opcode), device::kKnownFlags);
+    }
     in.dst = get_ap();
     in.src0 = get_ap();
     in.src1 = get_ap();
@@ -351,9 +357,12 @@ Executable neff_parse(std::span<const uint8_t> file, const std::string& origin) 
   Reader header(file.first(kNeffHeaderSize), origin, 0);
   (void)header.get<uint64_t>("magic");
   const uint32_t version = header.get<uint32_t>("version");
-  if (version != kNeffVersion) {
-    fail("NEFF '{}': corrupt at byte offset 8: format version {}, this build reads version {}", origin,
-         version, kNeffVersion);
+  if (version < kNeffOldestVersion || version > kNeffVersion) {
+    fail("NEFF '{}': corrupt at byte offset 8: format version {}, this build reads versions {} to {}{}", origin,
+         version, kNeffOldestVersion, kNeffVersion,
+         version > kNeffVersion ? " (a newer sightline wrote it: read it with that version, or rebuild the "
+                                  "executable with this one)"
+                                : "");
   }
   const uint32_t header_size = header.get<uint32_t>("header size");
   if (header_size != kNeffHeaderSize) {

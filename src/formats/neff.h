@@ -28,7 +28,11 @@
 
 namespace sightline::formats {
 
-inline constexpr uint32_t kNeffVersion = 1;
+// The version written. 2: the instruction flags kFlagNegate and kFlagBiasOperand (isa.h), which a
+// version-1 reader would ignore, running a negated reduction or a biased activation as a plain one.
+// Version-1 files hold neither and are read as they are.
+inline constexpr uint32_t kNeffVersion = 2;
+inline constexpr uint32_t kNeffOldestVersion = 1;  // the oldest version this build reads
 inline constexpr size_t kNeffHeaderSize = 32;
 
 // FNV-1a 64-bit over bytes.

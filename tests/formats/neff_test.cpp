@@ -115,6 +115,38 @@ TEST(Neff, AnOpcodeFromANewerBuildSaysSo) {
   EXPECT_NE(e.find("read it with that version, or rebuild the executable with this one"), std::string::npos) << e;
 }
 
+// The negate and bias-operand flags round trip and are dumped; bits no build defines are refused as a
+// newer build's, like an opcode; a version-1 file (the format before those flags) is read, a version
+// past this build's is refused with what to do.
+TEST(Neff, InstructionFlagsAndVersions) {
+  device::Executable exe;
+  exe.name = "softmax_row";
+  const device::AccessPattern x = device::sbuf(0, 128, 0, DType::f32, {64}),
+                              max = device::sbuf(0, 128, 256, DType::f32, {1});
+  exe.stream(device::Engine::vector).push_back(device::tensor_reduce(device::AluOp::max, max, x, true));
+  exe.stream(device::Engine::scalar).push_back(device::activate(device::ActFunc::exp, x, x, 0.5f, max));
+  std::vector<uint8_t> bytes = neff_serialize(exe);
+  EXPECT_EQ(neff_parse(bytes), exe);
+  const std::string text = neff_dump(exe);
+  EXPECT_NE(text.find("TENSOR_REDUCE max"), std::string::npos) << text;
+  EXPECT_NE(text.find(" negate"), std::string::npos) << text;
+  EXPECT_NE(text.find(" bias=src1"), std::string::npos) << text;
+
+  bytes[8] = 1;  // the version is outside the checksummed payload
+  EXPECT_EQ(neff_parse(bytes), exe);
+  bytes[8] = static_cast<uint8_t>(kNeffVersion + 1);
+  std::string e = error_of(bytes);
+  EXPECT_NE(e.find(fmt::format("format version {}, this build reads versions 1 to {} (a newer sightline wrote it",
+                               kNeffVersion + 1, kNeffVersion)),
+            std::string::npos)
+      << e;
+
+  exe.stream(device::Engine::scalar).back().flags |= 0x80;
+  e = error_of(neff_serialize(exe));
+  EXPECT_NE(e.find("flags 0x90 of ACTIVATE set bits this build does not define (it knows 0x1f)"), std::string::npos)
+      << e;
+}
+
 TEST(Neff, DumpListsEverything) {
   const std::string text = neff_dump(sample());
   for (const char* part : {"executable 'rms_norm_test'", "neff_", "x f32 [130, 64]", "aten::rms_norm",

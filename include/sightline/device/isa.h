@@ -145,6 +145,8 @@ inline constexpr uint8_t kFlagNegate = 8;
 // a bias vector "at no additional performance cost": softmax's exp(x - max) in one pass,
 // https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html).
 inline constexpr uint8_t kFlagBiasOperand = 16;
+// Every flag bit this build defines: a reader refuses others (a newer build's).
+inline constexpr uint8_t kKnownFlags = kFlagAccumulate | kFlagReverse | kFlagGpSimd | kFlagNegate | kFlagBiasOperand;
 
 std::string_view engine_name(Engine e);
 std::string_view memory_name(Memory m);
