@@ -260,6 +260,7 @@ void build_attention(EagerContext& c) {
   // positive scale) and the scale is positive (the max of the scaled scores is the scaled max): the scores
   // leave PSUM unscaled, with the mask added on the way.
   const bool scale_in_exp = scale > 0.0f && std::isfinite(scale) && !(mask && mask->dtype != DType::boolean);
+  const bool bias_placed = scale_in_exp && scale != 1.0f;  // the maxima's scaling (kBias) is an instruction
   const uint32_t moving_max = spec.tensor.moving_free_max;
   const uint16_t ep = static_cast<uint16_t>(e);
 
@@ -362,7 +363,7 @@ void build_attention(EagerContext& c) {
         break;
       }
       case kBias:  // -max x scale, every head at once, where the exp applies the scale
-        if (scale_in_exp && scale != 1.0f) {
+        if (bias_placed) {
           const AccessPattern biases = it.stats.region(0, lp, 0, g);
           out.push_back(device::tensor_scalar(AluOp::multiply, biases, biases, scale, false, pl.bias));
         }
@@ -499,8 +500,10 @@ void build_attention(EagerContext& c) {
     // The mask can join the evacuation only where nothing scales between them (a graph that scaled q, or
     // the exp applies the scale).
     const bool can_fuse_mask = (mask || causal) && (scale == 1.0f || scale_in_exp);
+    // Where the maxima's scaling is no instruction, its engine is no choice (the first wins the tie).
     for (const Engine mask_on : {Engine::vector, Engine::gpsimd}) {
       for (const Engine bias_on : {Engine::vector, Engine::gpsimd}) {
+        if (!bias_placed && bias_on != Engine::vector) continue;
         for (const Engine scale_on : {Engine::scalar, Engine::vector}) {
           for (const bool fuse : {false, true}) {
             if (fuse && (!can_fuse_mask || scale_on != Engine::vector)) continue;
