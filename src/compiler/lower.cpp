@@ -223,7 +223,12 @@ class Lowerer {
       return !row_program_unsupported(program, spec_, builder_.sbuf_free_bytes() - static_cast<uint32_t>(bytes));
     });
     RowsComputed hook;
-    if (kept) hook = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, out.offset); };
+    if (kept || pending_prefetch()) {
+      hook = [&](const device::AccessPattern& y, const device::AccessPattern& d, const Loads& per_tile) {
+        if (pending_prefetch()) emit_weight_prefetch();
+        if (kept) transpose_rows(*kept, y, d, out.offset, &per_tile);
+      };
+    }
     // Its first input's rows from the copy the matmul epilogue before it left in SBUF (plan_kept_input).
     std::optional<RowsInSbuf> input_rows;
     if (kept_input_ && kept_input_->reader == &n && kept_input_->filled) input_rows = RowsInSbuf{0, kept_input_->tile};
@@ -716,7 +721,8 @@ class Lowerer {
   // slower). c0 is a multiple of the partitions.
   void transpose_to_kept(const kernels::PrefetchedWeight& kept, const kernels::Tile& identity,
                          const device::AccessPattern& y, const device::AccessPattern& acc, int64_t m0, int64_t c0,
-                         int64_t row_length, uint32_t piece_stride, bool on_scalar = false) {
+                         int64_t row_length, uint32_t piece_stride, bool on_scalar = false,
+                         const Loads* least_loaded = nullptr) {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
     const uint16_t mp = y.partition_count;
@@ -770,10 +776,19 @@ class Lowerer {
     constexpr uint32_t kRun = 2;
     const uint32_t full = width(pieces - 1) == parts ? pieces : pieces - 1;
     uint32_t run = 0;
+    Loads loads = least_loaded ? *least_loaded : Loads{};
     for (uint32_t j0 = 0; j0 < pieces; ++run) {
       const uint32_t j1 = j0 < full ? std::min(full, j0 + kRun) : pieces;
       transpose(j0, j1);
-      copy_out(j0, j1, on_scalar || run % 2 == 1);
+      bool scalar = on_scalar || run % 2 == 1;
+      if (least_loaded) {
+        const double elements = static_cast<double>(j1 - j0) * mp;
+        const double v = loads[kOnVector] + engine_ns(spec_, spec_.vector, elements, 1, DType::f32);
+        const double sc = loads[kOnScalar] + engine_ns(spec_, spec_.scalar, elements, 1, DType::f32);
+        scalar = sc < v;
+        loads[scalar ? kOnScalar : kOnVector] = scalar ? sc : v;
+      }
+      copy_out(j0, j1, scalar);
       j0 = j1;
     }
   }
@@ -1975,13 +1990,14 @@ class Lowerer {
 
   // Rows `y` of a kept norm result, stored to `dst` (whose tensor holds the result from element `base`),
   // into the a^T. The PSUM ring's ranges are bank-aligned, a chunk's piece 128 f32 apart.
-  void transpose_rows(KeptRows& k, const device::AccessPattern& y, const device::AccessPattern& dst, int64_t base) {
+  void transpose_rows(KeptRows& k, const device::AccessPattern& y, const device::AccessPattern& dst, int64_t base,
+                      const Loads* per_tile = nullptr) {
     const int64_t e0 = static_cast<int64_t>(dst.offset / dtype_size(dst.dtype)) - base;
     if (e0 % k.row_length != 0 || dst.partition_stride != k.row_length || y.partition_start != 0 ||
         y.dim_count != 1 || y.dims[0].stride != 1 || int64_t{y.dims[0].size} != k.row_length)
       return;
     transpose_to_kept(k.prefetch->weight, k.identity, y, k.psum.next().ap(), e0 / k.row_length, 0, k.row_length,
-                      spec_.partitions, /*on_scalar=*/true);
+                      spec_.partitions, /*on_scalar=*/true, per_tile);
     k.transposed += y.partition_count;
   }
 
@@ -2189,10 +2205,14 @@ class Lowerer {
     // started in the last of them (whose own plan_weight_prefetch then starts it).
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
     const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
-    // A row loop emits no weight stream of its own: emitted before the loop, it would hold up the loop's
-    // own transfers (Llama bf16, 128 tokens: 551.9 against 623.8 us). It only hands its result on.
+    // A row loop emits no weight stream of its own ahead of it: emitted before the loop, it would hold
+    // up the loop's own transfers (Llama bf16, 128 tokens: 551.9 against 623.8 us). A loop that reads
+    // its rows from SBUF (the matmul epilogue before it left them there: plan_kept_input) loads only
+    // its invariant operands (a norm's weight row) before its first tile; it emits the stream after
+    // them, at its first tile's rows_computed call (row_group), behind nothing but that tile's store.
+    const bool rows_in_sbuf = at_rows && kept_input_ && kept_input_->reader == &at && kept_input_->filled;
     std::optional<kernels::PrefetchedWeight> panels;
-    if (!at_rows) panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
+    if (!at_rows || rows_in_sbuf) panels = kernels::allocate_linear_weight(builder_, weight.desc, budget);
     // A weight too large to prefetch still lets the linear read its input kept in SBUF (below): a
     // prefetch of no panels, only the activation.
     const Node& before = graph.nodes[before_linear];
@@ -2232,7 +2252,7 @@ class Lowerer {
     if (crossed > 0) prefetched_ahead_.push_back(fmt::format("{}>{}", i, next - graph.nodes.data()));
     prefetches_.push_back(std::move(p));
     if (inside_matmul && crossed > 0) plan_second_prefetch(graph, static_cast<size_t>(next - graph.nodes.data()), values, deferred, planned_stores);
-    if (!inside_matmul) emit_weight_prefetch();
+    if (!inside_matmul && !rows_in_sbuf) emit_weight_prefetch();
   }
 
   // A second weight ahead, from the same matmul kernel as a prefetch started past kernels between

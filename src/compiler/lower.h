@@ -192,7 +192,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 27: ... but a cast whose input is a step stays where an activation or a row sum reads it
 // 28: attention's exp subtracts the max as its bias operand (and applies the scale where the mask allows),
 //     every head's max in one reduction, its placement by the staged pipeline's schedule
-inline constexpr int kLoweringVersion = 28;
+// 29: a row loop's tiles handed into the next linear's a^T one tile late, their copies on the engine its
+//     steps leave less loaded; a loop reading its rows from SBUF streams the next linear's weight
+inline constexpr int kLoweringVersion = 29;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

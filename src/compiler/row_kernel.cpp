@@ -127,6 +127,7 @@ struct Plan {
   int64_t chunk = 0;  // columns per tile
   int buffers = 1;
   uint64_t spare = 0;  // SBUF bytes per partition the row tiles leave (choose_stages)
+  Loads loads{};       // each engine's work per row tile as placed (schedule), by the spec's rates
 };
 
 uint64_t width_bytes(bool wide, int64_t chunk, DType dtype) {
@@ -392,9 +393,11 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   // below the HBM time, since a tile's store waits for its chain and the loads behind that store in
   // their queues wait with it (measured: softmax's division moved to GpSimd is faster at 4096 x 4096).
   const std::vector<int> placed = place(choices, fixed, engine_of, tiles, tiles <= kMaxBuffers ? dma_ns : 0.0);
+  plan.loads = fixed;
   for (size_t c = 0; c < choices.size(); ++c) {
     const RowStep& s = p.steps[choices[c].k];
     StepPlan& sp = plan.steps[choices[c].k];
+    plan.loads[static_cast<size_t>(placed[c])] += choices[c].ns[static_cast<size_t>(placed[c])];
     if (placed[c] == kOnGpSimd) sp.engine = kernels::Engine::gpsimd;
     if (placed[c] != kOnScalar) continue;
     sp.on_scalar = true;
@@ -809,6 +812,13 @@ class Emitter {
     const size_t stages = split.bounds.size() - 1;
     split_stats_.assign(tiles.size(), Tile{});
     moments_.assign(tiles.size(), Tile{});
+    // The tile whose rows_computed_ call waits for the next tile's steps (RowsComputed). Tile t + B
+    // takes tile t's buffer of a ring of B, and the steps of tiles up to t + stages are emitted before
+    // tile t's call: only a ring of more buffers than stages keeps the result there until the call
+    // (else each tile's call comes right after its store).
+    std::optional<std::pair<AccessPattern, AccessPattern>> pending;
+    const int result_slot = plan_.values[p_.inputs.size() + p_.steps.size() - 1].slot;
+    const bool defer = result_slot >= 0 && plan_.slot_buffers[static_cast<size_t>(result_slot)] > stages;
     auto stage = [&](size_t st, size_t t) {
       const RowTile& tile = tiles[t];
       tile_ = t;
@@ -831,11 +841,18 @@ class Emitter {
                                tile.partitions, row_stride.back(), {{w, static_cast<int32_t>(col_stride)}});
       const AccessPattern y = value(p_.inputs.size() + p_.steps.size() - 1, tile.partitions, tile.free);
       b_.store(dst, y);
-      if (rows_computed_ && root.wide && tile.c0 == 0 && int64_t{tile.free} == p_.cols) rows_computed_(y, dst);
+      if (pending) rows_computed_(pending->first, pending->second, plan_.loads);
+      pending.reset();
+      if (rows_computed_ && root.wide && tile.c0 == 0 && int64_t{tile.free} == p_.cols) pending.emplace(y, dst);
+      if (pending && !defer) {
+        rows_computed_(pending->first, pending->second, plan_.loads);
+        pending.reset();
+      }
       loaded[t].clear();
       slots[t].clear();
     };
     kernels::pipeline_staged(tiles.size(), static_cast<size_t>(plan_.buffers) - 1, stages, load, stage);
+    if (pending) rows_computed_(pending->first, pending->second, plan_.loads);
   }
 
   void release() {

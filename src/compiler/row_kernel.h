@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/engine_balance.h"
 #include "compiler/graph.h"
 #include "sightline/kernels/builder.h"
 #include "kernels/eager.h"
@@ -80,11 +81,15 @@ struct RowProgram {
 std::optional<std::string> row_program_unsupported(const RowProgram& program, const device::Spec& spec,
                                                    uint32_t sbuf_bytes);
 
-// Called with a row tile's result `y` (SBUF, the tile's rows on partitions from 0) and the output rows
-// it is stored to (`dst`, HBM), right after its store is emitted, for each tile that holds whole rows
-// of a full-row result (compile()'s lowering transposes them into the next linear's a^T: a norm's
-// result kept in SBUF).
-using RowsComputed = std::function<void(const device::AccessPattern& y, const device::AccessPattern& dst)>;
+// Called with a row tile's result `y` (SBUF, the tile's rows on partitions from 0), the output rows it
+// is stored to (`dst`, HBM) and the loop's own work per row tile on each engine (`per_tile`, by the
+// spec's rates, as its steps are placed), for each tile that holds whole rows of a full-row result
+// (compile()'s lowering transposes them into the next linear's a^T: a norm's result kept in SBUF).
+// Called one tile late: after the next tile's steps are emitted (right after the tile's store for
+// the last), so that the instructions it emits, which wait for this tile's last step, queue on each
+// engine behind the next tile's work instead of holding it up.
+using RowsComputed = std::function<void(const device::AccessPattern& y, const device::AccessPattern& dst,
+                                        const Loads& per_tile)>;
 
 // Input `input` of a row program already in SBUF (compile()'s lowering: the matmul epilogue before a
 // norm leaves its result there, lower.cpp plan_kept_input): row tile k (rows 128k.., whole rows from
