@@ -139,6 +139,7 @@ class Lowerer {
     if (transposed_linears_ > 0)
       exe.metadata.emplace_back("compiled.transposed_linears", fmt::format("{}", transposed_linears_));
     if (kept_norm_inputs_ > 0) exe.metadata.emplace_back("compiled.kept_norm_inputs", fmt::format("{}", kept_norm_inputs_));
+    if (kept_operands_ > 0) exe.metadata.emplace_back("compiled.kept_epilogue_operands", fmt::format("{}", kept_operands_));
     if (tile_by_tile_kernels_ > 0)
       exe.metadata.emplace_back("compiled.tile_by_tile", fmt::format("{}", tile_by_tile_kernels_));
     if (reach_ == PrefetchReach::past_compute_bound)
@@ -376,6 +377,10 @@ class Lowerer {
     const bool keep = kept != prefetches_.end();
     // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
     const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
+    // A binary op's operand that the group before left in SBUF (kept_input_, plan_kept_input): read
+    // there, the tiles whole rows too, so that each is a run of columns of the kept rows.
+    const bool operand_in_sbuf =
+        kept_input_ && kept_input_->reader == &n && kept_input_->filled && kept_input_->operand >= 0;
     if (keep && !keep_rows_for_norm && !dst) {
       if (std::optional<Place> made = linear_into_next(n, chain, mm_operands, taken, kept)) return made;
     }
@@ -389,7 +394,7 @@ class Lowerer {
       const std::optional<kernels::PrefetchedWeight> dry_weight =
           mirror_prefetches(dry, taken != prefetches_.end() ? &*taken : nullptr);
       kernels::EagerHooks plan;
-      plan.whole_rows = row_wide || keep || keep_rows_for_norm;
+      plan.whole_rows = row_wide || keep || keep_rows_for_norm || operand_in_sbuf;
       plan.weight = dry_weight ? &*dry_weight : nullptr;
       plan.allocated = [&] { sbuf_left = dry.sbuf_free_bytes(); };
       plan.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
@@ -439,6 +444,23 @@ class Lowerer {
     kernels::TilePool work, stats;  // a softmax's f32 row and per-row statistics
     const Dims out_strides = contiguous_strides(meta.shape);
     const int rank = meta.shape.size();
+    // Each tile maps onto kept rows (kept_rows_of: a run of columns of rows from partition 0; a row
+    // longer than a PSUM bank comes in column pieces, Llama's 1024 f32).
+    const bool whole_row_runs = kept_input_ && std::all_of(tiles.begin(), tiles.end(), [&](const ResultTile& t) {
+      return kept_rows_of(t.y, t.dst, meta).has_value();
+    });
+    const bool input_kept = keep_rows_for_norm && whole_row_runs;
+    const bool operand_kept = operand_in_sbuf && whole_row_runs;
+    const auto kept_rows = [&](size_t piece, const device::AccessPattern& y) { return *kept_rows_of(y, tiles[piece].dst, meta); };
+    // Whether epilogue op `e`'s operand is the one kept in SBUF.
+    const auto reads_kept = [&](const Node& e) {
+      if (!operand_kept) return false;
+      for (int v : e.inputs) {
+        const Node& in = body.nodes[static_cast<size_t>(v)];
+        if (in.kind == NodeKind::input && in.input_index == kept_input_->operand) return true;
+      }
+      return false;
+    };
     // Loads the operands of the epilogue of result tile `piece` into its buffers.
     auto prefetch = [&](size_t piece) {
       const device::AccessPattern& d = tiles[piece].dst;
@@ -447,7 +469,7 @@ class Lowerer {
       const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
       for (size_t k = 1; k < chain.size(); ++k) {
         const Node& e = *chain[k];
-        if (!op_is_binary_elementwise(e.op)) continue;
+        if (!op_is_binary_elementwise(e.op) || reads_kept(e)) continue;
         builder_.set_source_op(op_name(e.op));
         const kernels::Tile t = pools[k].at(piece % kEpilogueBuffers);
         if (e.attrs.has_scalar) {
@@ -489,17 +511,7 @@ class Lowerer {
       builder_.set_source_op(op_name(mm.op));
     };
     kernels::EagerHooks hooks;
-    hooks.whole_rows = row_wide || keep || keep_rows_for_norm;
-    // Each tile a run of columns of rows from partition 0, its first row a multiple of the partitions (a
-    // row longer than a PSUM bank comes in column pieces: Llama's 1024 f32).
-    bool input_kept = keep_rows_for_norm;
-    for (size_t t = 0; input_kept && t < tiles.size(); ++t) {
-      const device::AccessPattern& d = tiles[t].dst;
-      const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
-      input_kept = tiles[t].y.partition_start == 0 && d.dim_count == 1 && d.dims[0].stride == 1 &&
-                   e0 % row_length + d.dims[0].size <= row_length && e0 / row_length % parts == 0 &&
-                   d.partition_stride == row_length;
-    }
+    hooks.whole_rows = row_wide || keep || keep_rows_for_norm || operand_in_sbuf;
     prefetch_hooks(hooks, taken);
     // The operands of the first kEpilogueAhead tiles load as soon as the kernel has allocated its tiles,
     // ahead of its own loads; or, when it loads its operands itself (no a^T handed over) and its result
@@ -568,7 +580,8 @@ class Lowerer {
                                {t.region(y.partition_start, y.partition_count, 0, 1), true});
           continue;
         }
-        const kernels::TileArg operand{t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
+        const kernels::TileArg operand{
+            reads_kept(e) ? kept_rows(piece, y) : t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
         const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
         bool on_gpsimd = false;
         if (balance) {
@@ -585,13 +598,7 @@ class Lowerer {
         if (balance) gpsimd_ns += engine_ns(spec_, spec_.gpsimd, static_cast<double>(y.dims[0].size), 1, meta.dtype);
         // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
         builder_.set_source_op(op_name(chain.back()->op));
-        const int64_t e0 = static_cast<int64_t>(tiles[piece].dst.offset / dtype_size(meta.dtype));
-        const int64_t tile_index = e0 / row_length / parts;
-        builder_.tensor_scalar(device::AluOp::multiply,
-                               kept_input_->tile.region(0, y.partition_count,
-                                                        static_cast<uint32_t>(tile_index * row_length + e0 % row_length),
-                                                        y.dims[0].size),
-                               y, 1.0f, false, device::Engine::gpsimd);
+        builder_.tensor_scalar(device::AluOp::multiply, kept_rows(piece, y), y, 1.0f, false, device::Engine::gpsimd);
       }
       builder_.set_source_op(op_name(mm.op));
     };
@@ -636,6 +643,7 @@ class Lowerer {
                          transposed, tiles.size());
     if (kept_here) kept->x_filled = true;
     if (input_kept) kept_input_->filled = true;
+    if (operand_kept) ++kept_operands_;
     if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
@@ -1920,6 +1928,20 @@ class Lowerer {
       });
     }
     if (kept) hooks.rows_computed = [&](const device::AccessPattern& y, const device::AccessPattern& d) { transpose_rows(*kept, y, d, 0); };
+    // This matmul's result kept in SBUF for the matmul epilogue group after it, which reads it as its
+    // binary op's operand (plan_kept_input): each result tile copied there beside its store, as an
+    // epilogue group's is for a norm, when every tile maps onto the kept rows (else the reader loads it).
+    const bool keeps_result = node && kept_input_ && kept_input_->writer == node && op_info(op).kind == OpKind::matmul;
+    bool kept_every_tile = keeps_result;
+    if (keeps_result) {
+      hooks.whole_rows = true;
+      hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
+        const std::optional<device::AccessPattern> rows = kept_rows_of(y, d, meta);
+        kept_every_tile = kept_every_tile && rows;
+        if (!kept_every_tile) return;
+        builder_.tensor_scalar(device::AluOp::multiply, *rows, y, 1.0f, false, device::Engine::gpsimd);
+      };
+    }
     // This norm reads its input from the copy the matmul epilogue before it left in SBUF (plan_kept_input).
     const bool reads_kept = node && kept_input_ && kept_input_->reader == node;
     const bool input_kept =
@@ -1938,6 +1960,7 @@ class Lowerer {
                                op_info(op).kind == OpKind::matmul || kept || input_kept || parameters_kept ? &hooks : nullptr);
     builder_.end_kernel(scope);
     if (kept && kept->transposed == kept->rows) kept->prefetch->x_filled = true;
+    if (kept_every_tile) kept_input_->filled = true;
     if (takes_prefetch) took_prefetch(taken);
     ++kernel_count_;
     return out;
@@ -2285,6 +2308,54 @@ class Lowerer {
     prefetches_.push_back(Prefetch{std::move(*panels), weight.io, weight.offset, next, false});
   }
 
+  // Where result tile `y` (SBUF) of a matmul kernel, stored to `d` (HBM, its offset within the result of
+  // shape `meta`), lies in kept_input_'s rows (row tile t at columns [t * cols, (t + 1) * cols)); nullopt
+  // when the tile is not a run of columns of rows from partition 0 whose first row is a multiple of the
+  // partitions.
+  std::optional<device::AccessPattern> kept_rows_of(const device::AccessPattern& y, const device::AccessPattern& d,
+                                                    const TensorMeta& meta) const {
+    const int64_t row_length = meta.shape.back(), parts = spec_.partitions;
+    const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
+    if (row_length == 0 || y.partition_start != 0 || d.dim_count != 1 || d.dims[0].stride != 1 ||
+        e0 % row_length + d.dims[0].size > row_length || e0 / row_length % parts != 0 || d.partition_stride != row_length)
+      return std::nullopt;
+    return kept_input_->tile.region(0, y.partition_count,
+                                    static_cast<uint32_t>(e0 / row_length / parts * row_length + e0 % row_length),
+                                    y.dims[0].size);
+  }
+
+  // The input of matmul epilogue group `g` (an index into g.inputs) that holds value `v` when only the
+  // binary ops of its epilogue read it, each as its operand beside the chain value, element for element
+  // (`meta` is v's and the group's result's shape and dtype); -1 otherwise.
+  static int epilogue_operand_input(const Node& g, int v, const TensorMeta& meta) {
+    if (g.kind != NodeKind::fused || g.fusion != FusionKind::matmul_epilogue || epilogue_has_views(*g.body) ||
+        g.meta.shape != meta.shape || g.meta.dtype != meta.dtype)
+      return -1;
+    int found = -1;
+    for (size_t j = 0; j < g.inputs.size(); ++j) {
+      if (g.inputs[j] != v) continue;
+      if (found >= 0) return -1;
+      found = static_cast<int>(j);
+    }
+    if (found < 0) return -1;
+    const Graph& body = *g.body;
+    bool read = false;
+    for (size_t b = 0; b < body.nodes.size(); ++b) {
+      const Node& in = body.nodes[b];
+      if (in.kind != NodeKind::input || in.input_index != found) continue;
+      if (in.meta.shape != meta.shape) return -1;
+      for (const Node& m : body.nodes) {
+        if (m.kind != NodeKind::op || std::find(m.inputs.begin(), m.inputs.end(), static_cast<int>(b)) == m.inputs.end())
+          continue;
+        if (op_info(m.op).kind == OpKind::matmul || !op_is_binary_elementwise(m.op) || m.inputs.size() != 2 ||
+            m.inputs[0] == m.inputs[1])
+          return -1;
+        read = true;
+      }
+    }
+    return read ? found : -1;
+  }
+
   // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
   // with its residual add, then layer_norm): with ActivationChain::norms_in_sbuf an SBUF tile for every
   // row tile of that result is allocated before the group (its dry run sees it: mirror_prefetches), the
@@ -2293,11 +2364,16 @@ class Lowerer {
   // residual add after the norm reads it). Taken only within the prefetch's share of the free SBUF. The
   // norm is layer_norm, rms_norm, or a row loop (Llama's RMSNorm as the user wrote it) whose first input
   // is the group's result (RowsInSbuf); a result tile may be a run of columns of its rows (a row longer
-  // than a PSUM bank: Llama's 1024 f32), copied to the same columns of the kept rows.
+  // than a PSUM bank: Llama's 1024 f32), copied to the same columns of the kept rows. The reader may also
+  // be a matmul epilogue group whose binary op takes the result as its operand element for element
+  // (Llama's up projection times silu(gate_proj(x))): its epilogue reads each operand tile there instead
+  // of loading it (epilogue_group; `operand` is the reader's input that holds it).
   void plan_kept_input(const Graph& graph, size_t i, const std::vector<bool>& deferred, const std::vector<Place>& values) {
     if (!chain_norms_ || kept_input_) return;
     const Node& n = graph.nodes[i];
-    if (n.kind != NodeKind::fused || n.fusion != FusionKind::matmul_epilogue || epilogue_has_views(*n.body)) return;
+    const bool group = n.kind == NodeKind::fused && n.fusion == FusionKind::matmul_epilogue && !epilogue_has_views(*n.body);
+    const bool matmul = n.kind == NodeKind::op && op_info(n.op).kind == OpKind::matmul;
+    if (!group && !matmul) return;
     const Node* next = nullptr;
     for (size_t j = i + 1; j < graph.nodes.size() && !next; ++j) {
       const Node& m = graph.nodes[j];
@@ -2309,7 +2385,9 @@ class Lowerer {
     // them from where the group stored them.
     const bool norm_op = next && next->kind == NodeKind::op && (next->op == OpId::layer_norm || next->op == OpId::rms_norm);
     const bool row_loop = next && next->kind == NodeKind::fused && next->fusion == FusionKind::rows && row_loop_fits(*next);
-    if (!(norm_op || row_loop) || next->inputs.empty() || next->inputs[0] != static_cast<int>(i) || n.meta.shape.size() == 0)
+    const int operand = next ? epilogue_operand_input(*next, static_cast<int>(i), n.meta) : -1;
+    if (n.meta.shape.size() == 0 || !(operand >= 0 || (group && (norm_op || row_loop) && !next->inputs.empty() &&
+                                                                next->inputs[0] == static_cast<int>(i))))
       return;
     const int64_t cols = n.meta.shape.back(), parts = spec_.partitions;
     if (cols == 0) return;
@@ -2317,6 +2395,7 @@ class Lowerer {
     const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
     if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
     kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input"), false, {}};
+    kept_input_->operand = operand;
     // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
     // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
     // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
@@ -2512,6 +2591,7 @@ class Lowerer {
     kernels::Tile tile;
     bool filled = false;
     std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
+    int operand = -1;  // a matmul epilogue reader's input that holds the result (its binary op's operand)
   };
   std::optional<KeptInput> kept_input_;
   const bool tile_by_tile_;     // PreloadedOrder::tiles
@@ -2522,6 +2602,7 @@ class Lowerer {
   std::set<uint32_t> argument_ios_;   // the program's arguments: inputs nothing in it writes
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   int kept_norm_inputs_ = 0;  // row loops that read their input where the matmul epilogue before left it
+  int kept_operands_ = 0;     // matmul epilogues that read an operand where the matmul kernel before left it
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
   std::vector<std::string> epilogue_fallbacks_;  // why view-level epilogues were lowered op by op
 };
@@ -2653,16 +2734,26 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     double ns = 0;
     Candidate how;
   };
+  // A candidate whose program cannot be built (sightline::Error: what it keeps in SBUF leaves a kernel
+  // no room) is no candidate: it times as never faster, and the program kept says how many there were
+  // ("compiled.candidates_not_built"). The first program above keeps nothing on chip across kernels but
+  // the prefetches, which take their share of the free SBUF only.
+  size_t not_built = 0;
   auto lower_each = [&](const std::vector<Candidate>& candidates) {
     std::vector<Timed> timed(candidates.size());
     std::vector<std::exception_ptr> errors(candidates.size());
+    std::vector<char> failed(candidates.size(), 0);
     parallel_for(0, static_cast<int64_t>(candidates.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const Candidate& k = candidates[static_cast<size_t>(i)];
+        Timed& t = timed[static_cast<size_t>(i)];
+        t.how = k;
         try {
-          timed[static_cast<size_t>(i)].exe = lowered(k.p, k.q, k.idle, k.r, k.c);
-          timed[static_cast<size_t>(i)].how = k;
-          timed[static_cast<size_t>(i)].ns = device::timing_only_ns(spec, timed[static_cast<size_t>(i)].exe);
+          t.exe = lowered(k.p, k.q, k.idle, k.r, k.c);
+          t.ns = device::timing_only_ns(spec, t.exe);
+        } catch (const Error&) {
+          t.ns = std::numeric_limits<double>::infinity();
+          failed[static_cast<size_t>(i)] = 1;
         } catch (...) {
           errors[static_cast<size_t>(i)] = std::current_exception();
         }
@@ -2671,6 +2762,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
     }
+    not_built += static_cast<size_t>(std::count(failed.begin(), failed.end(), 1));
     return timed;
   };
   // Strictly faster replaces; a tie keeps the program already kept (the earlier in the order below).
@@ -2759,12 +2851,18 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
                          [&](const Node& b) { return linear_of_many_rows(*n.body, b); });
     return linear_of_many_rows(graph, n);
   });
-  if (!many_rows) return best;
-  Timed tiles;
-  tiles.how = best_how;
-  tiles.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, PreloadedOrder::tiles);
-  tiles.ns = device::timing_only_ns(spec, tiles.exe);
-  keep_if_faster(tiles);
+  if (many_rows) {
+    Timed tiles;
+    tiles.how = best_how;
+    try {
+      tiles.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, PreloadedOrder::tiles);
+      tiles.ns = device::timing_only_ns(spec, tiles.exe);
+      keep_if_faster(tiles);
+    } catch (const Error&) {
+      ++not_built;
+    }
+  }
+  if (not_built > 0) best.metadata.emplace_back("compiled.candidates_not_built", fmt::format("{}", not_built));
   return best;
 }
 

@@ -194,7 +194,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     every head's max in one reduction, its placement by the staged pipeline's schedule
 // 29: a row loop's tiles handed into the next linear's a^T one tile late, their copies on the engine its
 //     steps leave less loaded; a loop reading its rows from SBUF streams the next linear's weight
-inline constexpr int kLoweringVersion = 29;
+// 30: a matmul's result kept in SBUF for the next matmul epilogue that reads it as an operand (a gated
+//     MLP's up projection); a candidate lowering that cannot be built is dropped
+inline constexpr int kLoweringVersion = 30;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -1175,6 +1175,70 @@ TEST(Lowering, RowLoopNormHandsItsTilesOnOneTileLateAndStreamsTheNextWeight) {
               kept_ns, plain_ns);
 }
 
+// Llama's MLP as the user writes it, down_proj(silu(gate_proj(x)) * up_proj(x)): the up projection is
+// a linear by itself, and the gate projection's matmul epilogue (silu, then times up) reads its result
+// element for element. With ActivationChain::norms_in_sbuf the up projection's kernel copies each
+// result tile into SBUF beside its store, and the gate's epilogue reads its operand tiles there instead
+// of loading them (plan_kept_input: "compiled.kept_epilogue_operands"), so the DMA queues carry neither
+// those loads nor their wait behind the down projection's weight stream. The same bits as through HBM,
+// the same modeled time functional or timing-only, and faster; lower() keeps it where it is faster.
+TEST(Lowering, TheGatedMlpReadsTheUpProjectionInSbuf) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  for (const auto& [m, dtype] : {std::pair<int64_t, DType>{128, DType::f32}, {512, DType::bf16}}) {
+    const int64_t d = 512, inter = 1408;
+    const Graph g = optimized(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{linear(silu(linear(in[0], in[1])) * linear(in[0], in[2]), in[3])};
+        },
+        {{{m, d}, dtype}, {{inter, d}, dtype}, {{inter, d}, dtype}, {{d, inter}, dtype}});
+    const auto lowered = [&](ActivationChain chain) {
+      return lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                   PrefetchReach::next_kernel, chain);
+    };
+    const device::Executable kept = lowered(ActivationChain::norms_in_sbuf);
+    const device::Executable plain = lowered(ActivationChain::through_hbm);
+    EXPECT_EQ(metadata(kept, "compiled.kept_epilogue_operands"), "1") << m;
+    EXPECT_EQ(metadata(plain, "compiled.kept_epilogue_operands"), "") << m;
+    const uint64_t up_bytes = static_cast<uint64_t>(m * inter) * dtype_size(dtype);
+    EXPECT_EQ(scratch_loads(plain) - scratch_loads(kept), up_bytes) << m;
+    double kept_ns = 0, plain_ns = 0;
+    const auto a = run_outputs(spec, kept, &kept_ns), b = run_outputs(spec, plain, &plain_ns);
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(a[0].size(), static_cast<size_t>(m * d) * dtype_size(dtype));
+    EXPECT_EQ(a, b) << m;
+    EXPECT_EQ(kept_ns, run_ns(kept)) << m;
+    EXPECT_LT(kept_ns, plain_ns) << m;
+    std::printf("gated MLP %lld x %lld -> %lld %s: %.1f ns with up in SBUF, %.1f ns through HBM\n",
+                static_cast<long long>(m), static_cast<long long>(d), static_cast<long long>(inter),
+                std::string(dtype_name(dtype)).c_str(), kept_ns, plain_ns);
+    EXPECT_LE(run_ns(lower(g, spec, "mlp")), plain_ns) << m;
+  }
+}
+
+// Llama small's f32 MLP at 512 rows after its RMSNorm, its up projection kept in SBUF for the gate's
+// epilogue and the gate's result for the down projection's a^T (ActivationChain::in_sbuf): the kept
+// tiles leave the gate's matmul kernel no room for its weight panels, so that program cannot be built
+// (an SBUF overflow, asked for by name). lower() drops such a candidate, keeps the fastest of those it
+// could build, and says how many it dropped.
+TEST(Lowering, ACandidateThatDoesNotFitIsDropped) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor n = testing::naive_rms_norm(in[0], in[1]);
+        return std::vector<Tensor>{linear(silu(linear(n, in[2])) * linear(n, in[3]), in[4]) + in[0]};
+      },
+      {{{512, 1024}, DType::f32}, {{1024}, DType::f32}, {{2816, 1024}, DType::f32}, {{2816, 1024}, DType::f32},
+       {{1024, 2816}, DType::f32}});
+  EXPECT_THROW(lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                     PrefetchReach::next_kernel, ActivationChain::in_sbuf),
+               Error);
+  const device::Executable best = lower(g, spec, "mlp");
+  EXPECT_NE(metadata(best, "compiled.candidates_not_built"), "");
+  EXPECT_LE(run_ns(best), run_ns(lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first,
+                                       KernelQueues::from_first, PrefetchReach::next_kernel,
+                                       ActivationChain::through_hbm)));
+}
+
 // Llama's layer boundary: the down projection with its residual add, the user's RMSNorm, then the v
 // projection (1 MB of f32 weight, short) and the q projection (4 MB). With the prefetch started past
 // kernels, the down projection's kernel streams v's weight across the norm and q's behind it (a second
