@@ -232,12 +232,16 @@ class Lowerer {
     }
     // Its first input's rows from the copy the matmul epilogue before it left in SBUF (plan_kept_input).
     std::optional<RowsInSbuf> input_rows;
-    if (kept_input_ && kept_input_->reader == &n && kept_input_->filled) input_rows = RowsInSbuf{0, kept_input_->tile};
+    if (kept_input_ && kept_input_->reader == &n) {
+      input_rows = RowsInSbuf{0, kept_input_->tile, kept_input_->filled, kept_input_->row_invariants};
+    }
     bool input_rows_read = false;
+    const std::vector<Loads> copies =
+        kept ? kept_copy_steps(kept->row_length, kept->rows) : std::vector<Loads>{};
     const std::optional<std::string> why = emit_row_program(builder_, program, [&] {
       out = dst ? *dst : scratch(n.meta);
       return RowOperand{out.io, out.offset, out.desc};
-    }, hook, input_rows ? &*input_rows : nullptr, &input_rows_read);
+    }, hook, input_rows ? &*input_rows : nullptr, &input_rows_read, copies);
     if (input_rows_read) ++kept_norm_inputs_;
     if (kept) {
       builder_.free(kept->identity);
@@ -734,7 +738,6 @@ class Lowerer {
     const uint16_t parts = static_cast<uint16_t>(spec_.partitions);
     const int64_t m_total = kept.activation->free_elements / ((row_length + parts - 1) / parts);
     const uint16_t mp = y.partition_count;
-    const uint32_t pieces = (y.dims[0].size + parts - 1) / parts;
     // Piece j's PSUM range and its place in the a^T (K tile (c0 + 128 j) / 128, rows m0..).
     auto psum_piece = [&](uint32_t j, uint16_t w) {
       device::AccessPattern tp = acc;
@@ -775,18 +778,12 @@ class Lowerer {
         builder_.copy(to, from);
       }
     };
-    // Runs of two pieces, each transposed then copied out, by the Vector and the Scalar engine in turn
-    // (or all by the Scalar engine); a last piece of fewer columns is a run of its own. Measured against
-    // runs of 1, 3 and 4 pieces and of a whole row tile's (bench/README.md, issue 19, eighth session):
-    // longer runs wait for more transposes before their copy and lose where the Tensor engine waits for
-    // the a^T (ESM-2 t12 at batch 4 +2.8 us with 4), one piece a run pays every copy's fixed cost (Llama
-    // small f32 at batch 4 4.9 us slower, t33_650M 4.6).
-    constexpr uint32_t kRun = 2;
-    const uint32_t full = width(pieces - 1) == parts ? pieces : pieces - 1;
+    // Runs of pieces (kept_copy_runs), each transposed then copied out, by the Vector and the Scalar
+    // engine in turn, all by the Scalar engine, or each by the one `least_loaded` (the caller's work on
+    // each) and the runs before leave less loaded.
     uint32_t run = 0;
     Loads loads = least_loaded ? *least_loaded : Loads{};
-    for (uint32_t j0 = 0; j0 < pieces; ++run) {
-      const uint32_t j1 = j0 < full ? std::min(full, j0 + kRun) : pieces;
+    for (const auto& [j0, j1] : kept_copy_runs(y.dims[0].size)) {
       transpose(j0, j1);
       bool scalar = on_scalar || run % 2 == 1;
       if (least_loaded) {
@@ -797,8 +794,41 @@ class Lowerer {
         loads[scalar ? kOnScalar : kOnVector] = scalar ? sc : v;
       }
       copy_out(j0, j1, scalar);
+      ++run;
+    }
+  }
+
+  // The runs of 128-column pieces transpose_to_kept copies out of PSUM one instruction each, for a row
+  // of `cols` columns: pieces [j0, j1). Runs of two pieces, a last piece of fewer columns a run of its
+  // own. Measured against runs of 1, 3 and 4 pieces and of a whole row tile's (bench/README.md, issue
+  // 19, eighth session): longer runs wait for more transposes before their copy and lose where the
+  // Tensor engine waits for the a^T (ESM-2 t12 at batch 4 +2.8 us with 4), one piece a run pays every
+  // copy's fixed cost (Llama small f32 at batch 4 4.9 us slower, t33_650M 4.6).
+  std::vector<std::pair<uint32_t, uint32_t>> kept_copy_runs(uint32_t cols) const {
+    constexpr uint32_t kRun = 2;
+    const uint32_t parts = spec_.partitions, pieces = (cols + parts - 1) / parts;
+    const uint32_t full = cols % parts == 0 ? pieces : pieces - 1;
+    std::vector<std::pair<uint32_t, uint32_t>> runs;
+    for (uint32_t j0 = 0; j0 < pieces;) {
+      const uint32_t j1 = j0 < full ? std::min(full, j0 + kRun) : pieces;
+      runs.emplace_back(j0, j1);
       j0 = j1;
     }
+    return runs;
+  }
+
+  // The copies a row tile of `rows` rows of `cols` columns adds to a loop that hands it into a kept
+  // a^T (transpose_to_kept): each run's time on the Vector and the Scalar engine (not GpSimd, which
+  // does not reach PSUM), for the loop to place its own steps beside.
+  std::vector<Loads> kept_copy_steps(int64_t cols, int64_t rows) const {
+    std::vector<Loads> steps;
+    const double mp = static_cast<double>(std::min<int64_t>(rows, spec_.partitions));
+    for (const auto& [j0, j1] : kept_copy_runs(static_cast<uint32_t>(cols))) {
+      const double elements = static_cast<double>(j1 - j0) * mp;
+      steps.push_back({engine_ns(spec_, spec_.vector, elements, 1, DType::f32),
+                       engine_ns(spec_, spec_.scalar, elements, 1, DType::f32), kCannot});
+    }
+    return steps;
   }
 
   // The engines and emission order of a view epilogue's steps (engine_balance.h), for a matmul kernel
@@ -2394,12 +2424,46 @@ class Lowerer {
     const int64_t tiles = (static_cast<int64_t>(n.meta.shape.product()) / cols + parts - 1) / parts;
     const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
     if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
-    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input"), false, {}};
+    kept_input_.emplace();
+    kept_input_->writer = &n;
+    kept_input_->reader = next;
+    kept_input_->tile = builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input");
     kept_input_->operand = operand;
     // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
     // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
     // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
     // would only delay the group's own loads).
+    // A row loop's inputs that are one row for every row (its weight: a program argument of the loop's
+    // columns, at its position among the body's inputs) are loaded here whether or not the group emits
+    // a prefetch: the group's own loads wait behind one short row each, and the loop's first tile no
+    // longer waits for its weight behind the group's stores (Llama small bf16 at batch 4 977.5 -> 964.4
+    // us, at batch 1 461.0 -> 456.0; at 32 tokens 739.3 -> 740.9).
+    if (row_loop) {
+      size_t position = 0;
+      for (const Node& b : next->body->nodes) {
+        if (b.kind != NodeKind::input) continue;
+        const int v = next->inputs[static_cast<size_t>(b.input_index)];
+        const size_t at = position++;
+        if (v == static_cast<int>(i) || v == kNoValue || graph.nodes[static_cast<size_t>(v)].kind != NodeKind::input ||
+            !argument_ios_.count(values[static_cast<size_t>(v)].io))
+          continue;
+        const Place& w = values[static_cast<size_t>(v)];
+        if (w.desc.shape.size() != 1 || w.desc.shape[0] != cols) continue;
+        // Its instructions are those of the loop's first op that reads it, as the loop's own load's.
+        const int input_node = static_cast<int>(&b - next->body->nodes.data());
+        const auto reader = std::find_if(next->body->nodes.begin(), next->body->nodes.end(), [&](const Node& m) {
+          return m.kind == NodeKind::op && std::find(m.inputs.begin(), m.inputs.end(), input_node) != m.inputs.end();
+        });
+        if (reader == next->body->nodes.end()) continue;
+        const kernels::Tile t = builder_.sbuf(w.desc.dtype, static_cast<uint32_t>(cols), 0, "kept_norm_parameter");
+        builder_.set_source_op(op_name(reader->op));
+        builder_.load_broadcast(t.ap(), kernels::hbm_pattern(builder_.view(w.io, w.offset, w.desc.dtype), w.desc.dtype, 0, 1, 0,
+                                                             {{static_cast<uint32_t>(cols), static_cast<int32_t>(w.desc.strides[0])}}));
+        kept_input_->parameters.push_back(t);
+        kept_input_->row_invariants.emplace_back(at, t);
+      }
+      return;
+    }
     const size_t parameters = next->inputs.size() - 1;
     bool loadable = norm_op && parameters <= 2 && pending_prefetch();
     for (size_t k = 1; loadable && k <= parameters; ++k) {
@@ -2592,6 +2656,8 @@ class Lowerer {
     bool filled = false;
     std::vector<kernels::Tile> parameters;  // the norm's weight (and bias), loaded (plan_kept_input)
     int operand = -1;  // a matmul epilogue reader's input that holds the result (its binary op's operand)
+    // A row loop reader's invariant inputs (its position among the loop's inputs) among `parameters`.
+    std::vector<std::pair<size_t, kernels::Tile>> row_invariants;
   };
   std::optional<KeptInput> kept_input_;
   const bool tile_by_tile_;     // PreloadedOrder::tiles

@@ -196,7 +196,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     steps leave less loaded; a loop reading its rows from SBUF streams the next linear's weight
 // 30: a matmul's result kept in SBUF for the next matmul epilogue that reads it as an operand (a gated
 //     MLP's up projection); a candidate lowering that cannot be built is dropped
-inline constexpr int kLoweringVersion = 30;
+// 31: a row loop places its own steps beside its hand-over's copies; its weight row loaded ahead of the
+//     matmul epilogue group before it
+inline constexpr int kLoweringVersion = 31;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -246,7 +246,7 @@ void find_moments(const RowProgram& p, Plan& plan, const std::vector<int>& uses)
 //     immediate added: Vector, Scalar or GpSimd; a row sum: Vector or Scalar; any other binary
 //     elementwise op: Vector or GpSimd) are placed by place(), so that no engine becomes the loop's
 //     bottleneck; the rest run where their op's emitter puts them.
-void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
+void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec, std::span<const Loads> hook_steps) {
   const size_t inputs = p.inputs.size(), n = p.steps.size();
   const int64_t cols = p.cols;
   plan.steps.assign(n, StepPlan{});
@@ -392,7 +392,16 @@ void schedule(const RowProgram& p, Plan& plan, const device::Spec& spec) {
   // for an engine to finish the tile before it. In a longer one the busiest engine sets the pace even
   // below the HBM time, since a tile's store waits for its chain and the loads behind that store in
   // their queues wait with it (measured: softmax's division moved to GpSimd is faster at 4096 x 4096).
-  const std::vector<int> placed = place(choices, fixed, engine_of, tiles, tiles <= kMaxBuffers ? dma_ns : 0.0);
+  // The work the caller's rows_computed hook adds to each tile (hook_steps), placed with the loop's own
+  // steps so that the engines it leaves least loaded take them; plan.loads holds the loop's own.
+  const size_t own = choices.size();
+  for (const Loads& h : hook_steps) {
+    choices.push_back({engine_of.size(), h});
+    engine_of.push_back(-1);
+  }
+  std::vector<int> placed = place(choices, fixed, engine_of, tiles, tiles <= kMaxBuffers ? dma_ns : 0.0);
+  choices.resize(own);
+  placed.resize(own);
   plan.loads = fixed;
   for (size_t c = 0; c < choices.size(); ++c) {
     const RowStep& s = p.steps[choices[c].k];
@@ -604,7 +613,8 @@ RowProgram without_exact_casts(const RowProgram& in) {
   return out;
 }
 
-std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spec& spec, uint32_t sbuf_bytes) {
+std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spec& spec, uint32_t sbuf_bytes,
+                                          std::span<const Loads> hook_steps = {}) {
   if (p.steps.empty()) return std::string("the group has no ops");
   const int rank = p.lead.size() + 1;
   Plan plan;
@@ -661,7 +671,7 @@ std::variant<Plan, std::string> make_plan(const RowProgram& p, const device::Spe
                            "row step {} reads value {}", k, a);
     }
   }
-  schedule(p, plan, spec);
+  schedule(p, plan, spec, hook_steps);
   for (size_t k = 0; k < p.steps.size(); ++k) {
     if (plan.steps[k].elided) continue;
     for (int a : plan.steps[k].args) {
@@ -769,7 +779,7 @@ class Emitter {
     // An input whose rows are already in SBUF (input_rows_): read there when every tile is whole rows
     // of one row space from row 0 (tile t holds rows 128t..) and the input is laid out as the writer's
     // result, contiguous.
-    const RowsInSbuf* kept = input_rows_;
+    const RowsInSbuf* kept = input_rows_ && input_rows_->rows ? input_rows_ : nullptr;
     if (kept) {
       const RowOperand& in = p_.inputs[kept->input];
       const ValueInfo& v = plan_.values[kept->input];
@@ -856,7 +866,9 @@ class Emitter {
   }
 
   void release() {
-    for (const Tile& t : invariant_) b_.free(t);
+    for (const Tile& t : invariant_) {
+      if (std::find(given_.begin(), given_.end(), t.id) == given_.end()) b_.free(t);
+    }
     for (const TilePool& pool : input_pools_) b_.free(pool);
     for (const TilePool& pool : slot_pools_) b_.free(pool);
     if (plan_.stats) b_.free(stats_);
@@ -876,8 +888,19 @@ class Emitter {
         input_pools_.push_back(b_.pool("row_in", v.dtype, w, static_cast<size_t>(plan_.buffers)));
         continue;
       }
-      // The same row (or scalar) for every row: loaded once onto every partition.
+      // The same row (or scalar) for every row: loaded once onto every partition, unless the caller has.
       const RowOperand& in = p_.inputs[i];
+      if (input_rows_) {
+        const auto given = std::find_if(input_rows_->invariants.begin(), input_rows_->invariants.end(),
+                                        [&](const auto& g) { return g.first == i; });
+        if (given != input_rows_->invariants.end() && given->second.dtype == v.dtype && given->second.free_elements == w &&
+            given->second.partitions == b_.partitions() && in.desc.dtype == v.dtype) {
+          invariant_index_[i] = static_cast<int>(invariant_.size());
+          invariant_.push_back(given->second);
+          given_.push_back(given->second.id);
+          continue;
+        }
+      }
       const Tile t = b_.sbuf(v.dtype, w, 0, "row_invariant");
       b_.set_source_op(op_name(v.first_reader));
       b_.load(t.ap(), kernels::hbm_pattern(in.io, in.desc.dtype, in.offset, b_.partitions(), 0,
@@ -983,6 +1006,7 @@ class Emitter {
   const Plan& plan_;
   std::vector<Tile> invariant_;
   std::vector<int> invariant_index_;
+  std::vector<uint64_t> given_;  // ids of the invariant tiles the caller loaded (RowsInSbuf::invariants)
   std::vector<TilePool> input_pools_, slot_pools_;
   TilePool stats_, scratch_;
   std::vector<Tile> current_;              // this tile's buffer of each slot
@@ -1039,9 +1063,9 @@ std::optional<std::string> row_program_unsupported(const RowProgram& written, co
 std::optional<std::string> emit_row_program(KernelBuilder& b, const RowProgram& written,
                                             const std::function<RowOperand()>& output,
                                             const RowsComputed& rows_computed, const RowsInSbuf* input_rows,
-                                            bool* input_rows_read) {
+                                            bool* input_rows_read, std::span<const Loads> hook_steps) {
   const RowProgram program = without_exact_casts(written);
-  std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes());
+  std::variant<Plan, std::string> planned = make_plan(program, b.spec(), b.sbuf_free_bytes(), hook_steps);
   if (std::string* why = std::get_if<std::string>(&planned)) return std::move(*why);
   Plan& plan = std::get<Plan>(planned);
   // A cut at an engine change lets each engine work on its own tile instead of waiting for another

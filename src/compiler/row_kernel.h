@@ -42,6 +42,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,19 +97,28 @@ using RowsComputed = std::function<void(const device::AccessPattern& y, const de
 // partition 0) at columns [k * cols, (k + 1) * cols) of `tile`. The loop reads those rows there instead
 // of loading them, when its tiles hold whole rows of one row space from row 0 and the input is
 // contiguous; else it loads them from HBM as usual (the writer stores them there too).
+// `invariants`: inputs that are one row for every row (a norm's weight), already broadcast onto every
+// partition of their tile (loaded ahead of the kernel before, so that they do not queue behind its
+// transfers); the loop reads them there when the tile holds the row as it would load it (its dtype and
+// columns), and leaves the tile to its caller. `rows` false: only those, no input's rows.
 struct RowsInSbuf {
   size_t input = 0;
   kernels::Tile tile;
+  bool rows = true;
+  std::vector<std::pair<size_t, kernels::Tile>> invariants;
 };
 
 // Emits `program` through `b`: `output` is called once, after the program is known to fit, for where
 // the result goes (a view of shape [lead..., last dim of the result]). Returns the reason and emits
 // nothing when the program is unsupported (see above). Tiles are freed again before returning.
 // `input_rows`, when given, says where one input's rows already are; `*input_rows_read` (when given) is
-// set to whether the loop read them there.
+// set to whether the loop read them there. `hook_steps` are the steps rows_computed adds to each tile,
+// each with its time on every engine that can run it (kCannot elsewhere): the loop places its own
+// steps beside them, so that the engines the hook will use are left room.
 std::optional<std::string> emit_row_program(kernels::KernelBuilder& b, const RowProgram& program,
                                             const std::function<RowOperand()>& output,
                                             const RowsComputed& rows_computed = {},
-                                            const RowsInSbuf* input_rows = nullptr, bool* input_rows_read = nullptr);
+                                            const RowsInSbuf* input_rows = nullptr, bool* input_rows_read = nullptr,
+                                            std::span<const Loads> hook_steps = {});
 
 }  // namespace sightline::compiler
