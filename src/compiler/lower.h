@@ -198,7 +198,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     MLP's up projection); a candidate lowering that cannot be built is dropped
 // 31: a row loop places its own steps beside its hand-over's copies; its weight row loaded ahead of the
 //     matmul epilogue group before it
-inline constexpr int kLoweringVersion = 31;
+// 32: a view epilogue's cat read once by a binary op other than the root is not copied: that op runs
+//     on each piece where it lies
+inline constexpr int kLoweringVersion = 32;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

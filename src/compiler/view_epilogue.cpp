@@ -207,6 +207,33 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
   std::vector<std::optional<Map>> maps(body.nodes.size());
   maps[first] = Map{0, 0, mm.meta.shape, contiguous_strides(mm.meta.shape)};
   const int root = body.outputs.front();
+  // A cat read once, by a binary op that reads it once and is not the last op (rotate_half's cat times
+  // sin): not copied. The op runs once per piece instead, on the piece where it lies and the other
+  // operand's same positions, and writes its result there (the same bits: a cat only moves values).
+  // `pieces[i]` holds such a cat's pieces: its input's map, and where the piece starts along the cat's
+  // dim and its size.
+  const std::vector<int> uses = body.use_counts();
+  struct Piece {
+    Map source;
+    int64_t start = 0, size = 0;
+  };
+  std::vector<std::vector<Piece>> pieces(body.nodes.size());
+  std::vector<int> cat_dim(body.nodes.size(), -1);
+  const auto elided = [&](size_t i) {
+    const Node& n = body.nodes[i];
+    if (n.kind != NodeKind::op || n.op != OpId::cat || uses[i] != 1 || static_cast<int>(i) == root) return false;
+    for (size_t j = i + 1; j < body.nodes.size(); ++j) {
+      const Node& r = body.nodes[j];
+      const auto reads = std::count(r.inputs.begin(), r.inputs.end(), static_cast<int>(i));
+      if (reads == 0) continue;
+      // Not the last op: it writes the result tile, which the pieces may come from at other positions.
+      return r.kind == NodeKind::op && reads == 1 && static_cast<int>(j) != root && r.inputs.size() == 2 &&
+             !r.attrs.has_scalar &&
+             (r.op == OpId::add || r.op == OpId::sub || r.op == OpId::mul || r.op == OpId::div) &&
+             r.meta.shape == n.meta.shape;
+    }
+    return false;
+  };
   for (size_t i = first + 1; i < body.nodes.size(); ++i) {
     const Node& n = body.nodes[i];
     const std::string name(op_name(n.op));
@@ -224,7 +251,8 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
       maps[i] = Map{in->buffer, v->first, v->second.shape, v->second.strides};
       continue;
     }
-    const int buffer = static_cast<int>(i) == root ? 0 : plan.buffers++;
+    const bool elide = elided(i);
+    const int buffer = static_cast<int>(i) == root ? 0 : elide ? -1 : plan.buffers++;
     EpilogueStep step;
     step.node = &n;
     step.buffer = buffer;
@@ -265,6 +293,16 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
       }
       if (at != n.meta.shape[d]) return fmt::format("{}: its pieces do not tile one value", name);
       const Map out{buffer, base, n.meta.shape, parts.front()->strides};
+      if (elide) {
+        int64_t start = 0;
+        for (const Map* m : parts) {
+          pieces[i].push_back({*m, start, m->shape[d]});
+          start += m->shape[d];
+        }
+        cat_dim[i] = d;
+        maps[i] = out;
+        continue;
+      }
       int64_t cum = 0;
       for (const Map* m : parts) {
         Map piece = out;
@@ -312,6 +350,35 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
       }
       if (!like) return fmt::format("{} reads no value of the group", name);
       maps[i] = Map{buffer, like->offset, n.meta.shape, like->strides};
+      // A cat it reads that was not copied: one step per piece, the other operands at the same positions.
+      const auto cat = std::find_if(n.inputs.begin(), n.inputs.end(), [&](int v) {
+        return v != kNoValue && !pieces[static_cast<size_t>(v)].empty();
+      });
+      if (cat != n.inputs.end()) {
+        const size_t c = static_cast<size_t>(*cat), k_cat = static_cast<size_t>(cat - n.inputs.begin());
+        const int d = cat_dim[c];
+        for (const Piece& pc : pieces[c]) {
+          Map out = *maps[i];
+          out.offset += pc.start * out.strides[d];
+          out.shape[d] = pc.size;
+          std::vector<Walk> piece_walks = walks;
+          for (size_t k = 0; k < piece_walks.size(); ++k) {
+            Walk& w = piece_walks[k];
+            if (k == k_cat) {
+              w = value_walk(pc.source);
+            } else if (w.kind != EpilogueOperand::Kind::scalar) {
+              w.offset += pc.start * w.strides[d];
+            }
+          }
+          EpilogueStep piece_step;
+          piece_step.node = &n;
+          piece_step.buffer = buffer;
+          if (auto why = resolve(out, piece_walks, plan.rows, plan.cols, piece_step.out, piece_step.operands))
+            return fmt::format("{}: {}", name, *why);
+          plan.steps.push_back(std::move(piece_step));
+        }
+        continue;
+      }
       if (auto why = resolve(*maps[i], walks, plan.rows, plan.cols, step.out, step.operands))
         return fmt::format("{}: {}", name, *why);
     } else {
@@ -328,12 +395,15 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
     return std::string("the group's value is not computed by its last op");
   if (!is_whole_result(*result, plan.rows, plan.cols))
     return std::string("the group's value does not cover the matmul's result once");
-  // The last op writes the result tile: it may read that tile only where it writes.
-  const EpilogueStep& last = plan.steps.back();
-  for (const EpilogueOperand& o : last.operands) {
-    const bool same = o.at.offset == last.out.offset && o.at.dims == last.out.dims && last.pieces.empty();
-    if (o.kind == EpilogueOperand::Kind::value && o.buffer == 0 && !same)
-      return std::string("the last op reads the result tile at other positions than it writes");
+  // The last op writes the result tile: it may read that tile only where it writes (each of its steps,
+  // one per piece of a cat it reads).
+  for (const EpilogueStep& last : plan.steps) {
+    if (last.node != plan.steps.back().node) continue;
+    for (const EpilogueOperand& o : last.operands) {
+      const bool same = o.at.offset == last.out.offset && o.at.dims == last.out.dims && last.pieces.empty();
+      if (o.kind == EpilogueOperand::Kind::value && o.buffer == 0 && !same)
+        return std::string("the last op reads the result tile at other positions than it writes");
+    }
   }
   plan.offset = result->offset;
   plan.strides = result->strides;
