@@ -1874,6 +1874,7 @@ class Lowerer {
         }
         p.x_on_chip = nullptr;
         if (p.emitted) {
+          builder_.set_source_op(op_name(OpId::linear));  // the linear's load, between kernels
           kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
         }
       }
@@ -2585,7 +2586,11 @@ class Lowerer {
     return std::any_of(prefetches_.begin(), prefetches_.end(), [](const Prefetch& p) { return !p.emitted; });
   }
 
+  // The loads are the linear's (its weight, its input), whichever kernel they go out in; the kernel's
+  // own instructions after them keep its op.
   void emit_weight_prefetch() {
+    const std::string kernel_op(builder_.source_op());
+    builder_.set_source_op(op_name(OpId::linear));
     if (queues_ != PrefetchQueues::from_first && pending_prefetch()) builder_.set_queue_order(prefetch_queue_order());
     for (Prefetch& p : prefetches_) {
       if (p.emitted) continue;
@@ -2597,6 +2602,7 @@ class Lowerer {
       p.emitted = true;
     }
     builder_.set_queue_order(kernel_order_);
+    if (!kernel_op.empty()) builder_.set_source_op(kernel_op);
   }
 
   // The queues for a prefetch's pieces, which go round robin from the first (PrefetchQueues): from_last

@@ -200,7 +200,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     matmul epilogue group before it
 // 32: a view epilogue's cat read once by a binary op other than the root is not copied: that op runs
 //     on each piece where it lies
-inline constexpr int kLoweringVersion = 32;
+// 33: a prefetch's loads carry aten::linear whichever kernel they go out in
+inline constexpr int kLoweringVersion = 33;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

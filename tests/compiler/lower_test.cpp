@@ -1187,6 +1187,16 @@ TEST(Lowering, RowLoopNormHandsItsTilesOnOneTileLateAndStreamsTheNextWeight) {
     }
   }
   EXPECT_EQ(weight_loads, 1u);  // the loop reads that row, and loads none of its own
+  // The projection's weight streamed from the loop is the projection's: its loads carry aten::linear.
+  size_t projection_loads = 0;
+  for (const auto& queue : kept.dma_queues) {
+    for (const device::Instruction& in : queue) {
+      if (in.src0.memory != device::Memory::hbm || kept.io[in.src0.tensor].name != "arg3") continue;
+      ++projection_loads;
+      EXPECT_EQ(in.source_op, op_index(kept, "aten::linear"));
+    }
+  }
+  EXPECT_GT(projection_loads, 0u);
   double kept_ns = 0, plain_ns = 0;
   const auto a = run_outputs(spec, kept, &kept_ns), b = run_outputs(spec, plain, &plain_ns);
   ASSERT_EQ(a.size(), 1u);

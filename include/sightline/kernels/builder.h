@@ -110,6 +110,10 @@ class KernelBuilder {
 
   // Names the framework op the following instructions come from (profiler attribution).
   void set_source_op(std::string_view name);
+  // The name set_source_op set last; empty before the first.
+  std::string_view source_op() const {
+    return source_op_ == device::kNoSourceOp ? std::string_view{} : std::string_view(exe_.source_ops[source_op_]);
+  }
   void add_metadata(std::string key, std::string value) { exe_.metadata.emplace_back(std::move(key), value); }
 
   // ---- on-chip memory ----
