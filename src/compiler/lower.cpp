@@ -460,6 +460,7 @@ class Lowerer {
     const auto reads_kept = [&](const Node& e) {
       if (!operand_kept) return false;
       for (int v : e.inputs) {
+        if (v == kNoValue) continue;
         const Node& in = body.nodes[static_cast<size_t>(v)];
         if (in.kind == NodeKind::input && in.input_index == kept_input_->operand) return true;
       }

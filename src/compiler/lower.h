@@ -201,7 +201,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 32: a view epilogue's cat read once by a binary op other than the root is not copied: that op runs
 //     on each piece where it lies
 // 33: a prefetch's loads carry aten::linear whichever kernel they go out in
-inline constexpr int kLoweringVersion = 33;
+// 34: ... but copied where its reader's other operand is a cat too (32 and 33 ran that reader on one
+//     cat's pieces and read the other's buffer, which nothing made)
+inline constexpr int kLoweringVersion = 34;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

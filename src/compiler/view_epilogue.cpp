@@ -227,10 +227,14 @@ std::variant<ViewEpiloguePlan, std::string> plan_view_epilogue(const Graph& body
       const auto reads = std::count(r.inputs.begin(), r.inputs.end(), static_cast<int>(i));
       if (reads == 0) continue;
       // Not the last op: it writes the result tile, which the pieces may come from at other positions.
-      return r.kind == NodeKind::op && reads == 1 && static_cast<int>(j) != root && r.inputs.size() == 2 &&
-             !r.attrs.has_scalar &&
-             (r.op == OpId::add || r.op == OpId::sub || r.op == OpId::mul || r.op == OpId::div) &&
-             r.meta.shape == n.meta.shape;
+      if (r.kind != NodeKind::op || reads != 1 || static_cast<int>(j) == root || r.inputs.size() != 2 ||
+          r.attrs.has_scalar || r.meta.shape != n.meta.shape ||
+          !(r.op == OpId::add || r.op == OpId::sub || r.op == OpId::mul || r.op == OpId::div))
+        return false;
+      // Its other operand no cat: it runs on one cat's pieces.
+      const int other = r.inputs[0] == static_cast<int>(i) ? r.inputs[1] : r.inputs[0];
+      return other == kNoValue || body.nodes[static_cast<size_t>(other)].kind != NodeKind::op ||
+             body.nodes[static_cast<size_t>(other)].op != OpId::cat;
     }
     return false;
   };

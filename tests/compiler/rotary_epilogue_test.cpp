@@ -153,9 +153,10 @@ TEST(RotaryEpilogue, AValueReadOutsideEndsTheGroup) {
 // A value of the group read twice by one op (the projection squared): a group the chain fusion does not
 // make, resolved by the same plan (both operands and the result at the same positions of the tile).
 // A cat stays a copy where its reader cannot run on its pieces in place: the last op (it writes the
-// result tile, which a piece comes from at other positions: rotate_half(y) * sin returned as is), or a
-// cat read by two ops. Each plan has its cat step; the programs compute what the cpu does.
-TEST(RotaryEpilogue, ACatTheLastOpOrTwoOpsReadIsCopied) {
+// result tile, which a piece comes from at other positions: rotate_half(y) * sin returned as is), a cat
+// read by two ops, and a product of two cats (the op runs on one cat's pieces). Each program keeps its
+// cat's copies and computes what the cpu does.
+TEST(RotaryEpilogue, CatsThatCannotBeReadInPlaceAreCopied) {
   const auto rotated = [](const Tensor& y) {
     const int64_t h = y.size(-1) / 2;
     return cat({-y.slice(-1, h, 2 * h), y.slice(-1, 0, h)}, -1);
@@ -165,6 +166,11 @@ TEST(RotaryEpilogue, ACatTheLastOpOrTwoOpsReadIsCopied) {
       [&](const std::vector<Tensor>& a) {
         const Tensor r = rotated(linear(a[0], a[1]));
         return std::vector<Tensor>{r * a[2] + r};
+      },
+      [&](const std::vector<Tensor>& a) {
+        const Tensor y = linear(a[0], a[1]);
+        const int64_t h = y.size(-1) / 2;
+        return std::vector<Tensor>{rotated(y) * cat({y.slice(-1, h, 2 * h), y.slice(-1, 0, h)}, -1) + y};
       },
   };
   Generator g(46);
