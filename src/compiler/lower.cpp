@@ -2431,10 +2431,6 @@ class Lowerer {
     kept_input_->reader = next;
     kept_input_->tile = builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input");
     kept_input_->operand = operand;
-    // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
-    // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
-    // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
-    // would only delay the group's own loads).
     // A row loop's inputs that are one row for every row (its weight: a program argument of the loop's
     // columns, at its position among the body's inputs) are loaded here whether or not the group emits
     // a prefetch: the group's own loads wait behind one short row each, and the loop's first tile no
@@ -2466,6 +2462,10 @@ class Lowerer {
       }
       return;
     }
+    // The norm's weight and bias, program arguments, broadcast into SBUF here when the group's kernel is
+    // to emit a weight's prefetch (plan_weight_prefetch ran before): ahead of it and of the group's own
+    // loads, so that the norm does not wait behind that stream for them (without one, loaded first they
+    // would only delay the group's own loads).
     const size_t parameters = next->inputs.size() - 1;
     bool loadable = norm_op && parameters <= 2 && pending_prefetch();
     for (size_t k = 1; loadable && k <= parameters; ++k) {
