@@ -98,12 +98,12 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order)
+          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
         reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
         chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf),
-        tile_by_tile_(order == PreloadedOrder::tiles) {}
+        tile_by_tile_(order == PreloadedOrder::tiles), share_activations_(shared == SharedInput::handed_on) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -140,6 +140,8 @@ class Lowerer {
       exe.metadata.emplace_back("compiled.transposed_linears", fmt::format("{}", transposed_linears_));
     if (kept_norm_inputs_ > 0) exe.metadata.emplace_back("compiled.kept_norm_inputs", fmt::format("{}", kept_norm_inputs_));
     if (kept_operands_ > 0) exe.metadata.emplace_back("compiled.kept_epilogue_operands", fmt::format("{}", kept_operands_));
+    if (shared_activations_ > 0)
+      exe.metadata.emplace_back("compiled.shared_activations", fmt::format("{}", shared_activations_));
     if (tile_by_tile_kernels_ > 0)
       exe.metadata.emplace_back("compiled.tile_by_tile", fmt::format("{}", tile_by_tile_kernels_));
     if (reach_ == PrefetchReach::past_compute_bound)
@@ -2074,6 +2076,11 @@ class Lowerer {
     // (kernels::emit_linear_transposed); x_in_sbuf_only once it has, and the linear must then read it.
     bool x_read_once = false;
     bool x_in_sbuf_only = false;
+    // The activation is another prefetch's tile, handed on (plan_weight_prefetch: q, k and v read one
+    // activation): x_shared on the prefetch that reads it after, which loads nothing and frees it;
+    // activation_handed_on on the one before, which no longer frees it.
+    bool x_shared = false;
+    bool activation_handed_on = false;
   };
 
   // A matmul kernel's part in the prefetch: its loads are all out before its first store, so the next
@@ -2118,9 +2125,10 @@ class Lowerer {
       bool activation;
     };
     std::vector<Unit> units;
+    // A handed-on activation is one tile, mirrored once, for the prefetch that frees it.
     for (const Prefetch& p : prefetches_) {
       if (p.weight.panels.size() > 0) units.push_back({p.weight.panels.at(0).offset, &p, false});
-      if (p.weight.activation) units.push_back({p.weight.activation->offset, &p, true});
+      if (p.weight.activation && !p.activation_handed_on) units.push_back({p.weight.activation->offset, &p, true});
     }
     std::sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.offset < b.offset; });
     std::optional<kernels::PrefetchedWeight> copy;
@@ -2141,7 +2149,7 @@ class Lowerer {
       std::vector<Held> tiles;
       for (const Prefetch& p : prefetches_) {
         for (size_t k = 0; k < p.weight.panels.size(); ++k) tiles.push_back({p.weight.panels.at(k), &p, false});
-        if (p.weight.activation) tiles.push_back({*p.weight.activation, &p, true});
+        if (p.weight.activation && !p.activation_handed_on) tiles.push_back({*p.weight.activation, &p, true});
       }
       if (kept_input_) {
         tiles.push_back({kept_input_->tile, nullptr, false});
@@ -2181,6 +2189,20 @@ class Lowerer {
         SIGHTLINE_ASSERT(allocated && w.activation->offset == u.owner->weight.activation->offset);
         w.tile_by_tile = u.owner->weight.tile_by_tile;
       }
+    }
+    for (const Prefetch& p : prefetches_) {
+      if (!p.activation_handed_on) continue;
+      const auto owner = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& o) {
+        return o.x_shared && !o.activation_handed_on && o.weight.activation &&
+               o.weight.activation->offset == p.weight.activation->offset;
+      });
+      SIGHTLINE_ASSERT_MSG(owner != prefetches_.end(), "a handed-on activation at {} has no prefetch that reads it",
+                           p.weight.activation->offset);
+      kernels::PrefetchedWeight& w = made[&p];
+      w.weight = p.weight.weight;
+      w.activation = made.at(&*owner).activation;
+      w.x = p.weight.x;
+      w.tile_by_tile = p.weight.tile_by_tile;
     }
     for (const kernels::Tile& t : fillers) dry.free(t);  // the kept norm input's reservation stays, as the tile does
     SIGHTLINE_ASSERT(dry.sbuf_free_bytes() == builder_.sbuf_free_bytes());
@@ -2282,8 +2304,25 @@ class Lowerer {
     // The linear's input too when it was made before node i (whose kernel cannot write it), as q, k and v
     // read one activation: then the linear waits for nothing of the kernel before it.
     const size_t x = linear->first;
-    if (x < i && kernels::allocate_linear_activation(builder_, p.weight, values[x].desc,
-                                                     budget - (free - builder_.sbuf_free_bytes()))) {
+    // The input already held as an a^T by the prefetch of node i's own linear (k after q, v after k: they
+    // read one activation, the norm's result): handed on, so this linear reads the same tile and nothing
+    // loads it again from HBM, where its loads would queue behind node i's stores.
+    const auto holder = std::find_if(prefetches_.begin(), prefetches_.end(), [&](const Prefetch& h) {
+      const std::optional<std::pair<size_t, size_t>> in = linear_inputs(*h.linear);
+      return h.linear == &at && h.weight.activation && !h.activation_handed_on && in && in->first == x &&
+             h.weight.x.shape == values[x].desc.shape && h.weight.x.dtype == values[x].desc.dtype &&
+             h.weight.weight.shape[1] == p.weight.weight.shape[1];
+    });
+    if (share_activations_ && x < i && holder != prefetches_.end()) {
+      ++shared_activations_;
+      p.weight.activation = holder->weight.activation;
+      p.weight.x = holder->weight.x;
+      p.x_io = values[x].io;
+      p.x_offset = values[x].offset;
+      p.x_shared = true;
+      holder->activation_handed_on = true;
+    } else if (x < i && kernels::allocate_linear_activation(builder_, p.weight, values[x].desc,
+                                                            budget - (free - builder_.sbuf_free_bytes()))) {
       p.x_io = values[x].io;
       p.x_offset = values[x].offset;
     } else if (const Node& made = graph.nodes[x];
@@ -2580,7 +2619,7 @@ class Lowerer {
 
   void release(const auto& p) {  // a Prefetch (declared with the members below)
     builder_.free(p.weight.panels);
-    if (p.weight.activation) builder_.free(*p.weight.activation);
+    if (p.weight.activation && !p.activation_handed_on) builder_.free(*p.weight.activation);
   }
 
   bool pending_prefetch() const {
@@ -2597,7 +2636,7 @@ class Lowerer {
       if (p.emitted) continue;
       if (p.weight.panels.size() > 0)
         kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));
-      if (p.weight.activation && !p.x_on_chip) {
+      if (p.weight.activation && !p.x_on_chip && !p.x_shared) {
         kernels::prefetch_linear_activation(builder_, p.weight, builder_.view(p.x_io, p.x_offset, p.weight.x.dtype));
       }
       p.emitted = true;
@@ -2676,6 +2715,8 @@ class Lowerer {
   int row_loops_ = 0;                       // fused.rows groups emitted as one row loop
   int kept_norm_inputs_ = 0;  // row loops that read their input where the matmul epilogue before left it
   int kept_operands_ = 0;     // matmul epilogues that read an operand where the matmul kernel before left it
+  const bool share_activations_;  // a prefetched a^T handed on to the next linear of the same input
+  int shared_activations_ = 0;    // ... so handed on
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
   std::vector<std::string> epilogue_fallbacks_;  // why view-level epilogues were lowered op by op
 };
@@ -2778,14 +2819,16 @@ Graph emission_order(const Graph& graph) {
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
-                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order) {
+                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared) {
   const Graph ordered = emission_order(graph_in);
   const Graph& graph = ordered;
   if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order).run(graph);
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order, shared)
+        .run(graph);
   auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
-                     ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices) {
-    return Lowerer(spec, name, p, q, idle, r, c, o).run(graph);
+                     ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices,
+                     SharedInput sh = SharedInput::loaded) {
+    return Lowerer(spec, name, p, q, idle, r, c, o, sh).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
@@ -2924,13 +2967,33 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
                          [&](const Node& b) { return linear_of_many_rows(*n.body, b); });
     return linear_of_many_rows(graph, n);
   });
+  PreloadedOrder best_order = PreloadedOrder::k_slices;
   if (many_rows) {
     Timed tiles;
     tiles.how = best_how;
     try {
       tiles.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, PreloadedOrder::tiles);
       tiles.ns = device::timing_only_ns(spec, tiles.exe);
+      if (tiles.ns < best_ns && !(tiles.exe == best)) best_order = PreloadedOrder::tiles;
       keep_if_faster(tiles);
+    } catch (const Error&) {
+      ++not_built;
+    }
+  }
+  // Last, the program kept once more with a prefetched a^T handed on to the next linear that reads the
+  // same input (k and v reading q's: SharedInput::handed_on), kept where faster. Not in the search
+  // above: the shared tile stays allocated across the kernels between, which leaves their prefetches less
+  // room and turns the choices there (searched with it, ESM-2 t12 at batch 1 was 968.9 us against 962.3
+  // without; on the program kept, 960.8), and one lowering more costs less than a second search
+  // (Llama small bf16 at batch 4 958.5 -> 937.0 us either way).
+  {
+    Timed together;
+    together.how = best_how;
+    try {
+      together.exe =
+          lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, SharedInput::handed_on);
+      together.ns = device::timing_only_ns(spec, together.exe);
+      keep_if_faster(together);
     } catch (const Error&) {
       ++not_built;
     }

@@ -126,6 +126,14 @@ enum class ActivationChain : uint8_t { through_hbm, in_sbuf, norms_in_sbuf };
 // of more than one row tile that ran `tiles`).
 enum class PreloadedOrder : uint8_t { k_slices, tiles };
 
+// Where the next linear reads the same input as the linear before it, which holds that input as a
+// prefetched a^T (Llama's k after q, v after k): `loaded` gives it an a^T of its own, loaded from HBM
+// (behind the transfers the kernels between leave on the queues); `handed_on` hands the tile on, so the
+// input is not loaded again ("compiled.shared_activations"). The tile then stays allocated across those
+// kernels, which leaves their prefetches less room; with WeightPrefetch::best, lower() tries it last, on
+// the program it keeps, and keeps the faster.
+enum class SharedInput : uint8_t { loaded, handed_on };
+
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
 // works on views of its result (a projection with its rotary embedding, many steps per result tile)
 // goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
@@ -141,7 +149,7 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                          KernelQueues kernel_queues = KernelQueues::from_first,
                          PrefetchReach reach = PrefetchReach::next_kernel,
                          ActivationChain chain = ActivationChain::through_hbm,
-                         PreloadedOrder order = PreloadedOrder::k_slices);
+                         PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
@@ -203,7 +211,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 33: a prefetch's loads carry aten::linear whichever kernel they go out in
 // 34: ... but copied where its reader's other operand is a cat too (32 and 33 ran that reader on one
 //     cat's pieces and read the other's buffer, which nothing made)
-inline constexpr int kLoweringVersion = 34;
+// 35: a prefetched a^T handed on to the next linear of the same input (k and v reading q's), lower()'s
+//     last candidate
+inline constexpr int kLoweringVersion = 35;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -1207,6 +1207,44 @@ TEST(Lowering, RowLoopNormHandsItsTilesOnOneTileLateAndStreamsTheNextWeight) {
               kept_ns, plain_ns);
 }
 
+// Llama's q, k and v projections of one RMSNorm's result (512 bf16 rows, Llama small's shapes): q's a^T
+// is the norm's hand-over (ActivationChain::norms_in_sbuf), and with SharedInput::handed_on q's prefetch
+// hands that tile on to k's, and k's to v's ("compiled.shared_activations"), so no projection loads the
+// norm's result back from HBM, where k's and v's loads would queue behind q's and k's stores. The same
+// bits as the program that prefetches nothing, functional and timing-only the same modeled time; lower()
+// keeps it (its last candidate) where faster.
+TEST(Lowering, TheProjectionsOfOneInputShareItsPrefetchedTranspose) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const Graph g = optimized(
+      [](const std::vector<Tensor>& in) {
+        const Tensor n = testing::naive_rms_norm(in[0], in[1]);
+        return std::vector<Tensor>{linear(n, in[2]), linear(n, in[3]), linear(n, in[4])};
+      },
+      {{{512, 1024}, DType::bf16}, {{1024}, DType::bf16}, {{1024, 1024}, DType::bf16}, {{256, 1024}, DType::bf16},
+       {{256, 1024}, DType::bf16}});
+  const auto lowered = [&](SharedInput shared) {
+    return lower(g, spec, "qkv", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                 PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices, shared);
+  };
+  const device::Executable shared = lowered(SharedInput::handed_on);
+  EXPECT_EQ(metadata(lowered(SharedInput::loaded), "compiled.shared_activations"), "");
+  const device::Executable plain = lower(g, spec, "qkv", WeightPrefetch::never);
+  EXPECT_EQ(metadata(shared, "compiled.shared_activations"), "2");
+  EXPECT_EQ(metadata(shared, "compiled.kept_activations"), "1");  // q's, from the norm
+  EXPECT_EQ(metadata(plain, "compiled.shared_activations"), "");
+  EXPECT_EQ(scratch_loads(shared), 0u);  // the norm's result is read by no load
+  EXPECT_EQ(scratch_loads(plain), 3u * 512 * 1024 * 2);
+  double shared_ns = 0, plain_ns = 0;
+  const auto a = run_outputs(spec, shared, &shared_ns), b = run_outputs(spec, plain, &plain_ns);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(shared_ns, run_ns(shared));
+  EXPECT_LT(shared_ns, plain_ns);
+  const device::Executable best = lower(g, spec, "qkv");
+  EXPECT_LE(run_ns(best), shared_ns);
+  EXPECT_EQ(metadata(best, "compiled.shared_activations"), "2");
+}
+
 // Llama's MLP as the user writes it, down_proj(silu(gate_proj(x)) * up_proj(x)): the up projection is
 // a linear by itself, and the gate projection's matmul epilogue (silu, then times up) reads its result
 // element for element. With ActivationChain::norms_in_sbuf the up projection's kernel copies each
