@@ -162,6 +162,16 @@ class Lowerer {
     return exe;
   }
 
+  // Whether two linears of `graph` read one input (SharedInput::handed_on can change the program).
+  static bool linears_share_an_input(const Graph& graph) {
+    std::set<size_t> inputs;
+    for (const Node& n : graph.nodes) {
+      const std::optional<std::pair<size_t, size_t>> in = linear_inputs(n);
+      if (in && !inputs.insert(in->first).second) return true;
+    }
+    return false;
+  }
+
  private:
   struct Constants {
     uint32_t io = 0;
@@ -2985,8 +2995,9 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // above: the shared tile stays allocated across the kernels between, which leaves their prefetches less
   // room and turns the choices there (searched with it, ESM-2 t12 at batch 1 was 968.9 us against 962.3
   // without; on the program kept, 960.8), and one lowering more costs less than a second search
-  // (Llama small bf16 at batch 4 958.5 -> 937.0 us either way).
-  {
+  // (Llama small bf16 at batch 4 958.5 -> 937.0 us either way). Only where two linears read one input:
+  // elsewhere the program would be the same.
+  if (Lowerer::linears_share_an_input(graph)) {
     Timed together;
     together.how = best_how;
     try {
