@@ -2475,11 +2475,8 @@ class Lowerer {
     const int64_t tiles = (static_cast<int64_t>(n.meta.shape.product()) / cols + parts - 1) / parts;
     const uint64_t bytes = static_cast<uint64_t>(tiles * cols) * dtype_size(n.meta.dtype);
     if (bytes > builder_.sbuf_free_bytes() / kPrefetchShare) return;
-    kept_input_.emplace();
-    kept_input_->writer = &n;
-    kept_input_->reader = next;
-    kept_input_->tile = builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input");
-    kept_input_->operand = operand;
+    kept_input_ = KeptInput{&n, next, builder_.sbuf(n.meta.dtype, static_cast<uint32_t>(tiles * cols), 0, "kept_norm_input"),
+                            false, {}, operand, {}};
     // A row loop's inputs that are one row for every row (its weight: a program argument of the loop's
     // columns, at its position among the body's inputs) are loaded here whether or not the group emits
     // a prefetch: the group's own loads wait behind one short row each, and the loop's first tile no
