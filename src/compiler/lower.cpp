@@ -1526,12 +1526,47 @@ class Lowerer {
     }
   }
 
+  // What a value's elements are by how the graph makes them: each 0 or 1 (a bool, or a bool cast to a
+  // number), or each finite (such a 0/1 value times a finite host scalar that the dtype holds: Llama's
+  // causal mask, gt(...).to(dtype) * finfo.min); through views, and into the bodies of fused nodes
+  // (`outer`: the fused nodes entered, innermost last, with the graphs that hold them). Anything else
+  // proves nothing (a cast of a finite f32 to bf16 may overflow; a product of two finite values too).
+  enum class ValueBound { none, zero_one, finite };
+  static ValueBound bound_of(const Graph& g, int v, std::vector<std::pair<const Graph*, const Node*>> outer = {}) {
+    if (v == kNoValue) return ValueBound::none;
+    const Node& n = g.nodes[static_cast<size_t>(v)];
+    if (n.meta.dtype == DType::boolean) return ValueBound::zero_one;
+    if (n.kind == NodeKind::input) {
+      if (outer.empty()) return ValueBound::none;
+      const auto [holder, fused] = outer.back();
+      outer.pop_back();
+      return bound_of(*holder, fused->inputs[static_cast<size_t>(n.input_index)], std::move(outer));
+    }
+    if (n.kind == NodeKind::fused) {
+      if (!n.body || n.body->outputs.size() != 1) return ValueBound::none;
+      outer.emplace_back(&g, &n);
+      return bound_of(*n.body, n.body->outputs[0], std::move(outer));
+    }
+    if (n.kind != NodeKind::op || n.inputs.empty()) return ValueBound::none;
+    if (op_info(n.op).is_view) return bound_of(g, n.inputs[0], std::move(outer));
+    if (n.op == OpId::to_copy)
+      return bound_of(g, n.inputs[0], std::move(outer)) == ValueBound::zero_one ? ValueBound::zero_one : ValueBound::none;
+    // The scalar as the dtype holds it (rounded; infinite where it overflows).
+    const auto held = [&](double x) {
+      return dtype_visit(n.meta.dtype, [&]<typename T>() { return to_double(from_float<T>(static_cast<float>(x))); });
+    };
+    if (n.op == OpId::mul && n.attrs.has_scalar && dtype_is_floating(n.meta.dtype) && std::isfinite(held(n.attrs.scalar)) &&
+        bound_of(g, n.inputs[0], std::move(outer)) == ValueBound::zero_one)
+      return ValueBound::finite;
+    return ValueBound::none;
+  }
+
   // The attention kernel for `pv` = matmul(scores, v) with the scores' operands at `scores_operands`;
   // nullopt (nothing emitted) when the kernel does not take these shapes. `kv_heads` (both or neither):
   // k and v as their key/value heads, read in place of the repeat_kv copies the graph makes of them
   // (unmade_repeat_copies): query head h reads key/value head h / (query heads / key/value heads).
   std::optional<Place> attention(const AttentionMatch& match, const Node& pv, std::span<const Place> scores_operands,
-                                 const Place& v_in, const std::optional<Place>& dst,
+                                 const Place& v_in, const std::optional<Place>& dst, bool mask_finite,
                                  const std::optional<std::pair<Place, Place>>& kv_heads = std::nullopt) {
     const Place& q = scores_operands[static_cast<size_t>(match.q)];
     const Place& k_t = scores_operands[static_cast<size_t>(match.k_t)];
@@ -1582,6 +1617,7 @@ class Lowerer {
     const Node& scores_mm = *std::find_if(match.scores->body->nodes.begin(), match.scores->body->nodes.end(),
                                           [](const Node& m) { return m.kind == NodeKind::op; });
     kernels::EagerHooks hooks;
+    hooks.mask_finite = match.mask && mask_finite;
     hooks.attention_phase = [&](kernels::AttentionPhase phase) {
       switch (phase) {
         case kernels::AttentionPhase::scores: builder_.set_source_op(op_name(scores_mm.op)); break;
@@ -1816,11 +1852,15 @@ class Lowerer {
           }
         };
         if (!kv_heads) make_copies();
-        std::optional<Place> fused = attention(it->second, n, scores_operands, v_place, at_dst, kv_heads);
+        // An additive mask whose elements the graph makes finite may be added on the Tensor engine.
+        const bool mask_finite =
+            it->second.mask_input >= 0 &&
+            bound_of(graph, graph.nodes[scores].inputs[static_cast<size_t>(it->second.mask_input)]) == ValueBound::finite;
+        std::optional<Place> fused = attention(it->second, n, scores_operands, v_place, at_dst, mask_finite, kv_heads);
         if (fused && kv_heads) ++grouped_kv_attentions_;
         if (!fused && kv_heads) {
           make_copies();
-          fused = attention(it->second, n, scores_operands, v_place, at_dst);
+          fused = attention(it->second, n, scores_operands, v_place, at_dst, mask_finite);
         }
         if (fused) {
           values[i] = *fused;

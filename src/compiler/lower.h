@@ -213,7 +213,10 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     cat's pieces and read the other's buffer, which nothing made)
 // 35: a prefetched a^T handed on to the next linear of the same input (k and v reading q's), lower()'s
 //     last candidate
-inline constexpr int kLoweringVersion = 35;
+// 36: an attention's additive mask that the graph makes finite accumulated into its scores on the Tensor
+//     engine (q^T scaled first), the scores read in PSUM; items of more heads where they cost less;
+//     P^T's evacuations shared over the Vector and Scalar engines item by item
+inline constexpr int kLoweringVersion = 36;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -86,6 +86,11 @@ struct EagerHooks {
   // caller that fused the user's ops into it (compile()'s fused attention) labels each phase's
   // instructions with the op it comes from.
   std::function<void(AttentionPhase)> attention_phase;
+  // scaled_dot_product_attention: every element of the additive mask is finite by how the graph makes
+  // it (compile()'s lowering proves it: a 0/1 value times a finite scalar, Llama's causal mask). The
+  // kernel may then add the mask on the Tensor engine (an identity matmul accumulated into the scores'
+  // PSUM), where a -inf or NaN anywhere in a column of it would poison that column's every score.
+  bool mask_finite = false;
   std::function<void()> before_stores;
   std::function<void()> after_loads;
   // Runs once, right before the kernel evacuates its first result tile (before its first before_store),

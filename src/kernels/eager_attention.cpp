@@ -9,6 +9,10 @@
 // Where the mask adds only 0 or -inf (none, bool, causal) and the scale is positive, the scores leave
 // PSUM unscaled (with the mask added on the way) and the exp applies the scale: exp(x * scale - max x
 // * scale), the same bits as scaling first (rounding is monotonic), one pass of the scores fewer.
+// Where an additive mask is finite by how the graph makes it (Llama's causal mask: EagerHooks::
+// mask_finite) and the scale a power of two, the Tensor engine adds it (an identity matmul accumulated
+// into the scores' PSUM) after q^T is scaled, and the scores never leave PSUM: the max and the exp read
+// them there, the same bits with two passes fewer (Placement::mask_on_tensor).
 //   TensorE  P^T chunks = P @ I (the transpose through the array), then out[Lq, Ev] += P^T^T @ v
 //   ScalarE / VectorE  out = (P v) / sum             evacuating PSUM (times 1 / sum, or divided)
 // so the scores and probabilities never leave SBUF/PSUM: the HBM traffic is q, k, v, the mask and the
@@ -140,6 +144,7 @@ void build_attention(EagerContext& c) {
   // reciprocal) are one instruction for all of them: an engine instruction's fixed cost (about 160
   // cycles) is most of its time on a head of 128 keys.
   struct Item {
+    size_t index = 0;            // its place in the kernel's items
     int64_t m_base = 0, q0 = 0;  // the mask's (the same for every head of an item)
     size_t qb = 0, kvb = 0;      // its blocks
     uint32_t heads = 1;
@@ -192,6 +197,7 @@ void build_attention(EagerContext& c) {
           qblocks.push_back(qb);
           for (int64_t j = 0; j < n; j += heads_per_item) {
             Item it;
+            it.index = items.size();
             it.m_base = m_pre + (h0 + j) * m_hs;
             it.q0 = q0;
             it.lp = qb.lp;
@@ -225,12 +231,22 @@ void build_attention(EagerContext& c) {
   // exponentiates one item, the Vector engine takes the next one's row max and the Tensor engine an
   // earlier one's P v. The loads run `ahead` items in front. The rings (allocate_rings) grow with the
   // stages their values span; where they do not fit, the body is one stage, one item behind its loads.
+  // The period of items over which the evacuations of P^T are shared out (Placement::evac_on_scalar).
+  constexpr size_t kEvacPeriod = 6;
   enum Part : int { kScores, kScale, kMask, kMax, kBias, kExp, kNormalize, kTranspose, kValues, kOut, kParts };
   struct Schedule {
     size_t ahead = 1;
     bool staged = false;  // every part a stage of its own; else the whole body is one stage
   };
-  const auto stage_of = [](const Schedule& sc, int part) { return sc.staged ? static_cast<size_t>(part) : 0; };
+  // Where the scores stay in PSUM (Placement::mask_on_tensor) the scale's and the mask's parts emit
+  // nothing and take no stage of their own: the max, the part after them, reads the scores a stage
+  // after the matmuls that made them, so that their PSUM buffers are held no longer than that.
+  bool scores_in_psum = false;
+  const auto stage_in = [](bool in_psum, int part) {
+    const int skipped = in_psum ? (part > kScale) + (part > kMask) : 0;
+    return static_cast<size_t>(part - skipped);
+  };
+  const auto stage_of = [&](const Schedule& sc, int part) { return sc.staged ? stage_in(scores_in_psum, part) : 0; };
   // The deepest schedule first (allocate_rings below), down to the whole body one item behind its loads.
   const std::vector<Schedule> schedules = {{4, true}, {2, true}, {1, true}, {1, false}};
 
@@ -261,6 +277,19 @@ void build_attention(EagerContext& c) {
   // leave PSUM unscaled, with the mask added on the way.
   const bool scale_in_exp = scale > 0.0f && std::isfinite(scale) && !(mask && mask->dtype != DType::boolean);
   const bool bias_placed = scale_in_exp && scale != 1.0f;  // the maxima's scaling (kBias) is an instruction
+  // The mask on the Tensor engine (Placement::mask_on_tensor): an additive mask of the operands' dtype
+  // that the graph makes finite (EagerHooks::mask_finite) is accumulated into the scores' PSUM through
+  // the identity (I^T m = m, every other product 0 times a finite element), q^T scaled first where the
+  // scale is not 1, so the scores never leave PSUM: the max and the exp read them there, and neither the
+  // scale's evacuation nor the mask's add is an engine pass. Only where the scale is a power of two:
+  // q x s is then exact in q's dtype (whose exponent range is f32's; a subnormal q aside), every product
+  // and partial sum of (q s) k^T is s times q k^T's, and PSUM adds the mask as the evacuation did
+  // (s x qk + m, rounded once): the same bits.
+  const bool mask_can_go_on_tensor = [&] {
+    if (!mask || mask->dtype != dt || !c.hooks || !c.hooks->mask_finite) return false;
+    int exponent = 0;
+    return scale > 0.0f && std::isfinite(scale) && std::frexp(scale, &exponent) == 0.5f;
+  }();
   const uint32_t moving_max = spec.tensor.moving_free_max;
   const uint16_t ep = static_cast<uint16_t>(e);
 
@@ -276,10 +305,16 @@ void build_attention(EagerContext& c) {
     // The normalization is deferred to the output's evacuation: P v's rows times 1 / sum on the Scalar
     // engine (the reciprocal on Scalar or GpSimd), or divided by the sum on the Vector engine.
     Engine out = Engine::scalar, reciprocal = Engine::scalar;
-    int64_t evac_on_scalar = 0;  // how many of the s_chunks evacuations of P^T, spread evenly
+    // How many of every kEvacPeriod items' s_chunks evacuations of P^T each, spread evenly over the
+    // items' chunks in order: a share finer than a whole item's (one chunk of 128 keys), so that the
+    // Vector and Scalar engines can split the evacuations of items that have only one.
+    int64_t evac_on_scalar = 0;
+    bool mask_on_tensor = false;  // the mask added in PSUM, the scores read there (mask_can_go_on_tensor)
   };
-  const auto evac_on_scalar = [&](const Placement& pl, int64_t ch) {
-    return (ch + 1) * pl.evac_on_scalar / s_chunks > ch * pl.evac_on_scalar / s_chunks;
+  const int64_t evacuations = static_cast<int64_t>(kEvacPeriod) * s_chunks;  // of every kEvacPeriod items
+  const auto evac_on_scalar = [&](const Placement& pl, size_t item, int64_t ch) {
+    const int64_t j = static_cast<int64_t>(item % kEvacPeriod) * s_chunks + ch;
+    return (j + 1) * pl.evac_on_scalar / evacuations > j * pl.evac_on_scalar / evacuations;
   };
 
   // The instructions of part `which` of item `it` from its buffers: what the kernel emits, and what
@@ -322,17 +357,28 @@ void build_attention(EagerContext& c) {
     const auto sum_of = [&](uint32_t h) { return it.stats.column(lp, g + h); };
     std::vector<Instruction> out;
     switch (which) {
-      case kScores:  // scores = q k^T, one matmul per PSUM bank of keys
+      case kScores:  // scores = q k^T, one matmul per PSUM bank of keys (+ the mask, on the Tensor engine)
+        if (pl.mask_on_tensor && scale != 1.0f) {  // the item's q^T times the scale, in place
+          const AccessPattern qt = it.qt.region(0, ep, it.jq * lp, g * lp);
+          out.push_back(device::tensor_scalar(AluOp::multiply, qt, qt, scale, false, Engine::gpsimd));
+        }
         for (uint32_t h = 0; h < g; ++h) {
           const AccessPattern qt = it.qt.region(0, ep, (it.jq + h) * lp, lp);
           for (uint32_t n0 = 0; n0 < sf; n0 += moving_max) {
             const uint32_t nw = std::min(moving_max, sf - n0);
-            out.push_back(device::matmul(it.sp.region(0, lp, h * sf + n0, nw), qt,
-                                         it.kt.region(0, ep, it.jk[h] * sf + n0, nw), false));
+            const AccessPattern scores = it.sp.region(0, lp, h * sf + n0, nw);
+            out.push_back(device::matmul(scores, qt, it.kt.region(0, ep, it.jk[h] * sf + n0, nw), false));
+            if (pl.mask_on_tensor) {
+              AccessPattern m = it.m;  // [lp, sf] from partition 0: its keys n0 .. n0 + nw
+              m.offset += uint64_t{n0} * dtype_size(m.dtype);
+              m.dims[0].size = nw;
+              out.push_back(device::matmul(scores, ident.region(0, lp, 0, lp), m, true));
+            }
           }
         }
         break;
       case kScale: {  // * scale into SBUF (f32) unless the exp applies it; + the mask on the way where it can
+        if (pl.mask_on_tensor) break;
         const AccessPattern raw = it.sp.region(0, lp, 0, g * sf);
         const float by = scale_in_exp ? 1.0f : scale;
         if (pl.mask_in_evacuation) {
@@ -348,14 +394,14 @@ void build_attention(EagerContext& c) {
         break;
       }
       case kMask:
-        if ((mask || causal) && !pl.mask_in_evacuation) {
+        if ((mask || causal) && !pl.mask_in_evacuation && !pl.mask_on_tensor) {
           const AccessPattern addend = mask_addend(out, it, pl);
           out.push_back(
               device::tensor_tensor(AluOp::add, all_scores(), all_scores(), over_heads(addend, g), pl.mask));
         }
         break;
       case kMax: {  // the softmax along the keys, in SBUF: every head's -max at once, the exps' biases
-        AccessPattern heads = all_scores();
+        AccessPattern heads = pl.mask_on_tensor ? it.sp.region(0, lp, 0, g * sf) : all_scores();
         heads.dims[0] = device::FreeDim{g, static_cast<int32_t>(sf)};
         heads.dims[1] = device::FreeDim{sf, 1};
         heads.dim_count = 2;
@@ -370,7 +416,7 @@ void build_attention(EagerContext& c) {
         break;
       case kExp:  // P = exp(scores x scale - max), unnormalized, in the input dtype; the row sum beside it
         for (uint32_t h = 0; h < g; ++h) {
-          Instruction exp = device::activate(ActFunc::exp, keys(it.p, h), keys(it.scores, h),
+          Instruction exp = device::activate(ActFunc::exp, keys(it.p, h), keys(pl.mask_on_tensor ? it.sp : it.scores, h),
                                              scale_in_exp ? scale : 1.0f, it.stats.column(lp, h));
           exp.aux = sum_of(h);
           out.push_back(exp);
@@ -395,7 +441,7 @@ void build_attention(EagerContext& c) {
                                          ident.region(0, lp, 0, lp), false));
           }
           const AccessPattern from = tp.region(0, w, 0, g * lp), to = pt.region(0, w, 0, g * lp);
-          out.push_back(evac_on_scalar(pl, ch) ? device::activate(ActFunc::identity, to, from)
+          out.push_back(evac_on_scalar(pl, it.index, ch) ? device::activate(ActFunc::identity, to, from)
                                                : device::tensor_copy(to, from));
         }
         break;
@@ -441,8 +487,10 @@ void build_attention(EagerContext& c) {
   // one whose items end first when run through the staged pipeline (`cost` below). The previous kernel's
   // placement (the mask and the max's scaling on the Vector engine, the evacuations of the scores and of
   // P v and the reciprocal on the Scalar engine, P^T's evacuations alternating) wins ties.
-  Placement place{.evac_on_scalar = s_chunks / 2};
-  {
+  const Placement first_placement{.evac_on_scalar = static_cast<int64_t>(kEvacPeriod) * (s_chunks / 2)};
+  Placement place = first_placement;
+  // Sets `place` for the items as they are (item_heads); returns its cost.
+  const auto search = [&] {
     const uint16_t lp = static_cast<uint16_t>(lq_max);
     const auto tile = [&](Memory memory, DType tile_dtype, uint16_t p, uint32_t elements) {
       return Tile{memory, tile_dtype, p, 0, elements, 0};
@@ -473,11 +521,15 @@ void build_attention(EagerContext& c) {
     // engine's work per item missed the chain: it put the mask's add in the scores' evacuation on ESM-2,
     // where that chain (evacuation, then the max, on the Vector engine) made the kernel longer.
     const auto cost = [&](const Placement& pl) {
-      std::array<std::vector<std::pair<size_t, double>>, kParts> chain;  // per part: (engine, ns) in order
-      for (int which = 0; which < kParts; ++which) {
-        for (const Instruction& in : part_instructions(which, probe, pl)) {
-          chain[static_cast<size_t>(which)].emplace_back(static_cast<size_t>(in.engine()),
-                                                         device::compute_instruction_ns(spec, in));
+      // Per item of a period (the evacuations of P^T differ among them), per part: (engine, ns) in order.
+      std::array<std::array<std::vector<std::pair<size_t, double>>, kParts>, kEvacPeriod> chains;
+      for (size_t period = 0; period < kEvacPeriod; ++period) {
+        probe.index = period;
+        for (int which = 0; which < kParts; ++which) {
+          for (const Instruction& in : part_instructions(which, probe, pl)) {
+            chains[period][static_cast<size_t>(which)].emplace_back(static_cast<size_t>(in.engine()),
+                                                               device::compute_instruction_ns(spec, in));
+          }
         }
       }
       const size_t n = items.size();
@@ -485,10 +537,12 @@ void build_attention(EagerContext& c) {
       std::vector<double> done(n, 0.0);  // per item, the end of its latest part
       double end = 0;
       for (size_t step = 0; step + 1 < n + kParts; ++step) {
-        for (size_t part = 0; part < kParts && part <= step; ++part) {
-          const size_t i = step - part;
+        for (size_t part = 0; part < kParts; ++part) {
+          const size_t stage = stage_in(pl.mask_on_tensor, static_cast<int>(part));
+          if (stage > step) break;
+          const size_t i = step - stage;
           if (i >= n) continue;
-          for (const auto& [engine, ns] : chain[part]) {
+          for (const auto& [engine, ns] : chains[i % kEvacPeriod][part]) {
             done[i] = engine_free[engine] = std::max(engine_free[engine], done[i]) + ns;
           }
           end = std::max(end, done[i]);
@@ -510,9 +564,21 @@ void build_attention(EagerContext& c) {
             for (const Engine out_on : {Engine::scalar, Engine::vector}) {
               for (const Engine reciprocal_on : {Engine::scalar, Engine::gpsimd}) {
                 if (out_on == Engine::vector && reciprocal_on != Engine::scalar) continue;  // none to place
-                for (int64_t on_scalar = 0; on_scalar <= s_chunks; ++on_scalar) {
-                  const Placement pl{mask_on, bias_on, scale_on, fuse, out_on, reciprocal_on, on_scalar};
-                  if (const double ns = cost(pl); ns < best) best = ns, place = pl;
+                for (int64_t on_scalar = 0; on_scalar <= evacuations; ++on_scalar) {
+                  for (const bool on_tensor : {false, true}) {
+                    // On the Tensor engine the mask, the scale and their engines are no choice.
+                    if (on_tensor && (!mask_can_go_on_tensor || mask_on != Engine::vector ||
+                                      scale_on != Engine::scalar || fuse))
+                      continue;
+                    // A share of P^T's evacuations finer than whole items' chunks only with the scores in
+                    // PSUM, where the Vector engine is left every PSUM read but the exps (the max, P^T, P v)
+                    // and needs it: Llama small bf16 at batch 4 928.9 -> 912.6 us. Elsewhere the kernel's
+                    // cost gained about 1% with it on ESM-2 t12, whose program then ran 0.3% longer (960.8
+                    // -> 963.6 us): the Scalar engine busier at the kernel's end, where the next starts.
+                    if (!on_tensor && on_scalar % static_cast<int64_t>(kEvacPeriod) != 0) continue;
+                    const Placement pl{mask_on, bias_on, scale_on, fuse, out_on, reciprocal_on, on_scalar, on_tensor};
+                    if (const double ns = cost(pl); ns < best) best = ns, place = pl;
+                  }
                 }
               }
             }
@@ -520,8 +586,32 @@ void build_attention(EagerContext& c) {
         }
       }
     }
+    return best;
+  };
+  double placed_ns = search();
+  // Items of more heads, up to a PSUM bank of each of their buffers, where that costs less: the max, the
+  // evacuations of P^T and of P v are each one instruction for all of an item's heads, and with the
+  // scores in PSUM they, not the exps, fill the Vector engine (Llama small bf16 at batch 4: items of 4
+  // heads instead of 2).
+  for (int64_t heads = item_heads * 2; m_hs == 0 && heads <= std::min<int64_t>(hq, bank_heads); heads *= 2) {
+    const Placement kept = place;
+    const int64_t kept_item = item_heads, kept_block = block_heads;
+    item_heads = heads;
+    block_heads = std::min<int64_t>(hq, static_cast<int64_t>(schedules.front().ahead) * item_heads);
+    build_items(block_heads, item_heads);
+    place = first_placement;
+    if (const double ns = search(); ns < placed_ns) {
+      placed_ns = ns;
+      continue;
+    }
+    place = kept;
+    item_heads = kept_item;
+    block_heads = kept_block;
+    build_items(block_heads, item_heads);
+    break;
   }
 
+  scores_in_psum = place.mask_on_tensor;
   ident = b.sbuf(dt, lq_max, 0, "identity");
   // The rings of schedule `sc`, or false (nothing left allocated) when they do not fit. A ring holds at
   // least one buffer per stage its value spans: item i + 1's first part is emitted before item i's later
@@ -555,7 +645,7 @@ void build_attention(EagerContext& c) {
     const auto psum_banks = [&](size_t score_ring, size_t out_ring) {
       return score_ring * item_score_banks + 2 + out_ring * out_banks;
     };
-    size_t score_ring = span(kScores, kScale), out_ring = span(kValues, kOut);
+    size_t score_ring = span(kScores, place.mask_on_tensor ? kExp : kScale), out_ring = span(kValues, kOut);
     if (psum_banks(score_ring, out_ring) > spec.psum_banks) {
       SIGHTLINE_ASSERT(!last);  // one buffer of each: need_banks above
       return false;
@@ -572,7 +662,7 @@ void build_attention(EagerContext& c) {
       make(kt_pool, "k_t", dt, k_heads * sf, block_ring(kScores, &Item::kvb));
       make(v_pool, "v", dt, static_cast<uint32_t>(s_chunks) * v_heads * evf, block_ring(kValues, &Item::kvb));
       make(qt_pool, "q_t", dt, q_heads * lq_max, block_ring(kScores, &Item::qb));
-      make(score_pool, "scores", DType::f32, g * sf, span(kScale, kExp) + 1);
+      if (!place.mask_on_tensor) make(score_pool, "scores", DType::f32, g * sf, span(kScale, kExp) + 1);
       make(p_pool, "p", dt, g * sf, span(kExp, kTranspose) + 1);
       // P v reads every chunk of P^T after the last one's transpose: a buffer per chunk per stage P^T
       // spans, and one set more.
@@ -698,6 +788,7 @@ void build_attention(EagerContext& c) {
     switch (which) {
       case kScores: it.sp = score_psum.next(); break;
       case kScale:
+        if (place.mask_on_tensor) break;
         it.scores = score_pool.next();
         if (with_bias && place.mask_in_evacuation) take_bias(it);
         break;
@@ -720,8 +811,14 @@ void build_attention(EagerContext& c) {
         break;
       default: break;
     }
-    phase(phase_of[which]);
-    for (const Instruction& in : part_instructions(which, it, place)) b.emit(in);
+    for (const Instruction& in : part_instructions(which, it, place)) {
+      // With the mask on the Tensor engine, q^T's scaling is the scale's and the mask's accumulation the
+      // mask's, among the scores' matmuls.
+      const bool scaling = which == kScores && in.opcode == device::Opcode::tensor_scalar;
+      const bool masking = which == kScores && in.opcode == device::Opcode::matmul && (in.flags & device::kFlagAccumulate);
+      phase(scaling ? AttentionPhase::scale : masking ? AttentionPhase::mask : phase_of[which]);
+      b.emit(in);
+    }
     const QBlock& qb = qblocks[it.qb];
     if (which == kOut && it.jq + it.heads == qb.heads) {  // the block's last item: one store for all
       const auto heads_of = [&](uint32_t h0, uint32_t n) {

@@ -189,6 +189,39 @@ TEST(CompiledOnNeuron, FusedAttentionOfAnF32SoftmaxMatchesTheCpuReference) {
   }
 }
 
+// Llama's attention with its causal mask made in the graph (tests/compiler/lower_test.cpp: the mask
+// accumulated on the Tensor engine, q^T scaled by 1/8 first, the scores read in PSUM): against the same
+// function on the cpu, with FusedAttentionOfAnF32SoftmaxMatchesTheCpuReference's tolerance; 200 tokens
+// make a query tile of 72 rows, whose mask and identity are 72 partitions. At 128 tokens also bit for
+// bit the same as the kernel that gets the same mask as an argument (scaled and masked on the Scalar
+// engine and GpSimd): both divide P v by the sum on the Vector engine there, so what differs is only
+// where the scores are scaled and masked, which gives the same bits (eager_attention.cpp).
+TEST(CompiledOnNeuron, AttentionWithItsCausalMaskOnTheTensorEngineMatchesTheCpuReference) {
+  auto attention = [](const std::vector<Tensor>& in) { return compiler::testing::causal_attention(in, 0.125); };
+  auto compiled = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(attention));
+  auto mask_argument = compile(std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(
+      [](const std::vector<Tensor>& in) { return compiler::testing::causal_attention(in, 0.125, true); }));
+  Generator g(33);
+  for (const int64_t s : {128, 200}) {
+    std::vector<Tensor> host;
+    for (const TensorMeta& meta : compiler::testing::causal_attention_metas(2, 8, s, 64)) {
+      host.push_back(meta.dtype == DType::i32 ? arange(s, DType::i32) : randn(meta.shape, {}, &g).to(meta.dtype));
+    }
+    const Tensor expected = attention(host)[0];
+    std::vector<Tensor> actual;
+    EXPECT_EQ(executions_of([&] { actual = compiled(to_device(host)); }).size(), 1u);
+    ASSERT_EQ(actual[0].dtype(), DType::bf16);
+    expect_close(actual[0], expected, 5e-2, 5e-2);
+    if (s == 128) {
+      std::vector<Tensor> with_mask = host;
+      with_mask[3] = (gt(host[3].reshape({1, s}), host[3].reshape({s, 1})).to(DType::bf16) * -3.3895313892515355e38)
+                         .reshape({1, 1, s, s});
+      const Tensor other = mask_argument(to_device(with_mask))[0];
+      EXPECT_EQ(amax(abs(actual[0].to(Device::cpu()).to(DType::f32) - other.to(Device::cpu()).to(DType::f32))).item(), 0.0);
+    }
+  }
+}
+
 // Linears whose weights the kernels before them prefetch (128 x 480 x 480, the lowering test checks the
 // count), with the bias added in the evacuation, and linears too large for it (32 x 2048 x 2048: each
 // loads its own weight), against the cpu reference. f32: the kernel sums in f32 as the reference does,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -162,6 +163,68 @@ TEST(Lowering, AttentionWithAnF32SoftmaxOfBf16ScoresIsOneKernel) {
       {{{b, h, s, e}, DType::bf16}, {{b, h, s, e}, DType::bf16}, {{b, h, s, e}, DType::bf16}});
   const device::Executable unmatched = lower(other, device::Spec::builtin("trn2"), "attention");
   EXPECT_EQ(metadata(unmatched, "compiled.fused_attention"), "0");
+}
+
+// Llama's causal mask, made in the graph (a bool cast to bf16 times finfo.min: finite by construction),
+// goes through the Tensor engine: an identity matmul accumulates it into each head's scores in PSUM,
+// with q^T times the power-of-two scale (1 / sqrt(64)) on GpSimd first, so the scores never leave PSUM
+// (the exps read them there) and no engine pass scales or masks them. The same mask as an argument
+// (its values unknown: a -inf in it would poison the identity's products), or a scale that is not a
+// power of two (1 / sqrt(24)), keeps the evacuation and the add.
+TEST(Lowering, AFiniteMaskIsAddedOnTheTensorEngine) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  struct Counts {
+    int tensor_mask = 0, engine_mask = 0, q_scaling = 0, exps = 0, exps_from_psum = 0, scale_evacuations = 0;
+    int maxima = 0;  // one row max instruction per item, for all of its heads
+  };
+  const int64_t b = 4, h = 16;  // Llama small's heads at batch 4
+  const auto counts_of = [&](int64_t e, bool mask_argument) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(e));
+    const Graph graph = optimized(
+        [&](const std::vector<Tensor>& in) { return testing::causal_attention(in, scale, mask_argument); },
+        testing::causal_attention_metas(b, h, 128, e, mask_argument));
+    const device::Executable exe = lower(graph, spec, "attention");
+    EXPECT_EQ(metadata(exe, "compiled.fused_attention"), "1");
+    Counts n;
+    for_each_instruction(exe, [&](const device::Instruction& in) {
+      const std::string& op = exe.source_ops.at(in.source_op);
+      if (op == "aten::add" && in.opcode == device::Opcode::matmul) {
+        ++n.tensor_mask;
+        EXPECT_TRUE(in.flags & device::kFlagAccumulate);
+      }
+      if (op == "aten::add" && in.opcode == device::Opcode::tensor_tensor) ++n.engine_mask;
+      // q^T times the scale, in place (the mask's own multiply by finfo.min is another tensor_scalar).
+      if (op == "aten::mul" && in.opcode == device::Opcode::tensor_scalar && in.imm0 == static_cast<float>(scale) &&
+          in.dst == in.src0)
+        ++n.q_scaling;
+      if (op == "aten::mul" && in.opcode == device::Opcode::activate && in.src0.memory == device::Memory::psum)
+        ++n.scale_evacuations;
+      if (in.opcode == device::Opcode::tensor_reduce) ++n.maxima;
+      if (in.opcode == device::Opcode::activate && in.act() == device::ActFunc::exp) {
+        ++n.exps;
+        n.exps_from_psum += in.src0.memory == device::Memory::psum;
+      }
+    });
+    return n;
+  };
+  const Counts on_tensor = counts_of(64, false);
+  EXPECT_EQ(on_tensor.tensor_mask, b * h) << "one accumulation per head";
+  EXPECT_EQ(on_tensor.engine_mask, 0);
+  EXPECT_GT(on_tensor.q_scaling, 0);
+  EXPECT_EQ(on_tensor.scale_evacuations, 0);
+  EXPECT_EQ(on_tensor.exps, b * h);
+  EXPECT_EQ(on_tensor.exps_from_psum, on_tensor.exps);
+  // The max, P^T's and P v's evacuations are one instruction per item: with the exps alone on the Scalar
+  // engine, items of 4 heads (a PSUM bank of their scores) cost less than the 2 the pipeline's depth asks.
+  EXPECT_EQ(on_tensor.maxima, b * h / 4);
+  for (const auto& [e, mask_argument] : {std::pair<int64_t, bool>{64, true}, {24, false}}) {
+    SCOPED_TRACE(fmt::format("head dim {}{}", e, mask_argument ? ", the mask an argument" : ""));
+    const Counts on_engines = counts_of(e, mask_argument);
+    EXPECT_EQ(on_engines.tensor_mask, 0);
+    EXPECT_GT(on_engines.engine_mask, 0);
+    EXPECT_EQ(on_engines.q_scaling, 0);
+    EXPECT_EQ(on_engines.exps_from_psum, 0);
+  }
 }
 
 TEST(Lowering, AttentionIsOneKernelLabelledWithTheUsersOps) {

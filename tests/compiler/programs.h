@@ -152,4 +152,25 @@ inline std::vector<TensorMeta> grouped_attention_metas(int64_t heads, int64_t kv
   return {{{2, heads, s, d}, dtype}, {{2, kv, s, d}, dtype}, {{2, kv, s, d}, dtype}, {{2, 1, 1, s}, dtype}};
 }
 
+// Llama's eager attention of bf16 q, k, v [b, h, s, e] with its causal mask made in the graph, as
+// HF's create_causal_mask makes it (examples/models/llama): gt(keys, queries) of the cache positions (in[3],
+// i32 [s]) cast to bf16 times bf16's finfo.min, added to the scores scaled by `scale`, softmax in f32.
+// With `mask_argument` the same mask values come in as in[3] instead (bf16 [1, 1, s, s]): nothing in the
+// graph then says they are finite.
+inline std::vector<Tensor> causal_attention(const std::vector<Tensor>& in, double scale, bool mask_argument = false) {
+  Tensor mask = in[3];
+  if (!mask_argument) {
+    const int64_t s = in[3].shape()[0];
+    mask = (gt(in[3].reshape({1, s}), in[3].reshape({s, 1})).to(DType::bf16) * -3.3895313892515355e38).reshape({1, 1, s, s});
+  }
+  const Tensor scores = matmul(in[0], in[1].transpose(-2, -1)) * scale + mask;
+  return {matmul(softmax(scores.to(DType::f32), -1).to(DType::bf16), in[2])};
+}
+
+inline std::vector<TensorMeta> causal_attention_metas(int64_t b, int64_t h, int64_t s, int64_t e, bool mask_argument = false) {
+  std::vector<TensorMeta> metas(3, TensorMeta{{b, h, s, e}, DType::bf16});
+  metas.push_back(mask_argument ? TensorMeta{{1, 1, s, s}, DType::bf16} : TensorMeta{{s}, DType::i32});
+  return metas;
+}
+
 }  // namespace sightline::compiler::testing
