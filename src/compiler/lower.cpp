@@ -98,12 +98,14 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared)
+          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
+          ResidualStream residual)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
         reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
         chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf),
-        tile_by_tile_(order == PreloadedOrder::tiles), share_activations_(shared == SharedInput::handed_on) {}
+        tile_by_tile_(order == PreloadedOrder::tiles), share_activations_(shared == SharedInput::handed_on),
+        keep_residuals_(residual == ResidualStream::kept) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -142,6 +144,7 @@ class Lowerer {
     if (kept_operands_ > 0) exe.metadata.emplace_back("compiled.kept_epilogue_operands", fmt::format("{}", kept_operands_));
     if (shared_activations_ > 0)
       exe.metadata.emplace_back("compiled.shared_activations", fmt::format("{}", shared_activations_));
+    if (kept_residuals_ > 0) exe.metadata.emplace_back("compiled.kept_residuals", fmt::format("{}", kept_residuals_));
     if (tile_by_tile_kernels_ > 0)
       exe.metadata.emplace_back("compiled.tile_by_tile", fmt::format("{}", tile_by_tile_kernels_));
     if (reach_ == PrefetchReach::past_compute_bound)
@@ -393,10 +396,19 @@ class Lowerer {
     const bool keep = kept != prefetches_.end();
     // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
     const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
-    // A binary op's operand that the group before left in SBUF (kept_input_, plan_kept_input): read
-    // there, the tiles whole rows too, so that each is a run of columns of the kept rows.
-    const bool operand_in_sbuf =
-        kept_input_ && kept_input_->reader == &n && kept_input_->filled && kept_input_->operand >= 0;
+    // A binary op's operand that the group before left in SBUF (kept_input_, plan_kept_input), or that
+    // a norm before read there (kept_residual_, keep_residual): read there, the tiles whole rows too, so
+    // that each is a run of columns of the kept rows.
+    const kernels::Tile* operand_rows = nullptr;
+    int operand_input = -1;
+    if (kept_input_ && kept_input_->reader == &n && kept_input_->filled && kept_input_->operand >= 0) {
+      operand_rows = &kept_input_->tile;
+      operand_input = kept_input_->operand;
+    } else if (kept_residual_ && kept_residual_->reader == &n) {
+      operand_rows = &kept_residual_->tile;
+      operand_input = kept_residual_->operand;
+    }
+    const bool operand_in_sbuf = operand_rows != nullptr;
     if (keep && !keep_rows_for_norm && !dst) {
       if (std::optional<Place> made = linear_into_next(n, chain, mm_operands, taken, kept)) return made;
     }
@@ -462,19 +474,23 @@ class Lowerer {
     const int rank = meta.shape.size();
     // Each tile maps onto kept rows (kept_rows_of: a run of columns of rows from partition 0; a row
     // longer than a PSUM bank comes in column pieces, Llama's 1024 f32).
-    const bool whole_row_runs = kept_input_ && std::all_of(tiles.begin(), tiles.end(), [&](const ResultTile& t) {
-      return kept_rows_of(t.y, t.dst, meta).has_value();
+    const kernels::Tile* some_rows = operand_rows ? operand_rows : kept_input_ ? &kept_input_->tile : nullptr;
+    const bool whole_row_runs = some_rows && std::all_of(tiles.begin(), tiles.end(), [&](const ResultTile& t) {
+      return kept_rows_of(*some_rows, t.y, t.dst, meta).has_value();
     });
     const bool input_kept = keep_rows_for_norm && whole_row_runs;
     const bool operand_kept = operand_in_sbuf && whole_row_runs;
-    const auto kept_rows = [&](size_t piece, const device::AccessPattern& y) { return *kept_rows_of(y, tiles[piece].dst, meta); };
+    // Result tile `piece` (`y`) as a run of columns of the rows kept in `rows`.
+    const auto kept_rows = [&](const kernels::Tile& rows, size_t piece, const device::AccessPattern& y) {
+      return *kept_rows_of(rows, y, tiles[piece].dst, meta);
+    };
     // Whether epilogue op `e`'s operand is the one kept in SBUF.
     const auto reads_kept = [&](const Node& e) {
       if (!operand_kept) return false;
       for (int v : e.inputs) {
         if (v == kNoValue) continue;
         const Node& in = body.nodes[static_cast<size_t>(v)];
-        if (in.kind == NodeKind::input && in.input_index == kept_input_->operand) return true;
+        if (in.kind == NodeKind::input && in.input_index == operand_input) return true;
       }
       return false;
     };
@@ -598,7 +614,7 @@ class Lowerer {
           continue;
         }
         const kernels::TileArg operand{
-            reads_kept(e) ? kept_rows(piece, y) : t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
+            reads_kept(e) ? kept_rows(*operand_rows, piece, y) : t.region(y.partition_start, y.partition_count, 0, y.dims[0].size), false};
         const bool chain_first = e.inputs[0] == index_of(chain[k - 1]);
         bool on_gpsimd = false;
         if (balance) {
@@ -615,7 +631,8 @@ class Lowerer {
         if (balance) gpsimd_ns += engine_ns(spec_, spec_.gpsimd, static_cast<double>(y.dims[0].size), 1, meta.dtype);
         // A copy of the tile for the norm (GpSimd, idle in an epilogue: 1 * x, exact), beside its store.
         builder_.set_source_op(op_name(chain.back()->op));
-        builder_.tensor_scalar(device::AluOp::multiply, kept_rows(piece, y), y, 1.0f, false, device::Engine::gpsimd);
+        builder_.tensor_scalar(device::AluOp::multiply, kept_rows(kept_input_->tile, piece, y), y, 1.0f, false,
+                               device::Engine::gpsimd);
       }
       builder_.set_source_op(op_name(mm.op));
     };
@@ -660,7 +677,7 @@ class Lowerer {
                          transposed, tiles.size());
     if (kept_here) kept->x_filled = true;
     if (input_kept) kept_input_->filled = true;
-    if (operand_kept) ++kept_operands_;
+    if (operand_kept) ++(operand_rows == &kept_input_->tile ? kept_operands_ : kept_residuals_);
     if (taken != prefetches_.end()) took_prefetch(taken);
     ++kernel_count_;
     ++epilogues_;
@@ -1909,12 +1926,26 @@ class Lowerer {
         builder_.set_queue_order(kernel_order_);
       }
       plan_kept_input(graph, i, deferred, values);
+      // A norm reading kept_input_'s rows: whether they stay for a residual add after it (the norm then
+      // does not compute over them).
+      residual_after_norm_ =
+          kept_input_ && kept_input_->reader == &n && kept_input_->filled ? residual_reader(graph, i) : std::nullopt;
       values[i] = lower_node(n, std::move(operands), dst);
+      if (kept_residual_ && kept_residual_->reader == &n) {
+        builder_.free(kept_residual_->tile);
+        kept_residual_.reset();
+      }
       if (kept_input_ && (kept_input_->reader == &n || (kept_input_->writer == &n && !kept_input_->filled))) {
-        builder_.free(kept_input_->tile);
+        if (residual_after_norm_) {
+          kept_residual_ = residual_after_norm_;
+          kept_residual_->tile = kept_input_->tile;
+        } else {
+          builder_.free(kept_input_->tile);
+        }
         for (const kernels::Tile& t : kept_input_->parameters) builder_.free(t);
         kept_input_.reset();
       }
+      residual_after_norm_.reset();
       // A result kept in SBUF for the next linear: read from there when node i's kernel wrote it, else
       // (the group lowered op by op) loaded from where it went, as a prefetched activation.
       for (Prefetch& p : prefetches_) {
@@ -2020,7 +2051,7 @@ class Lowerer {
     if (keeps_result) {
       hooks.whole_rows = true;
       hooks.before_store = [&](const device::AccessPattern& y, const device::AccessPattern& d) {
-        const std::optional<device::AccessPattern> rows = kept_rows_of(y, d, meta);
+        const std::optional<device::AccessPattern> rows = kept_rows_of(kept_input_->tile, y, d, meta);
         kept_every_tile = kept_every_tile && rows;
         if (!kept_every_tile) return;
         builder_.tensor_scalar(device::AluOp::multiply, *rows, y, 1.0f, false, device::Engine::gpsimd);
@@ -2032,6 +2063,7 @@ class Lowerer {
         reads_kept && kept_input_->filled && descs[0].strides == contiguous_strides(descs[0].shape);
     if (input_kept) {
       hooks.input_rows = &kept_input_->tile;
+      hooks.input_rows_read_later = residual_after_norm_.has_value();
       ++kept_norm_inputs_;
     }
     // The parameters, loaded before the group (whether or not it filled the rows).
@@ -2205,6 +2237,7 @@ class Lowerer {
         tiles.push_back({kept_input_->tile, nullptr, false});
         for (const kernels::Tile& t : kept_input_->parameters) tiles.push_back({t, nullptr, false});
       }
+      if (kept_residual_) tiles.push_back({kept_residual_->tile, nullptr, false});
       for (const auto& [key, t] : resident_) tiles.push_back({t, nullptr, false});
       std::sort(tiles.begin(), tiles.end(), [](const Held& a, const Held& b) { return a.tile.offset < b.tile.offset; });
       // The end of the last tile allocated so far: tiles start 64-byte aligned, and one whose size is
@@ -2430,17 +2463,17 @@ class Lowerer {
   }
 
   // Where result tile `y` (SBUF) of a matmul kernel, stored to `d` (HBM, its offset within the result of
-  // shape `meta`), lies in kept_input_'s rows (row tile t at columns [t * cols, (t + 1) * cols)); nullopt
+  // shape `meta`), lies in `rows` (kept_input_'s, kept_residual_'s) (row tile t at columns [t * cols, (t + 1) * cols)); nullopt
   // when the tile is not a run of columns of rows from partition 0 whose first row is a multiple of the
   // partitions.
-  std::optional<device::AccessPattern> kept_rows_of(const device::AccessPattern& y, const device::AccessPattern& d,
-                                                    const TensorMeta& meta) const {
+  std::optional<device::AccessPattern> kept_rows_of(const kernels::Tile& rows, const device::AccessPattern& y,
+                                                    const device::AccessPattern& d, const TensorMeta& meta) const {
     const int64_t row_length = meta.shape.back(), parts = spec_.partitions;
     const int64_t e0 = static_cast<int64_t>(d.offset / dtype_size(d.dtype));
     if (row_length == 0 || y.partition_start != 0 || d.dim_count != 1 || d.dims[0].stride != 1 ||
         e0 % row_length + d.dims[0].size > row_length || e0 / row_length % parts != 0 || d.partition_stride != row_length)
       return std::nullopt;
-    return kept_input_->tile.region(0, y.partition_count,
+    return rows.region(0, y.partition_count,
                                     static_cast<uint32_t>(e0 / row_length / parts * row_length + e0 % row_length),
                                     y.dims[0].size);
   }
@@ -2475,6 +2508,31 @@ class Lowerer {
       }
     }
     return read ? found : -1;
+  }
+
+  // Node i, a norm, reads kept_input_'s rows: with ResidualStream::kept, when the first node after it
+  // that reads the group's result is a matmul epilogue group whose binary op takes it as its operand
+  // (the residual add of the out projection, or of the MLP's last linear), the rows stay allocated for
+  // that group (kept_residual_, its tile set once the norm is lowered), which reads them there.
+  // The rows of kept_input_ after its norm read them, kept for the later matmul epilogue group whose
+  // binary op reads them as its operand (ResidualStream::kept).
+  struct ResidualInSbuf {
+    const Node* reader = nullptr;
+    kernels::Tile tile;
+    int operand = -1;  // the reader's input that holds them
+  };
+  std::optional<ResidualInSbuf> residual_reader(const Graph& graph, size_t i) const {
+    if (!keep_residuals_ || kept_residual_) return std::nullopt;
+    const Node& writer = *kept_input_->writer;
+    const int v = static_cast<int>(&writer - graph.nodes.data());
+    for (size_t j = i + 1; j < graph.nodes.size(); ++j) {
+      const Node& m = graph.nodes[j];
+      if (std::find(m.inputs.begin(), m.inputs.end(), v) == m.inputs.end()) continue;
+      const int operand = epilogue_operand_input(m, v, writer.meta);
+      if (operand < 0) return std::nullopt;
+      return ResidualInSbuf{&m, kernels::Tile{}, operand};
+    }
+    return std::nullopt;
   }
 
   // A matmul epilogue group whose result the next kernel, a norm, reads (ESM-2's out projection or FC2
@@ -2753,6 +2811,9 @@ class Lowerer {
     std::vector<std::pair<size_t, kernels::Tile>> row_invariants;
   };
   std::optional<KeptInput> kept_input_;
+  std::optional<ResidualInSbuf> kept_residual_;  // (residual_reader)
+  std::optional<ResidualInSbuf> residual_after_norm_;  // while the norm that reads kept_input_ is lowered
+  int kept_residuals_ = 0;  // epilogues that read their operand there ("compiled.kept_residuals")
   const bool tile_by_tile_;     // PreloadedOrder::tiles
   int tile_by_tile_kernels_ = 0;  // linears that took an a^T so ("compiled.tile_by_tile")
   // Epilogue operands kept in SBUF to the end of the program (view_epilogue_group), by what they hold:
@@ -2763,6 +2824,7 @@ class Lowerer {
   int kept_norm_inputs_ = 0;  // row loops that read their input where the matmul epilogue before left it
   int kept_operands_ = 0;     // matmul epilogues that read an operand where the matmul kernel before left it
   const bool share_activations_;  // a prefetched a^T handed on to the next linear of the same input
+  const bool keep_residuals_;     // ResidualStream::kept
   int shared_activations_ = 0;    // ... so handed on
   std::vector<std::string> row_fallbacks_;  // why the others were lowered op by op
   std::vector<std::string> epilogue_fallbacks_;  // why view-level epilogues were lowered op by op
@@ -2866,16 +2928,18 @@ Graph emission_order(const Graph& graph) {
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
-                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared) {
+                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
+                         ResidualStream residual) {
   const Graph ordered = emission_order(graph_in);
   const Graph& graph = ordered;
   if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order, shared)
+    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order, shared,
+                   residual)
         .run(graph);
   auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
                      ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices,
-                     SharedInput sh = SharedInput::loaded) {
-    return Lowerer(spec, name, p, q, idle, r, c, o, sh).run(graph);
+                     SharedInput sh = SharedInput::loaded, ResidualStream rs = ResidualStream::loaded) {
+    return Lowerer(spec, name, p, q, idle, r, c, o, sh, rs).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
@@ -3034,6 +3098,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // without; on the program kept, 960.8), and one lowering more costs less than a second search
   // (Llama small bf16 at batch 4 958.5 -> 937.0 us either way). Only where two linears read one input:
   // elsewhere the program would be the same.
+  SharedInput best_shared = SharedInput::loaded;
   if (Lowerer::linears_share_an_input(graph)) {
     Timed together;
     together.how = best_how;
@@ -3041,7 +3106,25 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
       together.exe =
           lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, SharedInput::handed_on);
       together.ns = device::timing_only_ns(spec, together.exe);
+      if (together.ns < best_ns && !(together.exe == best)) best_shared = SharedInput::handed_on;
       keep_if_faster(together);
+    } catch (const Error&) {
+      ++not_built;
+    }
+  }
+  // Last, the program kept once more with the rows a norm read in SBUF kept there for the residual add
+  // that reads them later (ResidualStream::kept), kept where faster. Only where the program keeps a
+  // norm's input (ActivationChain other than through_hbm): elsewhere it would be the same program. Like
+  // the hand-over, the rows stay allocated across the kernels between, so it is tried on the program
+  // kept rather than searched with.
+  if (best_how.c != ActivationChain::through_hbm) {
+    Timed residual_kept;
+    residual_kept.how = best_how;
+    try {
+      residual_kept.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order,
+                                  best_shared, ResidualStream::kept);
+      residual_kept.ns = device::timing_only_ns(spec, residual_kept.exe);
+      keep_if_faster(residual_kept);
     } catch (const Error&) {
       ++not_built;
     }

@@ -134,6 +134,16 @@ enum class PreloadedOrder : uint8_t { k_slices, tiles };
 // the program it keeps, and keeps the faster.
 enum class SharedInput : uint8_t { loaded, handed_on };
 
+// Where a matmul epilogue group's result that a norm read kept in SBUF (ActivationChain: the residual
+// stream, which Llama's RMSNorm and ESM-2's layer_norm read) is read again by a later matmul epilogue
+// group as the operand of its binary op (the residual add of the out projection or of the MLP's last
+// linear): `loaded` frees the kept rows after the norm, and that epilogue loads its operand from HBM
+// (behind the weight streams and stores on the queues then); `kept` keeps them allocated across the
+// kernels between, and that epilogue reads them there ("compiled.kept_residuals"). The kernels between
+// then plan with less SBUF; with WeightPrefetch::best, lower() tries it last, on the program it keeps,
+// and keeps the faster.
+enum class ResidualStream : uint8_t { loaded, kept };
+
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
 // works on views of its result (a projection with its rotary embedding, many steps per result tile)
 // goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
@@ -149,7 +159,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                          KernelQueues kernel_queues = KernelQueues::from_first,
                          PrefetchReach reach = PrefetchReach::next_kernel,
                          ActivationChain chain = ActivationChain::through_hbm,
-                         PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded);
+                         PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded,
+                         ResidualStream residual = ResidualStream::loaded);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
@@ -216,7 +227,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 36: an attention's additive mask that the graph makes finite accumulated into its scores on the Tensor
 //     engine (q^T scaled first), the scores read in PSUM; items of more heads where they cost less;
 //     P^T's evacuations shared over the Vector and Scalar engines item by item
-inline constexpr int kLoweringVersion = 36;
+// 37: the rows a norm read in SBUF kept there for the residual add after it (ResidualStream::kept),
+//     lower()'s last candidate; a layer_norm does not compute over rows a later kernel reads
+inline constexpr int kLoweringVersion = 37;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -111,6 +111,9 @@ struct EagerHooks {
   // columns [t * n, (t + 1) * n) of this tile instead of loading it: compile()'s lowering has the matmul
   // epilogue before the norm write its result there (a norm's input kept in SBUF).
   const struct Tile* input_rows = nullptr;
+  // ... and a later kernel reads those rows there too (compile()'s lowering keeps them for a residual
+  // add): the kernel must not compute its result over them.
+  bool input_rows_read_later = false;
   // A normalization kernel's weight and bias (inputs 1 and 2), already broadcast to every partition of
   // these tiles: compile()'s lowering loads them ahead of the kernel before, so that they do not queue
   // behind the transfers that kernel leaves on the DMA queues (a weight's prefetch).

@@ -63,7 +63,7 @@ uint64_t row_buffer_bytes(DType in, DType out, uint32_t n) {
 // back to back. `after_first_load` runs right after the first tile's load is emitted: the parameters
 // load there, so that on every DMA queue x, which the first compute step needs, moves before them.
 // `in_place`: the stages may write y over x (they read no x after writing y), and x kept in SBUF
-// (EagerHooks::input_rows, only this kernel reads it) is then computed in place: a y buffer of its own
+// (EagerHooks::input_rows, unless input_rows_read_later) is then computed in place: a y buffer of its own
 // would take SBUF that the kernel before may still be storing its result tiles from, so that the first
 // step writing y would wait for those stores (ESM-2 t12's layer_norms at batch 4: 2852.6 -> 2836.5 us).
 template <typename Stage, typename AfterFirstLoad>
@@ -85,7 +85,8 @@ void for_each_row_tile(EagerContext& c, const RowLayout& l, size_t stages, bool 
   const bool overlap = stages == 1 || (buffers == 3 && per_buffer * 3 + y_bytes * (stages - 2) <= room);
   const size_t y_buffers = stages == 1 || !overlap ? buffers : stages + 1;
   TilePool x_pool = b.pool("x", in.dtype, n, buffers), y_pool = b.pool("y", c.out.dtype, n, y_buffers);
-  const bool over_kept_x = in_place && c.hooks && c.hooks->input_rows && c.out.dtype == in.dtype;
+  const bool over_kept_x =
+      in_place && c.hooks && c.hooks->input_rows && !c.hooks->input_rows_read_later && c.out.dtype == in.dtype;
   // Software pipeline: the loads of the next buffers-1 tiles are emitted before the current tile's
   // compute and store, so no DMA queue holds a load behind a store that waits for compute.
   struct RowTile {

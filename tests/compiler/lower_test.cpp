@@ -1332,6 +1332,43 @@ TEST(Lowering, TheGatedMlpReadsTheUpProjectionInSbuf) {
   }
 }
 
+// The residual stream of a pre-norm block: y = linear(a, w0) + x, a norm of y, two linears, and y added
+// back in the last one's epilogue. The norm reads y where the first group's epilogue copied it in SBUF
+// (ActivationChain::norms_in_sbuf); with ResidualStream::kept those rows stay there for the residual add,
+// which loads nothing (y's bytes fewer from HBM), so the layer_norm must not compute over them (it
+// does where they are its alone: at 512 rows, four tiles). Both norms, Llama's RMSNorm as a user
+// writes it (a row loop) and the built-in layer_norm, at one and four row tiles: the same bits.
+TEST(Lowering, TheResidualStreamStaysInSbufForTheAddAfterTheNorm) {
+  const device::Spec spec = device::Spec::builtin("trn2");
+  const int64_t d = 256;
+  for (const bool layer_norm_block : {false, true}) {
+    for (const int64_t m : {128, 512}) {
+      SCOPED_TRACE(fmt::format("{} at {} rows", layer_norm_block ? "layer_norm" : "RMSNorm", m));
+      const Graph g = optimized(
+          [layer_norm_block](const std::vector<Tensor>& in) {
+            const Tensor y = linear(in[0], in[1]) + in[2];
+            const Tensor h = layer_norm_block ? layer_norm(y, in[5], in[6], 1e-5) : testing::naive_rms_norm(y, in[5]);
+            return std::vector<Tensor>{linear(gelu(linear(h, in[3])), in[4]) + y};
+          },
+          {{{m, d}, DType::f32}, {{d, d}, DType::f32}, {{m, d}, DType::f32}, {{4 * d, d}, DType::f32},
+           {{d, 4 * d}, DType::f32}, {{d}, DType::f32}, {{d}, DType::f32}});
+      const auto lowered = [&](ResidualStream residual) {
+        return lower(g, spec, "block", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
+                     PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices,
+                     SharedInput::loaded, residual);
+      };
+      const device::Executable kept = lowered(ResidualStream::kept), loaded = lowered(ResidualStream::loaded);
+      EXPECT_EQ(metadata(kept, "compiled.kept_residuals"), "1");
+      EXPECT_EQ(metadata(loaded, "compiled.kept_residuals"), "");
+      EXPECT_EQ(metadata(kept, "compiled.kept_norm_inputs"), "1");
+      EXPECT_EQ(scratch_loads(loaded) - scratch_loads(kept), static_cast<uint64_t>(m * d) * 4);
+      const auto [kept_ns, loaded_ns] = expect_same_outputs_and_faster(spec, kept, loaded, 1);
+      std::printf("residual kept %lld x %lld: %.1f ns, loaded: %.1f ns\n", static_cast<long long>(m),
+                  static_cast<long long>(d), kept_ns, loaded_ns);
+    }
+  }
+}
+
 // Llama small's f32 MLP at 512 rows after its RMSNorm, its up projection kept in SBUF for the gate's
 // epilogue and the gate's result for the down projection's a^T (ActivationChain::in_sbuf): the kept
 // tiles leave the gate's matmul kernel no room for its weight panels, so that program cannot be built
