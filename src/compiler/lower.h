@@ -229,7 +229,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 //     P^T's evacuations shared over the Vector and Scalar engines item by item
 // 37: the rows a norm read in SBUF kept there for the residual add after it (ResidualStream::kept),
 //     lower()'s last candidate; a layer_norm does not compute over rows a later kernel reads
-inline constexpr int kLoweringVersion = 37;
+// 38: items of more heads tried only with an attention's scores in PSUM (36 tried them on every kernel)
+inline constexpr int kLoweringVersion = 38;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -589,11 +589,13 @@ void build_attention(EagerContext& c) {
     return best;
   };
   double placed_ns = search();
-  // Items of more heads, up to a PSUM bank of each of their buffers, where that costs less: the max, the
-  // evacuations of P^T and of P v are each one instruction for all of an item's heads, and with the
-  // scores in PSUM they, not the exps, fill the Vector engine (Llama small bf16 at batch 4: items of 4
-  // heads instead of 2).
-  for (int64_t heads = item_heads * 2; m_hs == 0 && heads <= std::min<int64_t>(hq, bank_heads); heads *= 2) {
+  // With the scores in PSUM, items of more heads (up to a PSUM bank of each of their buffers) where that
+  // costs less: the max and the evacuations of P^T and of P v, each one instruction for all of an item's
+  // heads, then fill the Vector engine, not the exps (Llama small bf16 at batch 4: items of 4 heads
+  // instead of 2, 905.6 against 912.6 us). Only there: tried on every kernel, the larger items won by
+  // the kernel's cost on some whose program got slower (the decoder block 400.2 -> 402.7 us; t33_650M
+  // 9661.4 -> 9640.5 the other way): the kernel's cost does not see the kernels around it.
+  for (int64_t heads = item_heads * 2; place.mask_on_tensor && m_hs == 0 && heads <= std::min<int64_t>(hq, bank_heads); heads *= 2) {
     const Placement kept = place;
     const int64_t kept_item = item_heads, kept_block = block_heads;
     item_heads = heads;
