@@ -522,8 +522,10 @@ void build_attention(EagerContext& c) {
     // where that chain (evacuation, then the max, on the Vector engine) made the kernel longer.
     const auto cost = [&](const Placement& pl) {
       // Per item of a period (the evacuations of P^T differ among them), per part: (engine, ns) in order.
+      // A share in whole chunks per item (a multiple of kEvacPeriod) gives every item the same chain.
       std::array<std::array<std::vector<std::pair<size_t, double>>, kParts>, kEvacPeriod> chains;
-      for (size_t period = 0; period < kEvacPeriod; ++period) {
+      const size_t periods = pl.evac_on_scalar % static_cast<int64_t>(kEvacPeriod) == 0 ? 1 : kEvacPeriod;
+      for (size_t period = 0; period < periods; ++period) {
         probe.index = period;
         for (int which = 0; which < kParts; ++which) {
           for (const Instruction& in : part_instructions(which, probe, pl)) {
@@ -542,7 +544,7 @@ void build_attention(EagerContext& c) {
           if (stage > step) break;
           const size_t i = step - stage;
           if (i >= n) continue;
-          for (const auto& [engine, ns] : chains[i % kEvacPeriod][part]) {
+          for (const auto& [engine, ns] : chains[i % periods][part]) {
             done[i] = engine_free[engine] = std::max(engine_free[engine], done[i]) + ns;
           }
           end = std::max(end, done[i]);
