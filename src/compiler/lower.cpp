@@ -397,7 +397,7 @@ class Lowerer {
     // The norm after this group reads its result from SBUF (kept_input_): whole rows too.
     const bool keep_rows_for_norm = kept_input_ && kept_input_->writer == &n;
     // A binary op's operand that the group before left in SBUF (kept_input_, plan_kept_input), or that
-    // a norm before read there (kept_residual_, keep_residual): read there, the tiles whole rows too, so
+    // a norm before read there (kept_residual_, residual_reader): read there, the tiles whole rows too, so
     // that each is a run of columns of the kept rows.
     const kernels::Tile* operand_rows = nullptr;
     int operand_input = -1;
@@ -2463,9 +2463,9 @@ class Lowerer {
   }
 
   // Where result tile `y` (SBUF) of a matmul kernel, stored to `d` (HBM, its offset within the result of
-  // shape `meta`), lies in `rows` (kept_input_'s, kept_residual_'s) (row tile t at columns [t * cols, (t + 1) * cols)); nullopt
-  // when the tile is not a run of columns of rows from partition 0 whose first row is a multiple of the
-  // partitions.
+  // shape `meta`), lies in the kept `rows` (kept_input_'s or kept_residual_'s: row tile t at columns
+  // [t * cols, (t + 1) * cols)); nullopt when the tile is not a run of columns of rows from partition 0
+  // whose first row is a multiple of the partitions.
   std::optional<device::AccessPattern> kept_rows_of(const kernels::Tile& rows, const device::AccessPattern& y,
                                                     const device::AccessPattern& d, const TensorMeta& meta) const {
     const int64_t row_length = meta.shape.back(), parts = spec_.partitions;
@@ -2510,10 +2510,6 @@ class Lowerer {
     return read ? found : -1;
   }
 
-  // Node i, a norm, reads kept_input_'s rows: with ResidualStream::kept, when the first node after it
-  // that reads the group's result is a matmul epilogue group whose binary op takes it as its operand
-  // (the residual add of the out projection, or of the MLP's last linear), the rows stay allocated for
-  // that group (kept_residual_, its tile set once the norm is lowered), which reads them there.
   // The rows of kept_input_ after its norm read them, kept for the later matmul epilogue group whose
   // binary op reads them as its operand (ResidualStream::kept).
   struct ResidualInSbuf {
@@ -2521,6 +2517,10 @@ class Lowerer {
     kernels::Tile tile;
     int operand = -1;  // the reader's input that holds them
   };
+  // Node i, a norm, reads kept_input_'s rows: with ResidualStream::kept, when the first node after it
+  // that reads the group's result is a matmul epilogue group whose binary op takes it as its operand
+  // (the residual add of the out projection, or of the MLP's last linear), the rows stay allocated for
+  // that group (kept_residual_, its tile set once the norm is lowered), which reads them there.
   std::optional<ResidualInSbuf> residual_reader(const Graph& graph, size_t i) const {
     if (!keep_residuals_ || kept_residual_) return std::nullopt;
     const Node& writer = *kept_input_->writer;
