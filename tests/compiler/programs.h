@@ -157,12 +157,15 @@ inline std::vector<TensorMeta> grouped_attention_metas(int64_t heads, int64_t kv
 // i32 [s]) cast to bf16 times bf16's finfo.min, added to the scores scaled by `scale`, softmax in f32.
 // With `mask_argument` the same mask values come in as in[3] instead (bf16 [1, 1, s, s]): nothing in the
 // graph then says they are finite.
+// The mask itself, [1, 1, s, s] bf16, from the cache positions (i32 [s]).
+inline Tensor causal_mask(const Tensor& cache_position) {
+  const int64_t s = cache_position.shape()[0];
+  return (gt(cache_position.reshape({1, s}), cache_position.reshape({s, 1})).to(DType::bf16) * -3.3895313892515355e38)
+      .reshape({1, 1, s, s});
+}
+
 inline std::vector<Tensor> causal_attention(const std::vector<Tensor>& in, double scale, bool mask_argument = false) {
-  Tensor mask = in[3];
-  if (!mask_argument) {
-    const int64_t s = in[3].shape()[0];
-    mask = (gt(in[3].reshape({1, s}), in[3].reshape({s, 1})).to(DType::bf16) * -3.3895313892515355e38).reshape({1, 1, s, s});
-  }
+  const Tensor mask = mask_argument ? in[3] : causal_mask(in[3]);
   const Tensor scores = matmul(in[0], in[1].transpose(-2, -1)) * scale + mask;
   return {matmul(softmax(scores.to(DType::f32), -1).to(DType::bf16), in[2])};
 }
