@@ -144,6 +144,16 @@ enum class SharedInput : uint8_t { loaded, handed_on };
 // and keeps the faster.
 enum class ResidualStream : uint8_t { loaded, kept };
 
+// Where the weight of an MLP's first linear (the linear right after an attention's out projection and
+// the norm after that: ESM-2's FC1, Llama's gate projection) starts loading: `one_ahead` as any
+// linear's, by the prefetch of a kernel shortly before it; `past_attention` from inside the attention
+// kernel, behind its last loads, on the upper half of the DMA queues, while every kernel from there to
+// that linear puts its transfers on the lower half, so that none of them queues behind the stream
+// ("compiled.streamed_past_attention"). The attention half of a layer then moves the MLP's first weight
+// while it computes, at half the queues' bandwidth. With WeightPrefetch::best, lower() tries it last, on
+// the program it keeps, and keeps the faster.
+enum class MlpWeight : uint8_t { one_ahead, past_attention };
+
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
 // works on views of its result (a projection with its rotary embedding, many steps per result tile)
 // goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
@@ -160,7 +170,7 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                          PrefetchReach reach = PrefetchReach::next_kernel,
                          ActivationChain chain = ActivationChain::through_hbm,
                          PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded,
-                         ResidualStream residual = ResidualStream::loaded);
+                         ResidualStream residual = ResidualStream::loaded, MlpWeight mlp = MlpWeight::one_ahead);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
@@ -230,7 +240,9 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 37: the rows a norm read in SBUF kept there for the residual add after it (ResidualStream::kept),
 //     lower()'s last candidate; a layer_norm does not compute over rows a later kernel reads
 // 38: items of more heads tried only with an attention's scores in PSUM (36 tried them on every kernel)
-inline constexpr int kLoweringVersion = 38;
+// 39: an MLP's first weight streamed from inside the attention kernel on half the queues
+//     (MlpWeight::past_attention), lower()'s last candidate
+inline constexpr int kLoweringVersion = 39;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

@@ -262,11 +262,9 @@ std::vector<double> KernelBuilder::dma_queue_ns(const std::vector<size_t>& since
 
 void KernelBuilder::set_queue_order(std::vector<uint32_t> order) {
   if (!order.empty()) {
-    std::vector<uint32_t> sorted = order;
-    std::sort(sorted.begin(), sorted.end());
-    bool permutation = sorted.size() == spec_.dma.queues;
-    for (size_t q = 0; permutation && q < sorted.size(); ++q) permutation = sorted[q] == q;
-    SIGHTLINE_CHECK(permutation, "set_queue_order: the order must name each of the {} core's {} DMA queues once",
+    SIGHTLINE_CHECK(order.size() == spec_.dma.queues &&
+                        std::all_of(order.begin(), order.end(), [&](uint32_t q) { return q < spec_.dma.queues; }),
+                    "set_queue_order: the order must name one of the {} core's {} DMA queues for each of them",
                     spec_.name, spec_.dma.queues);
   }
   queue_order_ = std::move(order);

@@ -65,7 +65,8 @@ device::Executable build_eager_kernel(OpId op, std::span<const TensorDesc> input
 // behind the kernel's loads emitted by then (a resident b's later panels are fetched one panel ahead,
 // after the first stores) but ahead of its stores; `after_loads` likewise, as soon as the kernel has
 // emitted all its loads (right before the store that follows the last of them; the first store when
-// the kernel streams its operands), behind every load of the kernel; `weight` hands a
+// the kernel streams its operands), behind every load of the kernel (the attention kernel runs it
+// right after its last item's loads, ahead of its stores); `weight` hands a
 // linear kernel its weight already loaded into SBUF (prefetch_linear_weight), so it loads none.
 // The phases of the attention kernel: q k^T (and its operand loads), the scale, the mask, the softmax,
 // and P v (the transposes of P, v's loads, the store).

@@ -846,7 +846,13 @@ void build_attention(EagerContext& c) {
     }
   };
   const size_t stages = stage_of(sched, kParts - 1) + 1;
-  pipeline_staged(items.size(), sched.ahead, stages, load, [&](size_t st, size_t i) {
+  // A caller's transfers (EagerHooks::after_loads) go behind the last item's loads, ahead of the stores
+  // still to come.
+  auto load_then = [&](size_t i) {
+    load(i);
+    if (i + 1 == items.size() && c.hooks && c.hooks->after_loads) c.hooks->after_loads();
+  };
+  pipeline_staged(items.size(), sched.ahead, stages, load_then, [&](size_t st, size_t i) {
     for (int which = 0; which < kParts; ++which) {
       if (stage_of(sched, which) == st) emit_part(which, items[i]);
     }

@@ -220,7 +220,8 @@ class KernelBuilder {
   std::vector<double> dma_queue_ns(const std::vector<size_t>& since) const;
   // Places every DMA transfer put on queue q (by its caller or round robin) on order[q] instead, until
   // called with an empty order: a stream of transfers placed from queue 0 on then goes to the queues a
-  // caller knows to be idle. `order` is a permutation of the spec's queues.
+  // caller knows to be idle. `order` names a queue for each of the spec's queues: a permutation, or a
+  // mapping onto some of them (a stream kept off the queues another stream holds).
   void set_queue_order(std::vector<uint32_t> order);
 
   // Validates the program against the spec and returns it. The builder is spent afterwards.
