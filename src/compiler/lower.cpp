@@ -99,13 +99,14 @@ class Lowerer {
  public:
   Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
           bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
-          ResidualStream residual, MlpWeight mlp)
+          ResidualStream residual, MlpWeight mlp, PrefetchBudget budget)
       : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
         after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
         reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
         chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf),
         tile_by_tile_(order == PreloadedOrder::tiles), share_activations_(shared == SharedInput::handed_on),
-        keep_residuals_(residual == ResidualStream::kept), stream_past_attention_(mlp == MlpWeight::past_attention) {}
+        keep_residuals_(residual == ResidualStream::kept), stream_past_attention_(mlp == MlpWeight::past_attention),
+        prefetch_share_(budget == PrefetchBudget::half ? 2 : kPrefetchShare) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -2327,8 +2328,8 @@ class Lowerer {
   // node that emits a kernel is a linear whose weight is an argument (an aten::linear, or a matmul
   // epilogue group of one: linear_inputs) and node `i` is an op lowered by kernel() or a matmul epilogue
   // group, the weight's SBUF panels are allocated (so node i's kernel plans around them) if they take
-  // at most 1/kPrefetchShare of the free SBUF; node i's kernel emits their loads before its first store
-  // when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
+  // at most 1/kPrefetchShare of the free SBUF (1/2 with PrefetchBudget::half: prefetch_share_); node i's
+  // kernel emits their loads before its first store when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
   // and frees them. An epilogue group plans its tiles on a dry run, which gets the same panels first
   // (mirror_prefetches), so its tiles come out as they will in the program. A row loop (fused.rows: a
   // user's RMSNorm) right before the linear plans no weight panels, only the hand-over of its result
@@ -2471,7 +2472,7 @@ class Lowerer {
     // Started ahead of kernels that hide the weight's whole transfer, the prefetch hides no more than
     // started in the last of them (whose own plan_weight_prefetch then starts it).
     if (nearer_ns && hbm_ns(meta_bytes(graph.nodes[w].meta)) <= *nearer_ns) return;
-    const uint64_t free = builder_.sbuf_free_bytes(), budget = free / kPrefetchShare;
+    const uint64_t free = builder_.sbuf_free_bytes(), budget = free / prefetch_share_;
     // A row loop emits no weight stream of its own ahead of it: emitted before the loop, it would hold
     // up the loop's own transfers (Llama bf16, 128 tokens: 551.9 against 623.8 us). A loop that reads
     // its rows from SBUF (the matmul epilogue before it left them there: plan_kept_input) loads only
@@ -2953,6 +2954,7 @@ class Lowerer {
   const bool share_activations_;  // a prefetched a^T handed on to the next linear of the same input
   const bool keep_residuals_;     // ResidualStream::kept
   const bool stream_past_attention_;  // MlpWeight::past_attention
+  const uint64_t prefetch_share_;     // a prefetch's weight takes at most 1/prefetch_share_ of the free SBUF
   const Node* current_ = nullptr;     // the node whose kernel is being lowered (a linear reading a stream)
   bool streaming_ = false;            // emit_weight_prefetch emits the stream past the attention now
   int shared_activations_ = 0;    // ... so handed on
@@ -3059,18 +3061,18 @@ Graph emission_order(const Graph& graph) {
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
                          WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
                          PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
-                         ResidualStream residual, MlpWeight mlp) {
+                         ResidualStream residual, MlpWeight mlp, PrefetchBudget budget) {
   const Graph ordered = emission_order(graph_in);
   const Graph& graph = ordered;
   if (prefetch != WeightPrefetch::best)
     return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order, shared,
-                   residual, mlp)
+                   residual, mlp, budget)
         .run(graph);
   auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
                      ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices,
                      SharedInput sh = SharedInput::loaded, ResidualStream rs = ResidualStream::loaded,
-                     MlpWeight m = MlpWeight::one_ahead) {
-    return Lowerer(spec, name, p, q, idle, r, c, o, sh, rs, m).run(graph);
+                     MlpWeight m = MlpWeight::one_ahead, PrefetchBudget b = PrefetchBudget::quarter) {
+    return Lowerer(spec, name, p, q, idle, r, c, o, sh, rs, m, b).run(graph);
   };
   device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
@@ -3262,6 +3264,24 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
       ++not_built;
     }
   }
+  // Last, the program kept once more with each weight's prefetch allowed half the free SBUF
+  // (PrefetchBudget::half), kept where faster: a larger weight then streams one ahead (Llama's 5.8 MB
+  // gate projection while its up projection computes), and the kernels between plan with less SBUF.
+  // Tried on the program kept, like the kept tiles above; only where a weight was prefetched.
+  PrefetchBudget best_budget = PrefetchBudget::quarter;
+  if (prefetched) {
+    Timed half;
+    half.how = best_how;
+    try {
+      half.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, best_shared,
+                         best_residual, MlpWeight::one_ahead, PrefetchBudget::half);
+      half.ns = device::timing_only_ns(spec, half.exe);
+      if (half.ns < best_ns && !(half.exe == best)) best_budget = PrefetchBudget::half;
+      keep_if_faster(half);
+    } catch (const Error&) {
+      ++not_built;
+    }
+  }
   // Last, the program kept once more with the MLP's first weight streamed from inside the attention
   // kernel (MlpWeight::past_attention), kept where faster: it changes which queues every kernel between
   // takes, so it is tried on the program kept. Only where a weight was prefetched and an attention is
@@ -3274,7 +3294,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     streamed.how = best_how;
     try {
       streamed.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, best_shared,
-                             best_residual, MlpWeight::past_attention);
+                             best_residual, MlpWeight::past_attention, best_budget);
       streamed.ns = device::timing_only_ns(spec, streamed.exe);
       keep_if_faster(streamed);
     } catch (const Error&) {

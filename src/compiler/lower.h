@@ -154,6 +154,13 @@ enum class ResidualStream : uint8_t { loaded, kept };
 // the program it keeps, and keeps the faster.
 enum class MlpWeight : uint8_t { one_ahead, past_attention };
 
+// How much of the free SBUF a weight's prefetch may take (its panels, planned before the kernel that
+// streams them): `quarter` leaves the kernels it crosses most of it; `half` lets a larger weight stream
+// one ahead (Llama's 5.8 MB gate projection while its up projection computes), the kernels between then
+// planning with less. With WeightPrefetch::best, lower() tries `half` on the program it keeps, and keeps
+// the faster.
+enum class PrefetchBudget : uint8_t { quarter, half };
+
 // The order lower() emits the graph's kernels in: the graph's, except that a matmul group whose epilogue
 // works on views of its result (a projection with its rotary embedding, many steps per result tile)
 // goes before the independent plain matmuls and linears right ahead of it, so that its epilogue
@@ -170,7 +177,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
                          PrefetchReach reach = PrefetchReach::next_kernel,
                          ActivationChain chain = ActivationChain::through_hbm,
                          PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded,
-                         ResidualStream residual = ResidualStream::loaded, MlpWeight mlp = MlpWeight::one_ahead);
+                         ResidualStream residual = ResidualStream::loaded, MlpWeight mlp = MlpWeight::one_ahead,
+                         PrefetchBudget budget = PrefetchBudget::quarter);
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries
@@ -242,7 +250,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 38: items of more heads tried only with an attention's scores in PSUM (36 tried them on every kernel)
 // 39: an MLP's first weight streamed from inside the attention kernel on half the queues
 //     (MlpWeight::past_attention), lower()'s last candidate
-inline constexpr int kLoweringVersion = 39;
+// 40: a weight's prefetch allowed half the free SBUF (PrefetchBudget::half), tried on the program kept
+inline constexpr int kLoweringVersion = 40;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 
