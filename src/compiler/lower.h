@@ -149,9 +149,10 @@ enum class ResidualStream : uint8_t { loaded, kept };
 // linear's, by the prefetch of a kernel shortly before it; `past_attention` from inside the attention
 // kernel, behind its last loads, on the upper half of the DMA queues, while every kernel from there to
 // that linear puts its transfers on the lower half, so that none of them queues behind the stream
-// ("compiled.streamed_past_attention"). The attention half of a layer then moves the MLP's first weight
-// while it computes, at half the queues' bandwidth. With WeightPrefetch::best, lower() tries it last, on
-// the program it keeps, and keeps the faster.
+// ("compiled.streamed_past_attention"); the out projection's weight, when nothing prefetches it, loads
+// there too, right behind it on the lower half. The attention half of a layer then moves the MLP's first
+// weight while it computes, at half the queues' bandwidth. With WeightPrefetch::best, lower() tries it
+// last, on the program it keeps, and keeps the faster.
 enum class MlpWeight : uint8_t { one_ahead, past_attention };
 
 // How much of the free SBUF a weight's prefetch may take (its panels, planned before the kernel that
@@ -251,7 +252,8 @@ device::Executable lower(const Graph& graph, const device::Spec& spec, const std
 // 39: an MLP's first weight streamed from inside the attention kernel on half the queues
 //     (MlpWeight::past_attention), lower()'s last candidate
 // 40: a weight's prefetch allowed half the free SBUF (PrefetchBudget::half), tried on the program kept
-inline constexpr int kLoweringVersion = 40;
+// 41: with the MLP's stream, the out projection's weight loaded from the attention kernel too
+inline constexpr int kLoweringVersion = 41;
 
 enum class IoRole : uint8_t { argument, result, constants, scratch };
 

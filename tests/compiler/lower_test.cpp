@@ -1432,8 +1432,8 @@ TEST(Lowering, APrefetchPastKernelsTakesTheNextLinearsWeightToo) {
 // A decoder layer at batch 1 (bf16, 128 tokens, d 512, an MLP of 1536): with MlpWeight::past_attention
 // the attention kernel streams the weight of the MLP's first linear after the norm (the up projection:
 // the gate's kernel multiplies silu(gate) by its result) behind its last loads, on the upper half of the
-// DMA queues, while the out projection's weight, loaded in that projection's own kernel as the stream
-// goes, keeps to the lower half; the up projection takes the panels over. The same bits as
+// DMA queues, and the out projection's weight right behind it on the lower half, where every kernel's
+// transfers go until the up projection, which takes the panels over. The same bits as
 // without, the same modeled time functional or timing-only, and faster: the attention half of the layer
 // moves the MLP's first weight while it computes. lower() keeps it where faster.
 TEST(Lowering, TheMlpsFirstWeightStreamsPastTheAttention) {
@@ -1454,6 +1454,9 @@ TEST(Lowering, TheMlpsFirstWeightStreamsPastTheAttention) {
   const device::Executable streamed = lowered(MlpWeight::past_attention), one_ahead = lowered(MlpWeight::one_ahead);
   EXPECT_EQ(metadata(streamed, "compiled.streamed_past_attention"), "1");
   EXPECT_EQ(metadata(one_ahead, "compiled.streamed_past_attention"), "");
+  // The out projection's weight is prefetched too (from the attention kernel); one ahead, it is not.
+  EXPECT_EQ(std::stoi(metadata(streamed, "compiled.prefetched_weights")),
+            std::stoi(metadata(one_ahead, "compiled.prefetched_weights")) + 1);
   // The queues each weight's loads take: arg5 the out projection's, arg8 the up projection's.
   const auto queues_of = [](const device::Executable& exe, const std::string& arg) {
     uint32_t io = 0;
