@@ -97,16 +97,15 @@ RowProgram row_program(const Graph& body, std::span<const Place> inputs) {
 
 class Lowerer {
  public:
-  Lowerer(const device::Spec& spec, const std::string& name, WeightPrefetch prefetch, PrefetchQueues queues,
-          bool idle_queues, PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
-          ResidualStream residual, MlpWeight mlp, PrefetchBudget budget)
-      : spec_(spec), builder_(spec, name), prefetch_(prefetch != WeightPrefetch::never),
-        after_loads_(prefetch == WeightPrefetch::after_loads), queues_(queues), idle_queues_(idle_queues),
-        reach_(reach), chain_groups_(chain == ActivationChain::in_sbuf),
-        chain_norms_(chain == ActivationChain::in_sbuf || chain == ActivationChain::norms_in_sbuf),
-        tile_by_tile_(order == PreloadedOrder::tiles), share_activations_(shared == SharedInput::handed_on),
-        keep_residuals_(residual == ResidualStream::kept), stream_past_attention_(mlp == MlpWeight::past_attention),
-        prefetch_share_(budget == PrefetchBudget::half ? 2 : kPrefetchShare) {}
+  Lowerer(const device::Spec& spec, const std::string& name, const LowerOptions& o)
+      : spec_(spec), builder_(spec, name), prefetch_(o.prefetch != WeightPrefetch::never),
+        after_loads_(o.prefetch == WeightPrefetch::after_loads), queues_(o.queues),
+        idle_queues_(o.kernel_queues == KernelQueues::idlest), reach_(o.reach),
+        chain_groups_(o.chain == ActivationChain::in_sbuf),
+        chain_norms_(o.chain == ActivationChain::in_sbuf || o.chain == ActivationChain::norms_in_sbuf),
+        tile_by_tile_(o.order == PreloadedOrder::tiles), share_activations_(o.shared == SharedInput::handed_on),
+        keep_residuals_(o.residual == ResidualStream::kept), stream_past_attention_(o.mlp == MlpWeight::past_attention),
+        prefetch_share_(o.budget == PrefetchBudget::half ? 2 : kPrefetchShare) {}
 
   device::Executable run(const Graph& graph) {
     std::vector<Place> arguments(static_cast<size_t>(graph.input_count()));
@@ -3076,22 +3075,12 @@ Graph emission_order(const Graph& graph) {
 // kept when faster. The prefetch
 // therefore never makes a program slower than without it, nor the reach or the chain.
 device::Executable lower(const Graph& graph_in, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch, PrefetchQueues queues, KernelQueues kernel_queues,
-                         PrefetchReach reach, ActivationChain chain, PreloadedOrder order, SharedInput shared,
-                         ResidualStream residual, MlpWeight mlp, PrefetchBudget budget) {
+                         const LowerOptions& options) {
   const Graph ordered = emission_order(graph_in);
   const Graph& graph = ordered;
-  if (prefetch != WeightPrefetch::best)
-    return Lowerer(spec, name, prefetch, queues, kernel_queues == KernelQueues::idlest, reach, chain, order, shared,
-                   residual, mlp, budget)
-        .run(graph);
-  auto lowered = [&](WeightPrefetch p, PrefetchQueues q, bool idle, PrefetchReach r = PrefetchReach::next_kernel,
-                     ActivationChain c = ActivationChain::through_hbm, PreloadedOrder o = PreloadedOrder::k_slices,
-                     SharedInput sh = SharedInput::loaded, ResidualStream rs = ResidualStream::loaded,
-                     MlpWeight m = MlpWeight::one_ahead, PrefetchBudget b = PrefetchBudget::quarter) {
-    return Lowerer(spec, name, p, q, idle, r, c, o, sh, rs, m, b).run(graph);
-  };
-  device::Executable best = lowered(WeightPrefetch::always, PrefetchQueues::from_first, false);
+  if (options.prefetch != WeightPrefetch::best) return Lowerer(spec, name, options).run(graph);
+  auto lowered = [&](const LowerOptions& o) { return Lowerer(spec, name, o).run(graph); };
+  device::Executable best = lowered({.prefetch = WeightPrefetch::always});
   const auto count = std::find_if(best.metadata.begin(), best.metadata.end(),
                                   [](const auto& kv) { return kv.first == "compiled.prefetched_weights"; });
   const bool prefetched = count != best.metadata.end() && count->second != "0";
@@ -3099,34 +3088,26 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // Candidates that do not depend on one another are lowered and timed at once, over the thread pool
   // (each builds its own program and times it on its own core; nothing is shared), then compared in
   // the order below, so the choice is the same on any number of threads.
-  struct Candidate {
-    WeightPrefetch p;
-    PrefetchQueues q;
-    bool idle = false;
-    PrefetchReach r = PrefetchReach::next_kernel;
-    ActivationChain c = ActivationChain::through_hbm;
-  };
   struct Timed {
     device::Executable exe;
     double ns = 0;
-    Candidate how;
+    LowerOptions how;
   };
   // A candidate whose program cannot be built (sightline::Error: what it keeps in SBUF leaves a kernel
   // no room) is no candidate: it times as never faster, and the program kept says how many there were
   // ("compiled.candidates_not_built"). The first program above keeps nothing on chip across kernels but
   // the prefetches, which take their share of the free SBUF only.
   size_t not_built = 0;
-  auto lower_each = [&](const std::vector<Candidate>& candidates) {
+  auto lower_each = [&](const std::vector<LowerOptions>& candidates) {
     std::vector<Timed> timed(candidates.size());
     std::vector<std::exception_ptr> errors(candidates.size());
     std::vector<char> failed(candidates.size(), 0);
     parallel_for(0, static_cast<int64_t>(candidates.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const Candidate& k = candidates[static_cast<size_t>(i)];
         Timed& t = timed[static_cast<size_t>(i)];
-        t.how = k;
+        t.how = candidates[static_cast<size_t>(i)];
         try {
-          t.exe = lowered(k.p, k.q, k.idle, k.r, k.c);
+          t.exe = lowered(t.how);
           t.ns = device::timing_only_ns(spec, t.exe);
         } catch (const Error&) {
           t.ns = std::numeric_limits<double>::infinity();
@@ -3143,7 +3124,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
     return timed;
   };
   // Strictly faster replaces; a tie keeps the program already kept (the earlier in the order below).
-  Candidate best_how{WeightPrefetch::always, PrefetchQueues::from_first};
+  LowerOptions best_how{.prefetch = WeightPrefetch::always};
   auto keep_if_faster = [&](Timed& other) {
     if (other.ns < best_ns && !(other.exe == best)) {
       best = std::move(other.exe);
@@ -3159,16 +3140,17 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   double placed_ns = best_ns;
   if (prefetched) {
     Timed with{std::move(best), best_ns, best_how};
-    std::vector<Candidate> candidates = {{WeightPrefetch::never, PrefetchQueues::from_first}};
+    std::vector<LowerOptions> candidates = {{.prefetch = WeightPrefetch::never}};
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
       for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
         if (p == WeightPrefetch::always && q == PrefetchQueues::from_first) continue;  // `with`
-        candidates.push_back({p, q});
+        candidates.push_back({.prefetch = p, .queues = q});
       }
     }
     std::vector<Timed> timed = lower_each(candidates);
     for (size_t i = 1; i < candidates.size(); ++i) {
-      if (timed[i].ns < placed_ns) placed_ns = timed[i].ns, placed_p = candidates[i].p, placed_q = candidates[i].q;
+      if (timed[i].ns < placed_ns)
+        placed_ns = timed[i].ns, placed_p = candidates[i].prefetch, placed_q = candidates[i].queues;
     }
     best = std::move(timed[0].exe);
     best_ns = timed[0].ns;
@@ -3178,10 +3160,11 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   }
   // That placement with every kernel's transfers on the queues the kernels before left idlest.
   Timed idle;
-  idle.exe = lowered(placed_p, placed_q, true);
+  idle.how = {.prefetch = placed_p, .queues = placed_q, .kernel_queues = KernelQueues::idlest};
+  idle.exe = lowered(idle.how);
   idle.ns = device::timing_only_ns(spec, idle.exe);
-  idle.how = {placed_p, placed_q, true};
-  const bool placed_idle = idle.ns < placed_ns;
+  const KernelQueues placed_k = idle.ns < placed_ns ? KernelQueues::idlest : KernelQueues::from_first;
+  const KernelQueues other_k = placed_k == KernelQueues::idlest ? KernelQueues::from_first : KernelQueues::idlest;
   keep_if_faster(idle);
   // Then, on the same placement, the prefetch started past compute-bound kernels (PrefetchReach), and
   // the results of matmul epilogue groups and norms kept in SBUF for the linears after them, or only
@@ -3196,17 +3179,18 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // the placement order (ESM-2 t6_8M at 32 tokens 317.5 -> 295.4 us with the other queue choice, Llama
   // small bf16 at batch 1 519.3 -> 511.3 with the other placement; four lowerings more, about a third
   // more of compile()'s time for ESM-2 t12 at batch 4).
-  std::vector<Candidate> variants;
+  std::vector<LowerOptions> variants;
   for (const PrefetchReach r : {PrefetchReach::next_kernel, PrefetchReach::past_compute_bound}) {
     for (const ActivationChain c : {ActivationChain::through_hbm, ActivationChain::in_sbuf, ActivationChain::norms_in_sbuf}) {
       if (r == PrefetchReach::next_kernel && c == ActivationChain::through_hbm) continue;  // timed above
       if (r == PrefetchReach::past_compute_bound && c != ActivationChain::through_hbm && !prefetched) continue;
-      variants.push_back({placed_p, placed_q, placed_idle, r, c});
+      variants.push_back({.prefetch = placed_p, .queues = placed_q, .kernel_queues = placed_k, .reach = r, .chain = c});
       if (prefetched && c == ActivationChain::in_sbuf) {
         const WeightPrefetch other =
             placed_p == WeightPrefetch::always ? WeightPrefetch::after_loads : WeightPrefetch::always;
-        variants.push_back({other, placed_q, placed_idle, r, c});
-        variants.push_back({placed_p, placed_q, !placed_idle, r, c});
+        variants.push_back({.prefetch = other, .queues = placed_q, .kernel_queues = placed_k, .reach = r, .chain = c});
+        variants.push_back({.prefetch = placed_p, .queues = placed_q, .kernel_queues = other_k, .reach = r,
+                            .chain = c});
       }
     }
   }
@@ -3228,19 +3212,21 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
                          [&](const Node& b) { return linear_of_many_rows(*n.body, b); });
     return linear_of_many_rows(graph, n);
   });
-  PreloadedOrder best_order = PreloadedOrder::k_slices;
-  if (many_rows) {
-    Timed tiles;
-    tiles.how = best_how;
+  // Each step below lowers the program kept once more with one choice changed (`change`), and keeps it
+  // where faster; best_how then carries that choice into the steps after it.
+  auto try_on_kept = [&](auto&& change) {
+    Timed t;
+    t.how = best_how;
+    change(t.how);
     try {
-      tiles.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, PreloadedOrder::tiles);
-      tiles.ns = device::timing_only_ns(spec, tiles.exe);
-      if (tiles.ns < best_ns && !(tiles.exe == best)) best_order = PreloadedOrder::tiles;
-      keep_if_faster(tiles);
+      t.exe = lowered(t.how);
+      t.ns = device::timing_only_ns(spec, t.exe);
+      keep_if_faster(t);
     } catch (const Error&) {
       ++not_built;
     }
-  }
+  };
+  if (many_rows) try_on_kept([](LowerOptions& o) { o.order = PreloadedOrder::tiles; });
   // Last, the program kept once more with a prefetched a^T handed on to the next linear that reads the
   // same input (k and v reading q's: SharedInput::handed_on), kept where faster. Not in the search
   // above: the shared tile stays allocated across the kernels between, which leaves their prefetches less
@@ -3248,57 +3234,20 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   // without; on the program kept, 960.8), and one lowering more costs less than a second search
   // (Llama small bf16 at batch 4 958.5 -> 937.0 us either way). Only where two linears read one input:
   // elsewhere the program would be the same.
-  SharedInput best_shared = SharedInput::loaded;
-  if (Lowerer::linears_share_an_input(graph)) {
-    Timed together;
-    together.how = best_how;
-    try {
-      together.exe =
-          lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, SharedInput::handed_on);
-      together.ns = device::timing_only_ns(spec, together.exe);
-      if (together.ns < best_ns && !(together.exe == best)) best_shared = SharedInput::handed_on;
-      keep_if_faster(together);
-    } catch (const Error&) {
-      ++not_built;
-    }
-  }
+  if (Lowerer::linears_share_an_input(graph)) try_on_kept([](LowerOptions& o) { o.shared = SharedInput::handed_on; });
   // Last, the program kept once more with the rows a norm read in SBUF kept there for the residual add
   // that reads them later (ResidualStream::kept), kept where faster. Only where the program keeps a
   // norm's input (ActivationChain other than through_hbm): elsewhere it would be the same program. Like
   // the hand-over, the rows stay allocated across the kernels between, so it is tried on the program
   // kept rather than searched with.
-  ResidualStream best_residual = ResidualStream::loaded;
-  if (best_how.c != ActivationChain::through_hbm) {
-    Timed residual_kept;
-    residual_kept.how = best_how;
-    try {
-      residual_kept.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order,
-                                  best_shared, ResidualStream::kept);
-      residual_kept.ns = device::timing_only_ns(spec, residual_kept.exe);
-      if (residual_kept.ns < best_ns && !(residual_kept.exe == best)) best_residual = ResidualStream::kept;
-      keep_if_faster(residual_kept);
-    } catch (const Error&) {
-      ++not_built;
-    }
-  }
+  if (best_how.chain != ActivationChain::through_hbm)
+    try_on_kept([](LowerOptions& o) { o.residual = ResidualStream::kept; });
   // Last, the program kept once more with each weight's prefetch allowed half the free SBUF
   // (PrefetchBudget::half), kept where faster: a larger weight then streams one ahead (Llama's 5.8 MB
   // gate projection while its up projection computes), and the kernels between plan with less SBUF.
-  // Tried on the program kept, like the kept tiles above; only where a weight was prefetched.
-  PrefetchBudget best_budget = PrefetchBudget::quarter;
-  if (prefetched) {
-    Timed half;
-    half.how = best_how;
-    try {
-      half.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, best_shared,
-                         best_residual, MlpWeight::one_ahead, PrefetchBudget::half);
-      half.ns = device::timing_only_ns(spec, half.exe);
-      if (half.ns < best_ns && !(half.exe == best)) best_budget = PrefetchBudget::half;
-      keep_if_faster(half);
-    } catch (const Error&) {
-      ++not_built;
-    }
-  }
+  // Tried on the program kept, like the kept tiles above (searched with every placement, it doubled the
+  // lowerings for 2% on Llama small f32 at batch 1); only where a weight was prefetched.
+  if (prefetched) try_on_kept([](LowerOptions& o) { o.budget = PrefetchBudget::half; });
   // Last, the program kept once more with the MLP's first weight streamed from inside the attention
   // kernel (MlpWeight::past_attention), kept where faster: it changes which queues every kernel between
   // takes, so it is tried on the program kept. Only where a weight was prefetched and an attention is
@@ -3306,18 +3255,7 @@ device::Executable lower(const Graph& graph_in, const device::Spec& spec, const 
   const bool attention = std::any_of(best.metadata.begin(), best.metadata.end(), [](const auto& kv) {
     return kv.first == "compiled.fused_attention" && kv.second != "0";
   });
-  if (prefetched && attention) {
-    Timed streamed;
-    streamed.how = best_how;
-    try {
-      streamed.exe = lowered(best_how.p, best_how.q, best_how.idle, best_how.r, best_how.c, best_order, best_shared,
-                             best_residual, MlpWeight::past_attention, best_budget);
-      streamed.ns = device::timing_only_ns(spec, streamed.exe);
-      keep_if_faster(streamed);
-    } catch (const Error&) {
-      ++not_built;
-    }
-  }
+  if (prefetched && attention) try_on_kept([](LowerOptions& o) { o.mlp = MlpWeight::past_attention; });
   if (not_built > 0) best.metadata.emplace_back("compiled.candidates_not_built", fmt::format("{}", not_built));
   return best;
 }

@@ -169,17 +169,26 @@ enum class PrefetchBudget : uint8_t { quarter, half };
 // (values renumbered) when nothing moves.
 Graph emission_order(const Graph& graph);
 
+// The choices of lower() (each enum above says what it does). With `prefetch` WeightPrefetch::best,
+// lower() searches them on the cost model and the others are unused; otherwise it lowers once, with them
+// as given (tests and A/B measurements).
+struct LowerOptions {
+  WeightPrefetch prefetch = WeightPrefetch::best;
+  PrefetchQueues queues = PrefetchQueues::from_first;
+  KernelQueues kernel_queues = KernelQueues::from_first;
+  PrefetchReach reach = PrefetchReach::next_kernel;
+  ActivationChain chain = ActivationChain::through_hbm;
+  PreloadedOrder order = PreloadedOrder::k_slices;
+  SharedInput shared = SharedInput::loaded;
+  ResidualStream residual = ResidualStream::loaded;
+  MlpWeight mlp = MlpWeight::one_ahead;
+  PrefetchBudget budget = PrefetchBudget::quarter;
+};
+
 // Throws sightline::Error naming the node when the graph holds an op without a device kernel.
 // Kernels are emitted in emission_order(graph).
 device::Executable lower(const Graph& graph, const device::Spec& spec, const std::string& name,
-                         WeightPrefetch prefetch = WeightPrefetch::best,
-                         PrefetchQueues queues = PrefetchQueues::from_first,
-                         KernelQueues kernel_queues = KernelQueues::from_first,
-                         PrefetchReach reach = PrefetchReach::next_kernel,
-                         ActivationChain chain = ActivationChain::through_hbm,
-                         PreloadedOrder order = PreloadedOrder::k_slices, SharedInput shared = SharedInput::loaded,
-                         ResidualStream residual = ResidualStream::loaded, MlpWeight mlp = MlpWeight::one_ahead,
-                         PrefetchBudget budget = PrefetchBudget::quarter);
+                         const LowerOptions& options = {});
 
 // The version of what lower() emits, part of every disk cache key (compile.cpp): bumped whenever the
 // lowering, or a kernel it emits, changes the executable a graph lowers to, so that disk cache entries

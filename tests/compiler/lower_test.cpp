@@ -47,6 +47,17 @@ Graph decoder_graph() {
   return optimized(&testing::decoder_block, metas);
 }
 
+// decoder_block at batch 1 and 128 tokens in bf16: d_model `d`, an MLP of `hidden`.
+Graph bf16_decoder_layer(int64_t d, int64_t hidden) {
+  std::vector<TensorMeta> metas = {{{1, 128, d}, DType::bf16}, {{d}, DType::bf16}};
+  for (int i = 0; i < 4; ++i) metas.push_back({{d, d}, DType::bf16});
+  metas.push_back({{d}, DType::bf16});
+  metas.push_back({{hidden, d}, DType::bf16});
+  metas.push_back({{hidden, d}, DType::bf16});
+  metas.push_back({{d, hidden}, DType::bf16});
+  return optimized(&testing::decoder_block, metas);
+}
+
 std::vector<IoRole> roles_of(const device::Executable& exe) {
   std::vector<IoRole> roles;
   for (const IoBinding& b : io_bindings(exe)) roles.push_back(b.role);
@@ -411,8 +422,8 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
   };
   for (const Case& c : {Case{256, DType::bf16, false}, Case{480, DType::f32, true}}) {
     const Graph g = optimized(&testing::linear_chain, testing::linear_chain_metas(128, c.k, c.k, c.dtype));
-    const device::Executable with = lower(g, spec, "linears", WeightPrefetch::always);
-    const device::Executable without = lower(g, spec, "linears", WeightPrefetch::never);
+    const device::Executable with = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always});
+    const device::Executable without = lower(g, spec, "linears", {.prefetch = WeightPrefetch::never});
     const device::Executable best = lower(g, spec, "linears");
     EXPECT_EQ(metadata(with, "compiled.prefetched_weights"), "4") << c.k;
     EXPECT_EQ(metadata(without, "compiled.prefetched_weights"), "0") << c.k;
@@ -426,7 +437,7 @@ TEST(Lowering, WeightPrefetchIsKeptOnlyWhereItIsFaster) {
   // The decoder block: never slower than without the prefetch.
   const Graph decoder = decoder_graph();
   EXPECT_LE(run_ns(lower(decoder, spec, "decoder")),
-            run_ns(lower(decoder, spec, "decoder", WeightPrefetch::never)));
+            run_ns(lower(decoder, spec, "decoder", {.prefetch = WeightPrefetch::never})));
 }
 
 // lower() picks the prefetch placement and the kernels' queues on the program that keeps nothing in
@@ -444,7 +455,8 @@ TEST(Lowering, TheKeptChainIsTimedOnTheQueuesAndPlacementThatSuitIt) {
       for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
         for (const KernelQueues k : {KernelQueues::from_first, KernelQueues::idlest}) {
           for (const PrefetchReach r : {PrefetchReach::next_kernel, PrefetchReach::past_compute_bound}) {
-            const device::Executable chained = lower(g, spec, "mlp", p, q, k, r, ActivationChain::in_sbuf);
+            const device::Executable chained = lower(g, spec, "mlp", {.prefetch = p, .queues = q, .kernel_queues = k,
+                                                                      .reach = r, .chain = ActivationChain::in_sbuf});
             ASSERT_EQ(metadata(chained, "compiled.kept_activations"), "1");
             fastest = std::min(fastest, run_ns(chained));
           }
@@ -490,8 +502,8 @@ TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOrInsideAMatmul) {
     return at;
   };
   const auto ahead = [&](const Graph& g) {
-    return metadata(lower(g, spec, "reach", WeightPrefetch::always, PrefetchQueues::from_first,
-                          KernelQueues::from_first, PrefetchReach::past_compute_bound),
+    return metadata(lower(g, spec, "reach", {.prefetch = WeightPrefetch::always,
+                                             .reach = PrefetchReach::past_compute_bound}),
                     "compiled.prefetched_ahead");
   };
   const auto first_to_linear = [&](const Graph& g) {
@@ -524,7 +536,7 @@ TEST(Lowering, WeightPrefetchStartsPastComputeBoundKernelsOrInsideAMatmul) {
   EXPECT_EQ(kernels(after_mul).size(), 3u);
   EXPECT_EQ(ahead(after_mul), "");
   // PrefetchReach::next_kernel (the default) starts none ahead and does not report them.
-  const device::Executable next = lower(graph(true, true, 1024), spec, "reach", WeightPrefetch::always);
+  const device::Executable next = lower(graph(true, true, 1024), spec, "reach", {.prefetch = WeightPrefetch::always});
   EXPECT_TRUE(std::none_of(next.metadata.begin(), next.metadata.end(),
                            [](const auto& kv) { return kv.first == "compiled.prefetched_ahead"; }));
 }
@@ -549,8 +561,8 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
         return std::vector<Tensor>{linear(h, in[2]) + h};
       },
       {{{m, k}, DType::bf16}, {{k, k}, DType::bf16}, {{k, k}, DType::bf16}});
-  const device::Executable with = lower(g, spec, "linears", WeightPrefetch::always);
-  const device::Executable without = lower(g, spec, "linears", WeightPrefetch::never);
+  const device::Executable with = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always});
+  const device::Executable without = lower(g, spec, "linears", {.prefetch = WeightPrefetch::never});
   const device::Executable best = lower(g, spec, "linears");
   EXPECT_EQ(metadata(with, "compiled.fused_epilogues"), "2");
   EXPECT_EQ(metadata(with, "compiled.prefetched_weights"), "1");
@@ -578,7 +590,7 @@ TEST(Lowering, BackToBackEpilogueLinearsStreamTheirWeights) {
   double fastest = off;
   for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads}) {
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
-      fastest = std::min(fastest, run_ns(lower(g, spec, "linears", p, q)));
+      fastest = std::min(fastest, run_ns(lower(g, spec, "linears", {.prefetch = p, .queues = q})));
     }
   }
   // ... then that one with each kernel's transfers on the queues left idlest (KernelQueues), if faster.
@@ -669,8 +681,7 @@ TEST(Lowering, MlpKeepsItsIntermediateInSbufForTheNextLinear) {
          {{480}, DType::f32}});
   };
   const auto lowered = [&](const Graph& g, ActivationChain chain) {
-    return lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::next_kernel, chain);
+    return lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always, .chain = chain});
   };
   const auto run = [&](const device::Executable& exe, double* ns) { return run_outputs(spec, exe, ns); };
   const Graph g = mlp(128);
@@ -732,8 +743,8 @@ TEST(Lowering, ALinearHandedItsInputInSbufComputesItsTilesOneAfterTheOther) {
       {{{512, 480}, DType::f32}, {{1920, 480}, DType::f32}, {{1920}, DType::f32}, {{480, 1920}, DType::f32},
        {{480}, DType::f32}});
   const auto lowered = [&](PreloadedOrder order) {
-    return lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::next_kernel, ActivationChain::in_sbuf, order);
+    return lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::in_sbuf,
+                                  .order = order});
   };
   const device::Executable tiles = lowered(PreloadedOrder::tiles), slices = lowered(PreloadedOrder::k_slices);
   EXPECT_EQ(metadata(tiles, "compiled.kept_activations"), "1");
@@ -794,8 +805,7 @@ TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsIn
         },
         metas);
     const auto lowered = [&](const Graph& graph, ActivationChain chain) {
-      return lower(graph, spec, "ffn", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                   PrefetchReach::next_kernel, chain);
+      return lower(graph, spec, "ffn", {.prefetch = WeightPrefetch::always, .chain = chain});
     };
     const device::Executable transposed = lowered(g, ActivationChain::in_sbuf);
     const device::Executable through_hbm = lowered(g, ActivationChain::norms_in_sbuf);
@@ -857,8 +867,7 @@ TEST(Lowering, ALinearOnlyTheNextLinearReadsComputesItsResultTransposedIntoItsIn
 TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
   const device::Spec spec = device::Spec::builtin("trn2");
   const auto lowered = [&](const Graph& g, ActivationChain chain) {
-    return lower(g, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
-                 KernelQueues::from_first, PrefetchReach::next_kernel, chain);
+    return lower(g, spec, "norm_linear", {.prefetch = WeightPrefetch::always, .chain = chain});
   };
   const auto run = [&](const device::Executable& exe, double* ns) { return run_outputs(spec, exe, ns); };
   // ESM-2's FC1: gelu(linear(layer_norm(x), w1, b1)), 480 -> 1920, f32, at 128 rows (one row tile) and
@@ -937,9 +946,10 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
     EXPECT_LT(kept_e_ns, plain_e_ns) << m;
     // FC1's weight prefetched from the out projection's kernel, past the norm: the norm's weight and bias
     // then load ahead of that stream, into SBUF before the projection (plan_kept_input). The same bits.
-    const device::Executable reach_e = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
-                                             KernelQueues::from_first, PrefetchReach::past_compute_bound,
-                                             ActivationChain::norms_in_sbuf);
+    const device::Executable reach_e =
+        lower(e, spec, "norm_linear",
+              {.prefetch = WeightPrefetch::always, .reach = PrefetchReach::past_compute_bound,
+               .chain = ActivationChain::norms_in_sbuf});
     EXPECT_NE(metadata(reach_e, "compiled.prefetched_ahead"), "") << m;
     double reach_ns = 0;
     EXPECT_EQ(run(reach_e, &reach_ns), pe) << m;
@@ -956,8 +966,8 @@ TEST(Lowering, NormKeepsItsResultInSbufForTheNextLinear) {
       },
       {{{128, 512}, DType::f32}, {{512}, DType::f32}, {{1024, 512}, DType::f32}, {{512, 512}, DType::f32}});
   const auto reaching = [&](ActivationChain chain) {
-    return lower(u, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::past_compute_bound, chain);
+    return lower(u, spec, "norm_linear", {.prefetch = WeightPrefetch::always,
+                                          .reach = PrefetchReach::past_compute_bound, .chain = chain});
   };
   const device::Executable kept_loop = reaching(ActivationChain::norms_in_sbuf);
   const device::Executable plain_loop = reaching(ActivationChain::through_hbm);
@@ -984,7 +994,7 @@ TEST(Lowering, EpilogueOperandsOfManyRowTilesLoadBehindTheMatmulsOwn) {
     const Graph g = optimized(
         [](const std::vector<Tensor>& in) { return std::vector<Tensor>{linear(in[0], in[1], in[2]) + in[3]}; },
         {{{m, 480}, DType::f32}, {{480, 480}, DType::f32}, {{480}, DType::f32}, {{m, 480}, DType::f32}});
-    const device::Executable exe = lower(g, spec, "residual", WeightPrefetch::never);
+    const device::Executable exe = lower(g, spec, "residual", {.prefetch = WeightPrefetch::never});
     ASSERT_EQ(metadata(exe, "compiled.fused_epilogues"), "1") << m;
     // Per queue, whether a load of the residual (input 3) comes before the queue's last load of x.
     const auto io_of = [&](const std::string& name) {
@@ -1034,9 +1044,10 @@ TEST(Lowering, AKeptNormWaitsNeitherForItsIdentityNorForTheStoresBeforeIt) {
   // ESM-2's out projection with its residual add, the layer_norm, FC1: batch 4, FC1's weight prefetched
   // past the norm, whose weight and bias then load ahead (as lower() picks for ESM-2).
   const Graph e = out_projection_norm_fc1();
-  const device::Executable exe = lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first,
-                                       KernelQueues::from_first, PrefetchReach::past_compute_bound,
-                                       ActivationChain::norms_in_sbuf);
+  const device::Executable exe =
+      lower(e, spec, "norm_linear",
+            {.prefetch = WeightPrefetch::always, .reach = PrefetchReach::past_compute_bound,
+             .chain = ActivationChain::norms_in_sbuf});
   ASSERT_EQ(metadata(exe, "compiled.kept_norm_inputs"), "1");
   ASSERT_EQ(metadata(exe, "compiled.kept_activations"), "1");
   device::Core core(spec);
@@ -1092,8 +1103,8 @@ TEST(Lowering, AKeptNormAndTheEpilogueBeforeItSpreadTheirWorkOverTheEngines) {
   const device::Spec spec = device::Spec::builtin("trn2");
   const Graph e = out_projection_norm_fc1();
   const auto lowered = [&](ActivationChain chain) {
-    return lower(e, spec, "norm_linear", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::past_compute_bound, chain);
+    return lower(e, spec, "norm_linear", {.prefetch = WeightPrefetch::always,
+                                          .reach = PrefetchReach::past_compute_bound, .chain = chain});
   };
   const device::Executable kept = lowered(ActivationChain::norms_in_sbuf), plain = lowered(ActivationChain::through_hbm);
   ASSERT_EQ(metadata(kept, "compiled.kept_norm_inputs"), "1");
@@ -1152,8 +1163,7 @@ TEST(Lowering, RowLoopNormReadsTheEpiloguesResultInSbuf) {
         },
         {{{m, 1024}, dtype}, {{1024, 1024}, dtype}, {{1024}, dtype}, {{1024, 1024}, dtype}});
     const auto lowered = [&](ActivationChain chain) {
-      return lower(g, spec, "residual_norm", WeightPrefetch::always, PrefetchQueues::from_first,
-                   KernelQueues::from_first, PrefetchReach::next_kernel, chain);
+      return lower(g, spec, "residual_norm", {.prefetch = WeightPrefetch::always, .chain = chain});
     };
     const device::Executable kept = lowered(ActivationChain::norms_in_sbuf);
     const device::Executable plain = lowered(ActivationChain::through_hbm);
@@ -1197,8 +1207,7 @@ TEST(Lowering, RowLoopNormHandsItsTilesOnOneTileLateAndStreamsTheNextWeight) {
       },
       {{{512, 1024}, DType::bf16}, {{1024, 1024}, DType::bf16}, {{1024}, DType::bf16}, {{1024, 1024}, DType::bf16}});
   const auto lowered = [&](ActivationChain chain) {
-    return lower(g, spec, "residual_norm", WeightPrefetch::always, PrefetchQueues::from_first,
-                 KernelQueues::from_first, PrefetchReach::next_kernel, chain);
+    return lower(g, spec, "residual_norm", {.prefetch = WeightPrefetch::always, .chain = chain});
   };
   const device::Executable kept = lowered(ActivationChain::norms_in_sbuf);
   const device::Executable plain = lowered(ActivationChain::through_hbm);
@@ -1281,12 +1290,12 @@ TEST(Lowering, TheProjectionsOfOneInputShareItsPrefetchedTranspose) {
       {{{512, 1024}, DType::bf16}, {{1024}, DType::bf16}, {{1024, 1024}, DType::bf16}, {{256, 1024}, DType::bf16},
        {{256, 1024}, DType::bf16}});
   const auto lowered = [&](SharedInput shared) {
-    return lower(g, spec, "qkv", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices, shared);
+    return lower(g, spec, "qkv", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::norms_in_sbuf,
+                                  .shared = shared});
   };
   const device::Executable shared = lowered(SharedInput::handed_on);
   EXPECT_EQ(metadata(lowered(SharedInput::loaded), "compiled.shared_activations"), "");
-  const device::Executable plain = lower(g, spec, "qkv", WeightPrefetch::never);
+  const device::Executable plain = lower(g, spec, "qkv", {.prefetch = WeightPrefetch::never});
   EXPECT_EQ(metadata(shared, "compiled.shared_activations"), "2");
   EXPECT_EQ(metadata(shared, "compiled.kept_activations"), "1");  // q's, from the norm
   EXPECT_EQ(metadata(plain, "compiled.shared_activations"), "");
@@ -1315,8 +1324,7 @@ TEST(Lowering, TheGatedMlpReadsTheUpProjectionInSbuf) {
         },
         {{{m, d}, dtype}, {{inter, d}, dtype}, {{inter, d}, dtype}, {{d, inter}, dtype}});
     const auto lowered = [&](ActivationChain chain) {
-      return lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                   PrefetchReach::next_kernel, chain);
+      return lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always, .chain = chain});
     };
     const device::Executable kept = lowered(ActivationChain::norms_in_sbuf);
     const device::Executable plain = lowered(ActivationChain::through_hbm);
@@ -1353,9 +1361,8 @@ TEST(Lowering, TheResidualStreamStaysInSbufForTheAddAfterTheNorm) {
           {{{m, d}, DType::f32}, {{d, d}, DType::f32}, {{m, d}, DType::f32}, {{4 * d, d}, DType::f32},
            {{d, 4 * d}, DType::f32}, {{d}, DType::f32}, {{d}, DType::f32}});
       const auto lowered = [&](ResidualStream residual) {
-        return lower(g, spec, "block", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                     PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices,
-                     SharedInput::loaded, residual);
+        return lower(g, spec, "block", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::norms_in_sbuf,
+                                        .residual = residual});
       };
       const device::Executable kept = lowered(ResidualStream::kept), loaded = lowered(ResidualStream::loaded);
       EXPECT_EQ(metadata(kept, "compiled.kept_residuals"), "1");
@@ -1383,14 +1390,11 @@ TEST(Lowering, ACandidateThatDoesNotFitIsDropped) {
       },
       {{{512, 1024}, DType::f32}, {{1024}, DType::f32}, {{2816, 1024}, DType::f32}, {{2816, 1024}, DType::f32},
        {{1024, 2816}, DType::f32}});
-  EXPECT_THROW(lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                     PrefetchReach::next_kernel, ActivationChain::in_sbuf),
+  EXPECT_THROW(lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::in_sbuf}),
                Error);
   const device::Executable best = lower(g, spec, "mlp");
   EXPECT_NE(metadata(best, "compiled.candidates_not_built"), "");
-  EXPECT_LE(run_ns(best), run_ns(lower(g, spec, "mlp", WeightPrefetch::always, PrefetchQueues::from_first,
-                                       KernelQueues::from_first, PrefetchReach::next_kernel,
-                                       ActivationChain::through_hbm)));
+  EXPECT_LE(run_ns(best), run_ns(lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always})));
 }
 
 // Llama's layer boundary: the down projection with its residual add, the user's RMSNorm, then the v
@@ -1409,8 +1413,8 @@ TEST(Lowering, APrefetchPastKernelsTakesTheNextLinearsWeightToo) {
       {{{128, 2816}, DType::f32}, {{1024, 2816}, DType::f32}, {{128, 1024}, DType::f32}, {{1024}, DType::f32},
        {{256, 1024}, DType::f32}, {{1024, 1024}, DType::f32}});
   const auto lowered = [&](PrefetchReach reach) {
-    return lower(g, spec, "layer_boundary", WeightPrefetch::always, PrefetchQueues::from_first,
-                 KernelQueues::from_first, reach, ActivationChain::norms_in_sbuf);
+    return lower(g, spec, "layer_boundary", {.prefetch = WeightPrefetch::always, .reach = reach,
+                                             .chain = ActivationChain::norms_in_sbuf});
   };
   const device::Executable ahead = lowered(PrefetchReach::past_compute_bound);
   const device::Executable next = lowered(PrefetchReach::next_kernel);
@@ -1438,18 +1442,10 @@ TEST(Lowering, APrefetchPastKernelsTakesTheNextLinearsWeightToo) {
 // moves the MLP's first weight while it computes. lower() keeps it where faster.
 TEST(Lowering, TheMlpsFirstWeightStreamsPastTheAttention) {
   const device::Spec spec = device::Spec::builtin("trn2");
-  const int64_t d = 512, hidden = 1536;
-  std::vector<TensorMeta> metas = {{{1, 128, d}, DType::bf16}, {{d}, DType::bf16}};
-  for (int i = 0; i < 4; ++i) metas.push_back({{d, d}, DType::bf16});
-  metas.push_back({{d}, DType::bf16});
-  metas.push_back({{hidden, d}, DType::bf16});
-  metas.push_back({{hidden, d}, DType::bf16});
-  metas.push_back({{d, hidden}, DType::bf16});
-  const Graph g = optimized(&testing::decoder_block, metas);
+  const Graph g = bf16_decoder_layer(512, 1536);
   const auto lowered = [&](MlpWeight mlp) {
-    return lower(g, spec, "layer", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices,
-                 SharedInput::loaded, ResidualStream::loaded, mlp);
+    return lower(g, spec, "layer", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::norms_in_sbuf,
+                                    .mlp = mlp});
   };
   const device::Executable streamed = lowered(MlpWeight::past_attention), one_ahead = lowered(MlpWeight::one_ahead);
   EXPECT_EQ(metadata(streamed, "compiled.streamed_past_attention"), "1");
@@ -1492,18 +1488,10 @@ TEST(Lowering, TheMlpsFirstWeightStreamsPastTheAttention) {
 // bits, the same modeled time functional or timing-only, and faster. lower() keeps it where faster.
 TEST(Lowering, AHalfBudgetPrefetchesTheGateProjectionDuringTheUpProjection) {
   const device::Spec spec = device::Spec::builtin("trn2");
-  const int64_t d = 1024, hidden = 2816;
-  std::vector<TensorMeta> metas = {{{1, 128, d}, DType::bf16}, {{d}, DType::bf16}};
-  for (int i = 0; i < 4; ++i) metas.push_back({{d, d}, DType::bf16});
-  metas.push_back({{d}, DType::bf16});
-  metas.push_back({{hidden, d}, DType::bf16});
-  metas.push_back({{hidden, d}, DType::bf16});
-  metas.push_back({{d, hidden}, DType::bf16});
-  const Graph g = optimized(&testing::decoder_block, metas);
+  const Graph g = bf16_decoder_layer(1024, 2816);
   const auto lowered = [&](PrefetchBudget budget) {
-    return lower(g, spec, "layer", WeightPrefetch::always, PrefetchQueues::from_first, KernelQueues::from_first,
-                 PrefetchReach::next_kernel, ActivationChain::norms_in_sbuf, PreloadedOrder::k_slices,
-                 SharedInput::loaded, ResidualStream::loaded, MlpWeight::one_ahead, budget);
+    return lower(g, spec, "layer", {.prefetch = WeightPrefetch::always, .chain = ActivationChain::norms_in_sbuf,
+                                    .budget = budget});
   };
   const device::Executable half = lowered(PrefetchBudget::half), quarter = lowered(PrefetchBudget::quarter);
   EXPECT_EQ(std::stoi(metadata(half, "compiled.prefetched_weights")),
@@ -1543,8 +1531,8 @@ TEST(Lowering, AfterLoadsPrefetchQueuesBehindTheKernelsOwnLoads) {
     }
     return false;
   };
-  const device::Executable at_first_store = lower(g, spec, "linears", WeightPrefetch::always);
-  const device::Executable after_loads = lower(g, spec, "linears", WeightPrefetch::after_loads);
+  const device::Executable at_first_store = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always});
+  const device::Executable after_loads = lower(g, spec, "linears", {.prefetch = WeightPrefetch::after_loads});
   EXPECT_EQ(metadata(at_first_store, "compiled.prefetched_weights"), "1");
   EXPECT_EQ(metadata(after_loads, "compiled.prefetched_weights"), "1");
   EXPECT_TRUE(first_weight_behind_second(at_first_store));
@@ -1561,7 +1549,7 @@ TEST(Lowering, FoldedBiasesOfLaterPanelsQueueAheadOfTheNextWeight) {
   const device::Spec spec = device::Spec::builtin("trn2");
   const int64_t m = 128, k = 480, n = 1920;
   const Graph g = optimized(&testing::biased_mlp, testing::biased_mlp_metas(m, k, n, DType::f32));
-  const device::Executable exe = lower(g, spec, "mlp", WeightPrefetch::always);
+  const device::Executable exe = lower(g, spec, "mlp", {.prefetch = WeightPrefetch::always});
   EXPECT_EQ(metadata(exe, "compiled.prefetched_weights"), "2");
   uint32_t b1 = 0, w2 = 0;
   for (uint32_t i = 0; i < exe.io.size(); ++i) {
@@ -1635,9 +1623,11 @@ TEST(Lowering, PrefetchedWeightGoesToTheQueuesTheKernelBeforeLeavesIdle) {
     }
     return std::pair{on, off};
   };
-  const device::Executable first = lower(g, spec, "linears", WeightPrefetch::always, PrefetchQueues::from_first);
-  const device::Executable last = lower(g, spec, "linears", WeightPrefetch::always, PrefetchQueues::from_last);
-  const device::Executable idlest = lower(g, spec, "linears", WeightPrefetch::always, PrefetchQueues::idlest);
+  const device::Executable first = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always});
+  const device::Executable last = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always,
+                                                             .queues = PrefetchQueues::from_last});
+  const device::Executable idlest = lower(g, spec, "linears", {.prefetch = WeightPrefetch::always,
+                                                               .queues = PrefetchQueues::idlest});
   for (const device::Executable* exe : {&first, &last, &idlest}) {
     EXPECT_EQ(metadata(*exe, "compiled.prefetched_weights"), "1");
   }
@@ -1664,12 +1654,12 @@ TEST(Lowering, PrefetchedWeightGoesToTheQueuesTheKernelBeforeLeavesIdle) {
   // Every kernel's transfers through the idlest order too (KernelQueues::idlest): the same transfers on
   // other queues (the order is a permutation of them).
   const device::Executable kernels_idle =
-      lower(g, spec, "linears", WeightPrefetch::never, PrefetchQueues::from_first, KernelQueues::idlest);
-  EXPECT_EQ(transfers(kernels_idle), transfers(lower(g, spec, "linears", WeightPrefetch::never)));
+      lower(g, spec, "linears", {.prefetch = WeightPrefetch::never, .kernel_queues = KernelQueues::idlest});
+  EXPECT_EQ(transfers(kernels_idle), transfers(lower(g, spec, "linears", {.prefetch = WeightPrefetch::never})));
   const double best = run_ns(lower(g, spec, "linears"));
   for (const WeightPrefetch p : {WeightPrefetch::always, WeightPrefetch::after_loads, WeightPrefetch::never}) {
     for (const PrefetchQueues q : {PrefetchQueues::from_first, PrefetchQueues::from_last, PrefetchQueues::idlest}) {
-      EXPECT_LE(best, run_ns(lower(g, spec, "linears", p, q)));
+      EXPECT_LE(best, run_ns(lower(g, spec, "linears", {.prefetch = p, .queues = q})));
     }
   }
 }

@@ -39,7 +39,7 @@ TEST(LowerThreads, CandidatesTimedConcurrentlyGiveTheSameProgram) {
     ASSERT_TRUE(in_turn.has_value());
     EXPECT_EQ(first, *in_turn);
     EXPECT_LE(device::timing_only_ns(spec, first),
-              device::timing_only_ns(spec, lower(g, spec, "mlp", WeightPrefetch::never)));
+              device::timing_only_ns(spec, lower(g, spec, "mlp", {.prefetch = WeightPrefetch::never})));
   }
 }
 
