@@ -104,7 +104,8 @@ class Lowerer {
         chain_groups_(o.chain == ActivationChain::in_sbuf),
         chain_norms_(o.chain == ActivationChain::in_sbuf || o.chain == ActivationChain::norms_in_sbuf),
         tile_by_tile_(o.order == PreloadedOrder::tiles), share_activations_(o.shared == SharedInput::handed_on),
-        keep_residuals_(o.residual == ResidualStream::kept), stream_past_attention_(o.mlp == MlpWeight::past_attention),
+        keep_residuals_(o.residual == ResidualStream::kept),
+        stream_past_attention_(o.mlp == MlpWeight::past_attention),
         prefetch_share_(o.budget == PrefetchBudget::half ? 2 : kPrefetchShare) {}
 
   device::Executable run(const Graph& graph) {
@@ -1637,7 +1638,9 @@ class Lowerer {
                                           [](const Node& m) { return m.kind == NodeKind::op; });
     kernels::EagerHooks hooks;
     hooks.mask_finite = match.mask && mask_finite;
-    if (std::any_of(prefetches_.begin(), prefetches_.end(), [](const Prefetch& p) { return p.from_attention && !p.emitted; }))
+    const bool streams = std::any_of(prefetches_.begin(), prefetches_.end(),
+                                     [](const Prefetch& p) { return p.from_attention && !p.emitted; });
+    if (streams)
       hooks.after_loads = [this] {
         streaming_ = true;
         emit_weight_prefetch();
@@ -2331,13 +2334,14 @@ class Lowerer {
   // epilogue group of one: linear_inputs) and node `i` is an op lowered by kernel() or a matmul epilogue
   // group, the weight's SBUF panels are allocated (so node i's kernel plans around them) if they take
   // at most 1/kPrefetchShare of the free SBUF (1/2 with PrefetchBudget::half: prefetch_share_); node i's
-  // kernel emits their loads before its first store when it is a matmul, else they are emitted before it. The linear then reads them (EagerHooks::weight)
-  // and frees them. An epilogue group plans its tiles on a dry run, which gets the same panels first
-  // (mirror_prefetches), so its tiles come out as they will in the program. A row loop (fused.rows: a
-  // user's RMSNorm) right before the linear plans no weight panels, only the hand-over of its result
-  // into the linear's a^T (keepable, below): a weight stream emitted before the loop would hold up the
-  // loop's own transfers. Whether the program keeps its prefetches is decided by lower() on the cost
-  // model (the comment above lower()): plan_weight_prefetch does nothing when prefetch_ is off.
+  // kernel emits their loads before its first store when it is a matmul, else they are emitted before it.
+  // The linear then reads them (EagerHooks::weight) and frees them. An epilogue group plans its tiles on a
+  // dry run, which gets the same panels first (mirror_prefetches), so its tiles come out as they will in
+  // the program. A row loop (fused.rows: a user's RMSNorm) right before the linear plans no weight
+  // panels, only the hand-over of its result into the linear's a^T (keepable, below): a weight stream
+  // emitted before the loop would hold up the loop's own transfers. Whether the program keeps its
+  // prefetches is decided by lower() on the cost model (the comment above lower()): plan_weight_prefetch
+  // does nothing when prefetch_ is off.
   static constexpr uint64_t kPrefetchShare = 4;
 
   // The next node after node j that emits a kernel (past inputs, deferred nodes, views and the copies
@@ -2876,10 +2880,8 @@ class Lowerer {
     // While a stream past the attention is in flight, every other transfer keeps to the lower queues.
     for (Prefetch& p : prefetches_) {
       if (p.emitted || (p.from_attention && !streaming_)) continue;
-      const std::vector<uint32_t> lower_half = kernel_queue_map();
-      const std::vector<uint32_t> order =
-          !lower_half.empty() ? lower_half
-                              : (queues_ != PrefetchQueues::from_first ? prefetch_queue_order() : std::vector<uint32_t>{});
+      std::vector<uint32_t> order = kernel_queue_map();
+      if (order.empty() && queues_ != PrefetchQueues::from_first) order = prefetch_queue_order();
       builder_.set_queue_order(p.past_attention ? stream_queue_map() : order);
       if (p.weight.panels.size() > 0 && !p.weight_emitted)
         kernels::prefetch_linear_weight(builder_, p.weight, builder_.view(p.io, p.offset, p.weight.weight.dtype));

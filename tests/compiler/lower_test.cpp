@@ -1475,8 +1475,8 @@ TEST(Lowering, TheMlpsFirstWeightStreamsPastTheAttention) {
   EXPECT_LT(*out.rbegin(), half);
   EXPECT_LT(*queues_of(one_ahead, "arg8").begin(), half);  // without the stream: every queue
   const auto [streamed_ns, one_ahead_ns] = expect_same_outputs_and_faster(spec, streamed, one_ahead, 1);
-  std::printf("decoder layer, batch 1, 128 tokens bf16: %.1f ns with the up projection's weight streamed past the attention, "
-              "%.1f ns one ahead\n",
+  std::printf("decoder layer, batch 1, 128 tokens bf16: %.1f ns with the up projection's weight streamed past the "
+              "attention, %.1f ns one ahead\n",
               streamed_ns, one_ahead_ns);
   EXPECT_LE(run_ns(lower(g, spec, "layer")), run_ns(one_ahead));
 }
