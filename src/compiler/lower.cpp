@@ -2580,15 +2580,9 @@ class Lowerer {
   // ESM-2's q and k are alike in size, and the rule leaves them one ahead.
   void plan_second_prefetch(const Graph& graph, size_t first, const std::vector<Place>& values,
                             const std::vector<bool>& deferred, const std::set<size_t>& planned_stores) {
-    const Node* next = nullptr;
-    for (size_t j = first + 1; j < graph.nodes.size(); ++j) {
-      const Node& m = graph.nodes[j];
-      if (m.kind == NodeKind::input || deferred[j] || (m.kind == NodeKind::op && op_info(m.op).is_view)) continue;
-      if (planned_stores.count(j)) continue;
-      if (linear_inputs(m)) next = &m;
-      break;
-    }
-    if (!next) return;
+    const std::optional<size_t> after = next_kernel(graph, first, deferred, planned_stores);
+    if (!after || !linear_inputs(graph.nodes[*after])) return;
+    const Node* next = &graph.nodes[*after];
     const size_t w = linear_inputs(*next)->second;
     if (graph.nodes[w].kind != NodeKind::input || !argument_ios_.count(values[w].io)) return;
     if (hbm_ns(meta_bytes(graph.nodes[w].meta)) <= estimate_kernel(graph, first, deferred).tensor_ns) return;
